@@ -1,0 +1,40 @@
+"""Create topics explicitly and check a broker is reachable (confluent-kafka AdminClient)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..schemas.errors import PerftrackerError
+from .topics import Topic
+
+
+class KafkaUnreachable(PerftrackerError):
+    """No Kafka-protocol broker answered at the configured address."""
+
+
+def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float = 10.0) -> list[str]:
+    """Create the missing topics; return the names created. Existing topics are left alone."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(dict(conf))
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except Exception as exc:
+        raise KafkaUnreachable(
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc}. "
+            "Check bootstrap_servers in the config or PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS") from None
+    missing = [t for t in topics if t.name not in existing]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(t.name, num_partitions=t.partitions, replication_factor=-1) for t in missing],
+        operation_timeout=timeout_s)
+    created = []
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout_s)
+            created.append(name)
+        except Exception as exc:  # already created by a racing process is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise PerftrackerError(f"could not create topic {name}: {exc}") from None
+    return created

@@ -1,0 +1,225 @@
+"""Avro codec for every perftracker topic.
+
+Framing (standard Avro, nothing home-made):
+
+* **single-object encoding** (default): ``C3 01`` + the 8-byte little-endian
+  CRC-64-AVRO fingerprint of the writer schema's canonical form + the body;
+* **Confluent wire format** when a schema registry is configured: ``00`` +
+  4-byte big-endian schema id + the body (see :mod:`.registry`).
+
+Evolution rules (checked by tests): fields are only ever *appended*, each new
+field with a default. A reader resolves a known writer fingerprint with Avro
+schema resolution (new reader, old data: defaults fill in). A reader that
+meets an unknown fingerprint whose ``schema_version`` (always the first field)
+is newer than its own decodes the body with its own latest schema, which reads
+exactly the prefix the old schema describes and ignores the appended fields
+(old reader, new data).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+
+from .errors import SchemaError
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = b"\x00"
+_HEADER_LEN = 10
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One parsed version of one record schema."""
+
+    name: str  # short record name, e.g. "EventBatch"
+    version: int
+    parsed: Any
+    raw: dict
+    fingerprint: bytes  # 8 bytes, little-endian CRC-64-AVRO
+
+    @property
+    def canonical(self) -> str:
+        return to_parsing_canonical_form(self.raw)
+
+
+def _fingerprint_of(raw: dict) -> bytes:
+    hex_fp = fingerprint(to_parsing_canonical_form(raw), "CRC-64-AVRO")
+    return int(hex_fp, 16).to_bytes(8, "little")
+
+
+def schema_version_from(name: str, version: int, raw: dict) -> SchemaVersion:
+    try:
+        parsed = parse_schema(raw, _write_hint=False)
+    except Exception as exc:  # fastavro raises several types
+        raise SchemaError(f"schema {name} v{version} does not parse: {exc}") from exc
+    return SchemaVersion(name, version, parsed, raw, _fingerprint_of(raw))
+
+
+class SchemaSet:
+    """Every known version of every record schema, by name and by fingerprint."""
+
+    def __init__(self, versions: list[SchemaVersion]):
+        self._by_name: dict[str, dict[int, SchemaVersion]] = {}
+        self._by_fp: dict[bytes, SchemaVersion] = {}
+        for sv in versions:
+            self._by_name.setdefault(sv.name, {})[sv.version] = sv
+            self._by_fp[sv.fingerprint] = sv
+
+    def latest(self, name: str) -> SchemaVersion:
+        try:
+            versions = self._by_name[name]
+        except KeyError:
+            raise SchemaError(f"unknown record schema {name!r}; known: {sorted(self._by_name)}") from None
+        return versions[max(versions)]
+
+    def version(self, name: str, version: int) -> SchemaVersion:
+        try:
+            return self._by_name[name][version]
+        except KeyError:
+            raise SchemaError(f"no version {version} of schema {name!r}") from None
+
+    def by_fingerprint(self, fp: bytes) -> SchemaVersion | None:
+        return self._by_fp.get(fp)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def restricted(self, name: str, max_version: int) -> SchemaSet:
+        """A view that knows ``name`` only up to ``max_version`` (an 'old reader')."""
+        kept = [sv for byname in self._by_name.values() for sv in byname.values()
+                if sv.name != name or sv.version <= max_version]
+        return SchemaSet(kept)
+
+
+@lru_cache(maxsize=1)
+def bundled_schemas() -> SchemaSet:
+    """The ``*.vN.avsc`` files shipped in this package."""
+    versions = []
+    for entry in resources.files(__package__).iterdir():
+        fname = entry.name
+        if not fname.endswith(".avsc"):
+            continue
+        stem, _, _ = fname.rpartition(".")
+        _, _, vpart = stem.rpartition(".")
+        raw = json.loads(entry.read_text())
+        versions.append(schema_version_from(raw["name"], int(vpart.lstrip("v")), raw))
+    return SchemaSet(versions)
+
+
+class Codec:
+    """Encode and decode one record type (e.g. ``EventBatch``) with single-object framing."""
+
+    def __init__(self, name: str, schemas: SchemaSet | None = None):
+        self.schemas = schemas or bundled_schemas()
+        self.name = name
+        self.writer = self.schemas.latest(name)
+        self._header = SINGLE_OBJECT_MAGIC + self.writer.fingerprint
+
+    @property
+    def version(self) -> int:
+        return self.writer.version
+
+    def encode(self, record: dict) -> bytes:
+        """Encode ``record``; ``schema_version`` is filled in when missing."""
+        if "schema_version" not in record:
+            record = {**record, "schema_version": self.writer.version}
+        buf = io.BytesIO()
+        buf.write(self._header)
+        try:
+            fastavro.schemaless_writer(buf, self.writer.parsed, record)
+        except Exception as exc:
+            raise SchemaError(f"{self.name} record does not match its schema: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes) -> dict:
+        """Decode framed bytes into a dict shaped like this codec's latest schema.
+
+        Raises :class:`SchemaError` naming the problem for anything else.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SchemaError(f"expected bytes, got {type(data).__name__}")
+        data = bytes(data)
+        if len(data) < _HEADER_LEN or data[:2] != SINGLE_OBJECT_MAGIC:
+            raise SchemaError(
+                f"not an Avro single-object message (first bytes {data[:4].hex() or 'empty'}; "
+                f"expected c301 + fingerprint)")
+        fp = data[2:_HEADER_LEN]
+        writer = self.schemas.by_fingerprint(fp)
+        body = io.BytesIO(data[_HEADER_LEN:])
+        if writer is None:
+            return self._decode_unknown_writer(fp, body)
+        if writer.name != self.name:
+            raise SchemaError(f"message holds a {writer.name} record, expected {self.name}")
+        try:
+            if writer.fingerprint == self.writer.fingerprint:
+                return fastavro.schemaless_reader(body, self.writer.parsed, None)
+            return fastavro.schemaless_reader(body, writer.parsed, self.writer.parsed)
+        except Exception as exc:
+            raise SchemaError(f"corrupt {self.name} body: {exc}") from exc
+
+    def _decode_unknown_writer(self, fp: bytes, body: io.BytesIO) -> dict:
+        raw = body.getvalue()
+        version = _peek_leading_int(raw)
+        if version is None or version <= self.writer.version:
+            raise SchemaError(
+                f"unknown schema fingerprint {fp[::-1].hex()} for {self.name} "
+                f"(writer version {version}); not a schema this reader knows")
+        try:
+            record = fastavro.schemaless_reader(body, self.writer.parsed, None)
+        except Exception as exc:
+            raise SchemaError(
+                f"{self.name} v{version} body could not be read with v{self.writer.version}: {exc}"
+            ) from exc
+        return record
+
+
+def _peek_leading_int(raw: bytes) -> int | None:
+    """Decode the zig-zag varint at the start of ``raw`` (the schema_version field)."""
+    shift = 0
+    acc = 0
+    for i, byte in enumerate(raw[:5]):
+        acc |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (acc >> 1) ^ -(acc & 1)
+        shift += 7
+        if i == 4:
+            break
+    return None
+
+
+_UNPACK_ID = struct.Struct(">I")
+
+
+def confluent_frame(schema_id: int, body: bytes) -> bytes:
+    return CONFLUENT_MAGIC + _UNPACK_ID.pack(schema_id) + body
+
+
+class MultiCodec:
+    """Decode a topic that carries several record types (e.g. pt.findings), dispatching on the fingerprint."""
+
+    def __init__(self, names: list[str], schemas: SchemaSet | None = None):
+        self.codecs = {n: Codec(n, schemas) for n in names}
+
+    def encode(self, name: str, record: dict) -> bytes:
+        return self.codecs[name].encode(record)
+
+    def decode(self, data: bytes) -> tuple[str, dict]:
+        """Return ``(record name, record)``; raises :class:`SchemaError` for anything unknown."""
+        data = bytes(data) if isinstance(data, (bytearray, memoryview)) else data
+        if not isinstance(data, bytes) or len(data) < _HEADER_LEN or data[:2] != SINGLE_OBJECT_MAGIC:
+            raise SchemaError("not an Avro single-object message")
+        any_codec = next(iter(self.codecs.values()))
+        writer = any_codec.schemas.by_fingerprint(data[2:_HEADER_LEN])
+        if writer is None or writer.name not in self.codecs:
+            raise SchemaError(f"unknown schema fingerprint {data[2:_HEADER_LEN][::-1].hex()} "
+                              f"(expected one of {sorted(self.codecs)})")
+        return writer.name, self.codecs[writer.name].decode(data)

@@ -1,0 +1,1 @@
+"""perftracker.streams.agents"""
