@@ -143,6 +143,32 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
     sys.exit(run_launch(list(command), job, _settings(ctx)))
 
 
+@cli.command()
+@click.option("--job", default=None, help="Job id (default: synth-<time>).")
+@click.option("--ranks", type=int, default=8, show_default=True)
+@click.option("--seconds", type=float, default=30.0, show_default=True, help="Simulated seconds of training.")
+@click.option("--slow-rank", type=int, default=5, show_default=True, help="-1 for no fault.")
+@click.option("--function", "slow_function", default="forward", show_default=True,
+              type=click.Choice(["dataloader", "forward", "backward", "optimizer"]))
+@click.option("--slowdown", type=float, default=1.4, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.pass_context
+def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_rank: int,
+          slow_function: str, slowdown: float, timeout_s: float) -> None:
+    """Send a synthetic data-parallel job (no torch needed) through the stack and print its diagnosis."""
+    import time
+
+    from .synth_cmd import run_synthetic
+    from .synthetic import SyntheticJob
+
+    if not 2 <= ranks <= 4096 or slow_rank >= ranks:
+        raise click.BadParameter("need 2..4096 ranks and --slow-rank below --ranks")
+    cfg = SyntheticJob(job or f"synth-{int(time.time())}", ranks=ranks, seconds=seconds,
+                       slow_rank=slow_rank, slow_function=slow_function, slowdown=slowdown)
+    rows = run_synthetic(_settings(ctx), cfg, timeout_s, click.echo)
+    click.echo(format_diagnosis(cfg.job, rows))
+
+
 @cli.command("config")
 @click.pass_context
 def show_config(ctx: click.Context) -> None:

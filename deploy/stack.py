@@ -196,7 +196,7 @@ def status(settings: Settings) -> dict:
         return {"running": False, "data_dir": str(settings.data_dir.resolve())}
     workers = [{"pid": pid, "alive": pid_alive(pid), "port": port,
                 "stats": worker_stats(port) if pid_alive(pid) else None}
-               for pid, port in zip(state.worker_pids, state.worker_ports)]
+               for pid, port in zip(state.worker_pids, state.worker_ports, strict=False)]
     return {
         "running": stack_running(state),
         "data_dir": str(settings.data_dir.resolve()),
