@@ -18,7 +18,7 @@ def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float
 
     admin = AdminClient(dict(conf))
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
+        existing = set(admin.list_topics(timeout=min(timeout_s, 5.0)).topics)
     except Exception as exc:
         raise KafkaUnreachable(
             f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc}. "

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.schemas import (
     ANOMALY,
