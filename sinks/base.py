@@ -18,6 +18,7 @@ from typing import Any
 class Sink(ABC):
     def setup(self) -> None:
         """Prepare the destination (e.g. create tables); called once before the first add."""
+        return None
 
     @abstractmethod
     def add(self, table: str, row: Sequence[Any]) -> None:
@@ -29,6 +30,7 @@ class Sink(ABC):
 
     def close(self) -> None:
         """Release resources; buffered rows not flushed are the caller's to flush first."""
+        return None
 
 
 class BatchingSink(Sink):
