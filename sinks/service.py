@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from .api import QueryServer
 from .clickhouse import ClickHouseSink
 from .errors import SinkError, StoreUnavailable
 from .rows import ROW_BUILDERS
-from .store import Store, parse_store_url
+from .store import Store, StoreTarget, parse_store_url
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,10 @@ def consumer_conf(settings: Settings) -> dict[str, Any]:
 class SinkService:
     """One sink process; :func:`run_sink` is the blocking entry point."""
 
-    def __init__(self, settings: Settings, dispatcher: AlertDispatcher | None = None):
+    def __init__(self, settings: Settings, dispatcher: AlertDispatcher | None = None,
+                 open_store: Callable[[StoreTarget], Store] = Store.open):
         self.settings = settings
+        self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
         self.codec = MultiCodec(names)
@@ -88,7 +91,7 @@ class SinkService:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                self.store = Store.open(target)
+                self.store = self._open_store_fn(target)
                 self.sink = ClickHouseSink(self.store, self.settings.store)
                 self.sink.setup()
                 return

@@ -7,7 +7,8 @@ possibly replayed) the dispatcher decides what to tell people:
   opens it (sent as ``open``);
 * later records of an open incident are ``update`` s, at most one per
   ``update_interval_s`` per incident (rate limit; the rest are counted);
-* RESOLVED sends ``resolve`` and forgets the incident;
+* RESOLVED sends ``resolve`` (also for an incident this process never saw
+  open, e.g. after a restart, when it is costly enough to have paged);
 * an exact repeat (same incident, status and last_seen) is ignored.
 
 Each notification goes to every channel's :class:`ChannelWorker`; ``submit``
@@ -77,11 +78,12 @@ class AlertDispatcher:
             self.skipped += 1
             return None
         if i.status == "RESOLVED":
-            self._incidents.pop(i.incident_id, None)
-            if tracked or i.impact_ms_per_step >= self.policy.min_impact_ms_per_step:
+            was_open = bool(tracked and tracked.opened)
+            self._track(i.incident_id, _Tracked(False, key, now))
+            if was_open or (tracked is None and i.impact_ms_per_step >= self.policy.min_impact_ms_per_step):
                 return Event.RESOLVE
             return None
-        if tracked is None:
+        if tracked is None or not tracked.opened:
             if i.impact_ms_per_step < self.policy.min_impact_ms_per_step:
                 self.skipped += 1
                 return None
@@ -95,6 +97,7 @@ class AlertDispatcher:
         return Event.UPDATE
 
     def _track(self, incident_id: str, t: _Tracked) -> None:
+        self._incidents.pop(incident_id, None)
         self._incidents[incident_id] = t
         while len(self._incidents) > MAX_TRACKED:
             self._incidents.popitem(last=False)
