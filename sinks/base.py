@@ -34,7 +34,7 @@ class Sink(ABC):
 
 
 class BatchingSink(Sink):
-    """Column buffers per table, bounded at ``max_backlog_rows`` (oldest rows dropped, counted).
+    """Row buffers per table, bounded at ``max_backlog_rows`` (oldest rows dropped, counted).
 
     Subclasses implement :meth:`write` for one table's columns.
     """
@@ -45,27 +45,29 @@ class BatchingSink(Sink):
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.max_backlog_rows = max_backlog_rows
-        self._buffers: dict[str, list[list[Any]]] = {t: [[] for _ in cols] for t, cols in columns.items()}
-        self._counts: dict[str, int] = dict.fromkeys(columns, 0)
+        self._rows: dict[str, list[Sequence[Any]]] = {t: [] for t in columns}
         self.buffered = 0
         self.dropped_rows = 0
         self.written_rows = 0
         self._last_flush = time.monotonic()
 
     def add(self, table: str, row: Sequence[Any]) -> None:
-        for column, value in zip(self._buffers[table], row, strict=True):
-            column.append(value)
-        self._counts[table] += 1
+        self._rows[table].append(row)
         self.buffered += 1
         if self.buffered > self.max_backlog_rows:
             self._drop_oldest(self.buffered - self.max_backlog_rows)
 
+    def add_rows(self, table: str, rows: list[Sequence[Any]]) -> None:
+        """Buffer several rows of ``table`` at once (the hot path)."""
+        self._rows[table].extend(rows)
+        self.buffered += len(rows)
+        if self.buffered > self.max_backlog_rows:
+            self._drop_oldest(self.buffered - self.max_backlog_rows)
+
     def _drop_oldest(self, n: int) -> None:
-        table = max(self._counts, key=self._counts.__getitem__)
-        n = min(n, self._counts[table])
-        for column in self._buffers[table]:
-            del column[:n]
-        self._counts[table] -= n
+        table = max(self._rows, key=lambda t: len(self._rows[t]))
+        n = min(n, len(self._rows[table]))
+        del self._rows[table][:n]
         self.buffered -= n
         self.dropped_rows += n
 
@@ -77,18 +79,36 @@ class BatchingSink(Sink):
     def flush(self) -> int:
         """Write table by table; a table written is cleared, so a retry never repeats it."""
         written = 0
-        for table, count in self._counts.items():
-            if not count:
+        for table, rows in self._rows.items():
+            if not rows:
                 continue
-            self.write(table, self._columns[table], self._buffers[table])
-            self._buffers[table] = [[] for _ in self._columns[table]]
-            self._counts[table] = 0
-            self.buffered -= count
-            written += count
+            self.write(table, self._columns[table], rows)
+            self._rows[table] = []
+            self.buffered -= len(rows)
+            written += len(rows)
         self.written_rows += written
         self._last_flush = time.monotonic()
         return written
 
+    def take(self) -> dict[str, list[Sequence[Any]]]:
+        """Hand over everything buffered (for a background flush); the buffers start empty."""
+        batch = {t: rows for t, rows in self._rows.items() if rows}
+        self._rows = {t: [] for t in self._columns}
+        self.buffered = 0
+        self._last_flush = time.monotonic()
+        return batch
+
+    def write_batch(self, batch: dict[str, list[Sequence[Any]]]) -> int:
+        """Write a batch from :meth:`take`; each table written leaves ``batch``, so a retry after
+        :class:`StoreUnavailable` never writes a table twice. Returns the rows written."""
+        written = 0
+        for table in list(batch):
+            rows = batch[table]
+            self.write(table, self._columns[table], rows)
+            del batch[table]
+            written += len(rows)
+        return written
+
     @abstractmethod
-    def write(self, table: str, columns: list[str], data: list[list[Any]]) -> None:
-        """Insert one table's buffered columns."""
+    def write(self, table: str, columns: list[str], rows: list[Sequence[Any]]) -> None:
+        """Insert one table's buffered rows (each in ``columns`` order)."""

@@ -1,8 +1,11 @@
 """Decoded records -> rows of the store's tables (pure functions, no I/O).
 
-Each ``*_rows`` function yields ``(table, row)`` pairs, the row's values in
-the order of :data:`perftracker.sinks.schema.TABLES` ``[table].column_names``.
+Each ``*_rows`` function returns ``[(table, [row, ...]), ...]``, each row's
+values in the order of :data:`perftracker.sinks.schema.TABLES`
+``[table].column_names`` (lists per table, not a row at a time: this is the
+sink's hot path).
 Strings are stored verbatim (they travel as query parameters, never as SQL).
+Timestamps become epoch milliseconds, the raw tick of ``DateTime64(3)``.
 """
 
 from __future__ import annotations
@@ -13,41 +16,46 @@ from datetime import datetime, timezone
 from typing import Any
 
 Row = tuple[Any, ...]
+Batches = list[tuple[str, list[Row]]]
 
 _STATUS_ORDER = {"OPEN": 0, "UPDATED": 1, "RESOLVED": 2}
 
 
-def _dt(value: Any) -> datetime:
+def _ms(value: Any) -> int:
+    """Epoch milliseconds (the DateTime64(3) tick) from a datetime or from epoch ms."""
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    return datetime.fromtimestamp(int(value) / 1000.0, tz=timezone.utc)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return int(value.timestamp() * 1000)
+    return int(value)
 
 
-def pattern_rows(r: dict) -> Iterator[tuple[str, Row]]:
-    yield "function_stats", (
-        r["job"], r["window_id"], _dt(r["window_start_ms"]), r["window_s"], r["rank"], r["host"],
+def pattern_rows(r: dict) -> Batches:
+    return [("function_stats", [(
+        r["job"], r["window_id"], _ms(r["window_start_ms"]), r["window_s"], r["rank"], r["host"],
         r["gpu"], r["world_size"], r["signature"], r["function"], r["kind"], r["steps"], r["count"],
         r["total_ns"], r["p50_ns"], r["p90_ns"], r["p99_ns"], r["max_ns"], r["hist"],
-        r.get("group_ranks") or [], r.get("bytes", 0))
+        r.get("group_ranks") or [], r.get("bytes", 0))])]
 
 
-def rank_window_rows(r: dict) -> Iterator[tuple[str, Row]]:
-    start = _dt(r["window_start_ms"])
+def rank_window_rows(r: dict) -> Batches:
+    start = _ms(r["window_start_ms"])
     steps_ms = [ns / 1e6 for ns in r["step_time_ns"]]
     first_step = r["last_step"] - len(steps_ms) + 1
-    for i, ms in enumerate(steps_ms):
-        yield "iterations", (r["job"], r["rank"], first_step + i, r["window_id"], start, r["host"], ms)
-    yield "rank_windows", (
+    job, rank, window_id, host = r["job"], r["rank"], r["window_id"], r["host"]
+    iterations = [(job, rank, first_step + i, window_id, start, host, ms) for i, ms in enumerate(steps_ms)]
+    rank_window = (
         r["job"], r["window_id"], start, r["window_s"], r["rank"], r["host"], r["gpu"],
         r["world_size"], r["signature"], len(r["functions"]), r["steps"], r["last_step"],
         statistics.median(steps_ms) if steps_ms else 0.0, max(steps_ms, default=0.0),
-        _dt(r["last_event_ms"]), r["last_function"], r["pending_group"], r["pending_seq"],
+        _ms(r["last_event_ms"]), r["last_function"], r["pending_group"], r["pending_seq"],
         r["dropped_events"], r["lost_batches"], r["bytes_received"])
-    yield "gpu_health", (
+    gpu = (
         r["job"], r["window_id"], start, r["rank"], r["host"], r["gpu"], r["hw_samples"],
         r["sm_clock_mhz"], r["sm_clock_max_mhz"], r["temp_c_max"], r["power_w_mean"],
         r["util_gpu_pct"], r["throttle_reasons"], r["pcie_gen_min"], r["pcie_width_min"],
         r["nvlink_errors"], r["ecc_uncorrected"], r["xid"])
+    return [("iterations", iterations), ("rank_windows", [rank_window]), ("gpu_health", [gpu])]
 
 
 def _first(r: dict, *names: str, default: Any = None) -> Any:
@@ -57,7 +65,7 @@ def _first(r: dict, *names: str, default: Any = None) -> Any:
     return default
 
 
-def comparison_rows(r: dict) -> Iterator[tuple[str, Row]]:
+def comparison_rows(r: dict) -> Batches:
     """FunctionComparison of a collective -> one ``collectives`` row per member rank.
 
     Field names are read tolerantly (the record is young): per-rank arrays
@@ -67,43 +75,49 @@ def comparison_rows(r: dict) -> Iterator[tuple[str, Row]]:
     function = r.get("function", "")
     late = _first(r, "late_arrivals", default=[])
     if not function.startswith("comm:") and not any(late):
-        return
+        return []
     ranks = _first(r, "ranks", default=[])
     hosts = _first(r, "hosts", default=[])
     caused = _first(r, "wait_caused_ms", "waits_caused_ms", "waits_caused", default=[])
     waits = _first(r, "wait_ms", "waits_ms", default=[])
     scores = _first(r, "scores", "robust_z", "score", default=[])
     count = int(_first(r, "collectives", "seq_count", "count", default=0) or 0)
-    start = _dt(_first(r, "window_start_ms", default=0))
-    for i, rank in enumerate(ranks):
-        yield "collectives", (
+    start = _ms(_first(r, "window_start_ms", default=0))
+    return [("collectives", [(
             r["job"], r["window_id"], start, function, rank,
             hosts[i] if i < len(hosts) else "", count,
             int(late[i]) if i < len(late) else 0,
             float(caused[i]) if i < len(caused) else 0.0,
             float(waits[i]) if i < len(waits) else 0.0,
             float(scores[i]) if isinstance(scores, list) and i < len(scores) else 0.0)
+        for i, rank in enumerate(ranks)])]
 
 
-def incident_version(status: str, last_seen: datetime) -> int:
+def incident_version(status: str, last_seen_ms: int) -> int:
     """Monotonic per incident: later last_seen wins; at the same time RESOLVED > UPDATED > OPEN."""
-    return int(last_seen.timestamp() * 1000) * 4 + _STATUS_ORDER.get(status, 0)
+    return int(last_seen_ms) * 4 + _STATUS_ORDER.get(status, 0)
 
 
 def anomaly_row(r: dict) -> Row:
-    last_seen = _dt(r["last_seen_ms"])
+    last_seen = _ms(r["last_seen_ms"])
     status = str(r["status"])
     return (
         r["job"], r["incident_id"], status, r["kind"], r["cause"], r["ranks"], r["hosts"],
         r.get("gpus") or [], r["function"], r["score"], r["impact_ms_per_step"],
-        r.get("step_time_ms", 0.0), _dt(r["first_seen_ms"]), last_seen, r["windows"],
+        r.get("step_time_ms", 0.0), _ms(r["first_seen_ms"]), last_seen, r["windows"],
         r["summary"], r["evidence_json"], incident_version(status, last_seen))
 
 
-def anomaly_rows(r: dict) -> Iterator[tuple[str, Row]]:
+def anomaly_rows(r: dict) -> Batches:
     row = anomaly_row(r)
-    yield "anomalies", row
-    yield "incidents", row
+    return [("anomalies", [row]), ("incidents", [row])]
+
+
+def flat_rows(name: str, record: dict) -> Iterator[tuple[str, Row]]:
+    """``(table, row)`` pairs of one record (for tests and tools; the sink uses the batches)."""
+    for table, rows in ROW_BUILDERS[name](record):
+        for row in rows:
+            yield table, row
 
 
 ROW_BUILDERS = {

@@ -3,21 +3,23 @@
 Loop (one thread): consume a batch; decode each message by its schema
 fingerprint; turn records into rows (:mod:`.rows`) buffered by the
 :class:`~.clickhouse.ClickHouseSink`; hand Anomaly records to the alert
-dispatcher at once; flush when the buffer is full or old enough and only then
-commit the offsets consumed so far. A failed flush keeps rows and offsets
-and is retried with exponential backoff; a message that cannot be decoded or
+dispatcher at once; flush when the buffer is full or old enough and only
+after the flush succeeded commit the offsets consumed before it. A failed
+flush keeps its rows and offsets and is retried with exponential backoff; a message that cannot be decoded or
 mapped goes to the dead-letter topic with its reason and is counted.
+Flushes run in the background (:mod:`.flusher`), one batch at a time, so
+decoding continues while the store writes.
 Delivery is at-least-once; tables collapse replays (see :mod:`.schema`).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,11 +28,13 @@ from typing import Any
 from ..deploy.config import Settings
 from ..deploy.state import resolve_bootstrap
 from ..deploy.topics import TopicNames, all_topics
-from ..schemas import MultiCodec, SchemaError, bundled_schemas
+from ..schemas import SchemaError, bundled_schemas
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
+from .decode import RecordDecoder
 from .errors import SinkError, StoreUnavailable
+from .flusher import BackgroundFlusher, Flushed
 from .rows import ROW_BUILDERS
 from .store import Store, StoreTarget, parse_store_url
 
@@ -69,13 +73,12 @@ class SinkService:
         self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
-        self.codec = MultiCodec(names)
+        self.codec = RecordDecoder(names)
         self.stats = SinkStats()
         self.dispatcher = dispatcher or build_dispatcher(settings.alerts)
         self._stop = threading.Event()
         self._offsets: dict[tuple[str, int], int] = {}
-        self._retry_at = 0.0
-        self._backoff_s = 0.5
+        self.flusher: BackgroundFlusher | None = None
         self.store: Store | None = None
         self.sink: ClickHouseSink | None = None
         self.api: QueryServer | None = None
@@ -94,6 +97,7 @@ class SinkService:
                 self.store = self._open_store_fn(target)
                 self.sink = ClickHouseSink(self.store, self.settings.store)
                 self.sink.setup()
+                self.flusher = BackgroundFlusher(self.sink, self._stop)
                 return
             except StoreUnavailable as exc:
                 log.warning("store not ready (%s); retrying in %.1fs", exc, delay)
@@ -142,8 +146,9 @@ class SinkService:
             self.close()
 
     def close(self) -> None:
-        if self.sink is not None and self._consumer is not None:
-            self._flush(final=True)
+        if self.flusher is not None and self._consumer is not None:
+            self._final_flush()
+            self.flusher.shutdown()
         if self._consumer is not None:
             self._consumer.close()
         if self._producer is not None:
@@ -163,9 +168,7 @@ class SinkService:
                 continue
             self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
         self._producer.poll(0)
-        assert self.sink is not None
-        if self.sink.due() and time.monotonic() >= self._retry_at:
-            self._flush()
+        self._maybe_flush()
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         self.stats.consumed += 1
@@ -173,16 +176,16 @@ class SinkService:
         assert self.sink is not None
         try:
             name, record = self.codec.decode(value or b"")
-            rows = list(ROW_BUILDERS[name](record))
+            batches = ROW_BUILDERS[name](record)
         except SchemaError as exc:
             self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
             return
         except (KeyError, TypeError, ValueError) as exc:
             self._dead_letter(topic, partition, offset, value, f"unmappable record: {exc!r}")
             return
-        for table, row in rows:
-            self.sink.add(table, row)
-        self.stats.rows_buffered += len(rows)
+        for table, rows in batches:
+            self.sink.add_rows(table, rows)
+            self.stats.rows_buffered += len(rows)
         if name == "Anomaly":
             self.dispatcher.submit(record)
 
@@ -199,47 +202,77 @@ class SinkService:
         except BufferError:
             log.warning("dead-letter queue full; message %s[%d]@%d not forwarded", topic, partition, offset)
 
-    def _flush(self, final: bool = False) -> bool:
-        from confluent_kafka import TopicPartition
+    def _maybe_flush(self) -> None:
+        assert self.sink is not None and self.flusher is not None
+        done = self.flusher.reap()
+        if done is not None:
+            self._flushed(done)
+        if not self.flusher.busy and self.sink.due():
+            self.flusher.submit(self.sink.take(), dict(self._offsets))
+        self.stats.rows_dropped = self.sink.dropped_rows
+        self.stats.flush_failures = self.flusher.failures
 
-        assert self.sink is not None
+    def _flushed(self, done: Flushed) -> None:
+        self.stats.flushes += 1
+        self.stats.rows_written += done.rows
+        self._commit(done.offsets)
+
+    def _final_flush(self) -> None:
+        """At stop: wait for the batch in flight, then write what is left once, and commit."""
+        assert self.sink is not None and self.flusher is not None
+        done = self.flusher.reap(wait_s=30.0)
+        if done is not None:
+            self._flushed(done)
+        if self.flusher.busy:
+            log.warning("store did not take the last batch; it will be re-read on restart")
+            return
         offsets = dict(self._offsets)
         try:
-            written = self.sink.flush()
+            rows = self.sink.write_batch(self.sink.take())
         except StoreUnavailable as exc:
-            self.stats.flush_failures += 1
-            self._retry_at = time.monotonic() + self._backoff_s
-            log.warning("flush failed (%s); %d rows kept, retry in %.1fs",
-                        exc, self.sink.buffered, self._backoff_s)
-            self._backoff_s = min(self._backoff_s * 2, 30.0)
-            return False
-        finally:
-            self.stats.rows_dropped = self.sink.dropped_rows
-        self._backoff_s = 0.5
-        self.stats.flushes += 1
-        self.stats.rows_written += written
-        if offsets:
-            tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
-            try:
-                self._consumer.commit(offsets=tps, asynchronous=False)
-                self.stats.commits += 1
-                for key, off in offsets.items():
-                    if self._offsets.get(key) == off:
-                        del self._offsets[key]
-            except Exception as exc:  # KafkaException: rebalance in progress, broker away
-                log.warning("offset commit failed (%s); rows will be replayed and deduplicated", exc)
-        return True
+            log.warning("final flush failed (%s); unflushed messages will be re-read on restart", exc)
+            return
+        self._flushed(Flushed(rows, offsets))
+
+    def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import TopicPartition
+
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.commit(offsets=tps, asynchronous=False)
+            self.stats.commits += 1
+            for key, off in offsets.items():
+                if self._offsets.get(key) == off:
+                    del self._offsets[key]
+        except Exception as exc:  # KafkaException: rebalance in progress, broker away
+            log.warning("offset commit failed (%s); rows will be replayed and deduplicated", exc)
 
     def _on_revoke(self, consumer: Any, partitions: list) -> None:
-        if self.sink is not None and self.sink.buffered:
-            self._flush()
+        if self.flusher is not None:
+            done = self.flusher.reap(wait_s=10.0)
+            if done is not None:
+                self._flushed(done)
+        for tp in partitions:  # their new owner re-reads what we did not commit
+            self._offsets.pop((tp.topic, tp.partition), None)
 
     def stats_dict(self) -> dict:
         return {**asdict(self.stats), "alerts": self.dispatcher.stats()}
 
 
+def tune_gc() -> None:
+    """The sink allocates millions of short-lived dicts and tuples per minute and keeps few:
+    collecting generation 0 every 700 allocations costs ~30% of its throughput.
+    Freeze what start-up allocated and collect young objects less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def run_sink(settings: Settings, ready_file: Path | None = None) -> None:
     """Blocking: run the sink until SIGTERM/SIGINT (or :meth:`SinkService.stop`)."""
+    tune_gc()
     service = SinkService(settings)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

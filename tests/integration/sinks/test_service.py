@@ -12,7 +12,7 @@ from perftracker.deploy.config import Secret
 from perftracker.deploy.state import StackState
 from perftracker.sinks import client, samples
 from perftracker.sinks.errors import StoreUnavailable
-from perftracker.sinks.rows import ROW_BUILDERS
+from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import TABLES
 from perftracker.sinks.service import SinkService
 from perftracker.sinks.store import Store
@@ -64,7 +64,7 @@ def test_store_outage_then_back_loses_and_duplicates_nothing(sink_settings, star
     sink = start_sink(sink_settings, service)
     FlakyStore.down.set()
     records = [(n, r) for n, r in samples.job_records(job, world=4, windows=3) if n in CODEC_NAMES]
-    expected = sum(len(list(ROW_BUILDERS[n](r))) for n, r in records)
+    expected = sum(len(list(flat_rows(n, r))) for n, r in records)
     produce(sink_settings, records)
     wait_for(lambda: service.stats.flush_failures >= 2, 20)
     assert service.stats.rows_written == 0 and service.stats.commits == 0

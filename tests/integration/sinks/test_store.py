@@ -9,7 +9,7 @@ import pytest
 from perftracker.sinks import samples
 from perftracker.sinks.client import incident_view
 from perftracker.sinks.queries import QUERIES, run_query
-from perftracker.sinks.rows import ROW_BUILDERS
+from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import MIGRATIONS, MIGRATIONS_TABLE, TABLES, migrate
 from perftracker.sinks.store import Store, parse_store_url
 
@@ -29,7 +29,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def load(store: Store, records) -> None:
     buffers: dict[str, list] = {}
     for name, rec in records:
-        for table, row in ROW_BUILDERS[name](rec):
+        for table, row in flat_rows(name, rec):
             buffers.setdefault(table, []).append(row)
     for table, rows in buffers.items():
         store.insert(table, TABLES[table].column_names, rows, column_oriented=False)

@@ -12,7 +12,7 @@ class MemorySink(BatchingSink):
     def write(self, table, columns, data):
         if table in self.fail_tables:
             raise StoreUnavailable("down", retry_after=0.1)
-        self.written[table].extend(zip(*data, strict=True))
+        self.written[table].extend(tuple(r) for r in data)
 
 
 def make(**kw):
