@@ -45,8 +45,8 @@ class QueryServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._httpd.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def start(self) -> QueryServer:
         self._thread.start()

@@ -57,7 +57,7 @@ class BatchingSink(Sink):
         if self.buffered > self.max_backlog_rows:
             self._drop_oldest(self.buffered - self.max_backlog_rows)
 
-    def add_rows(self, table: str, rows: list[Sequence[Any]]) -> None:
+    def add_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
         """Buffer several rows of ``table`` at once (the hot path)."""
         self._rows[table].extend(rows)
         self.buffered += len(rows)

@@ -39,7 +39,8 @@ class RecordDecoder:
             hit = self._fast.get(data[2:_HEADER_LEN])
             if hit is not None:
                 try:
-                    return hit[0], fastavro.schemaless_reader(io.BytesIO(data[_HEADER_LEN:]), hit[1], None)
+                    record = fastavro.schemaless_reader(io.BytesIO(data[_HEADER_LEN:]), hit[1], None)
+                    return hit[0], record  # type: ignore[return-value]  # a record schema reads a dict
                 except Exception as exc:  # fastavro raises several types on corrupt bodies
                     raise SchemaError(f"corrupt {hit[0]} body: {exc}") from exc
         return self.fallback.decode(data)
