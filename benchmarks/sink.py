@@ -5,7 +5,8 @@
   inserts, offset commits. Timed from the first message consumed to the last
   row written (the consumer-group join is not counted). The records are a
   realistic job (``perftracker.sinks.samples.job_records``): per rank and
-  5 s window, 5 function patterns and one RankWindow carrying 50 iterations.
+  5 s window, 5 function patterns and one RankWindow carrying 50 iterations;
+  per window, two FunctionComparisons (the all-reduce, the data loader).
 * ``alert_latency_ms_p50``: from an Anomaly produced on pt.anomalies to the
   signed webhook received by a local HTTP server, through the same sink.
 """
@@ -37,7 +38,7 @@ from perftracker.sinks import samples
 from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.service import SinkService, tune_gc
 
-NAMES = ["FunctionPattern", "RankWindow", "Anomaly"]
+NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
 
 
 class _Receiver:
@@ -67,7 +68,8 @@ class _Receiver:
 
 def _produce_job(conf: dict, topics: TopicNames, ranks: int, windows: int) -> int:
     codec = MultiCodec(NAMES)
-    where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings, "Anomaly": topics.anomalies}
+    where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
+             "FunctionComparison": topics.findings, "Anomaly": topics.anomalies}
     p = Producer({**conf, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4"})
     rows = 0
     for name, rec in samples.job_records("bench-job", world=ranks, windows=windows, slow_rank=5):

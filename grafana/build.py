@@ -135,11 +135,11 @@ def job_view() -> dict:
               {"late_arrivals": "none"},
               "times each rank arrived last at each collective: the culprit, not the victims",
               transformations=matrix("function", "rank_name", "late_arrivals")),
-        panel(4, "Waits caused per rank", "timeseries", f"""
+        panel(4, "Waits caused per step, by rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
-                   sum(wait_caused_ms) AS wait_caused_total_ms
+                   sum(wait_caused_ms_per_step) AS wait_caused_ms_per_step_total
             FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
-            GROUP BY time, series ORDER BY time""", (0, 18, 12, 8), {"wait_caused_total_ms": "ms"}),
+            GROUP BY time, series ORDER BY time""", (0, 18, 12, 8), {"wait_caused_ms_per_step_total": "ms"}),
         panel(5, "GPU SM clock", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    avg(sm_clock_mhz) AS sm_clock_avg_mhz

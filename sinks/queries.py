@@ -92,10 +92,17 @@ QUERIES: dict[str, NamedQuery] = {
         WINDOW, "time per step of each function on each rank vs the median rank"),
     "collective_late_arrivals": NamedQuery(
         "SELECT function, rank, sum(late_arrivals) AS late_arrivals, sum(collectives) AS collectives,"
-        " sum(wait_caused_ms) AS wait_caused_ms, sum(wait_ms) AS wait_ms"
+        " avg(wait_caused_ms_per_step) AS wait_caused_ms_per_step, any(host) AS host_name"
         " FROM collectives FINAL WHERE job = {job:String} AND window_start >= " + _since("collectives") +
         " GROUP BY function, rank ORDER BY function, rank",
         WINDOW, "per collective and rank: times it arrived last and the waits it caused"),
+    "function_outliers": NamedQuery(
+        "SELECT function, rank, any(host) AS host_name, count() AS windows, avg(ratio) AS ratio,"
+        " avg(robust_z) AS robust_z, avg(cost_ms_per_step) AS cost_ms_per_step"
+        " FROM function_outliers FINAL WHERE job = {job:String}"
+        " AND window_start >= " + _since("function_outliers") +
+        " GROUP BY function, rank ORDER BY cost_ms_per_step DESC",
+        WINDOW, "ranks whose functions were far from their peers, and what it cost"),
     "gpu_health": NamedQuery(
         "SELECT window_start, rank, host, gpu, sm_clock_mhz, sm_clock_max_mhz, temp_c_max,"
         " power_w_mean, util_gpu_pct, throttle_reasons, ecc_uncorrected, xid"

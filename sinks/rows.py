@@ -10,7 +10,6 @@ Timestamps become epoch milliseconds, the raw tick of ``DateTime64(3)``.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -30,6 +29,14 @@ def _ms(value: Any) -> int:
     return int(value)
 
 
+def _median(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 def pattern_rows(r: dict) -> Batches:
     return [("function_stats", [(
         r["job"], r["window_id"], _ms(r["window_start_ms"]), r["window_s"], r["rank"], r["host"],
@@ -47,7 +54,7 @@ def rank_window_rows(r: dict) -> Batches:
     rank_window = (
         r["job"], r["window_id"], start, r["window_s"], r["rank"], r["host"], r["gpu"],
         r["world_size"], r["signature"], len(r["functions"]), r["steps"], r["last_step"],
-        statistics.median(steps_ms) if steps_ms else 0.0, max(steps_ms, default=0.0),
+        _median(steps_ms), max(steps_ms, default=0.0),
         _ms(r["last_event_ms"]), r["last_function"], r["pending_group"], r["pending_seq"],
         r["dropped_events"], r["lost_batches"], r["bytes_received"])
     gpu = (
@@ -58,39 +65,31 @@ def rank_window_rows(r: dict) -> Batches:
     return [("iterations", iterations), ("rank_windows", [rank_window]), ("gpu_health", [gpu])]
 
 
-def _first(r: dict, *names: str, default: Any = None) -> Any:
-    for n in names:
-        if n in r and r[n] is not None:
-            return r[n]
-    return default
-
-
 def comparison_rows(r: dict) -> Batches:
-    """FunctionComparison of a collective -> one ``collectives`` row per member rank.
+    """FunctionComparison -> ``function_outliers`` rows, and for a collective one
+    ``collectives`` row per member (zeros for members that were never last)."""
+    start = _ms(r["window_start_ms"])
+    job, window_id, function = r["job"], r["window_id"], r["function"]
+    out: Batches = []
+    if r["outliers"]:
+        out.append(("function_outliers", [(
+            job, window_id, start, function, o["rank"], o["host"], o["gpu"], o["peer_group"],
+            o["value_ms_per_step"], o["peer_median_ms_per_step"], o["ratio"], o["robust_z"],
+            o["cost_ms_per_step"], o["calls_ratio"], o["per_call_ratio"]) for o in r["outliers"]]))
+    if r["members"]:
+        late = {s["rank"]: s for s in r["stragglers"]}
+        mixed = int(bool(r["mixed_signatures"]))
+        out.append(("collectives", [_member_row(r, start, rank, late.get(rank), mixed)
+                                    for rank in r["members"]]))
+    return out
 
-    Field names are read tolerantly (the record is young): per-rank arrays
-    ``ranks`` with ``late_arrivals``, ``wait_caused_ms`` (or ``waits_caused_ms``),
-    ``wait_ms`` and ``scores``/``robust_z``; non-collective comparisons are skipped.
-    """
-    function = r.get("function", "")
-    late = _first(r, "late_arrivals", default=[])
-    if not function.startswith("comm:") and not any(late):
-        return []
-    ranks = _first(r, "ranks", default=[])
-    hosts = _first(r, "hosts", default=[])
-    caused = _first(r, "wait_caused_ms", "waits_caused_ms", "waits_caused", default=[])
-    waits = _first(r, "wait_ms", "waits_ms", default=[])
-    scores = _first(r, "scores", "robust_z", "score", default=[])
-    count = int(_first(r, "collectives", "seq_count", "count", default=0) or 0)
-    start = _ms(_first(r, "window_start_ms", default=0))
-    return [("collectives", [(
-            r["job"], r["window_id"], start, function, rank,
-            hosts[i] if i < len(hosts) else "", count,
-            int(late[i]) if i < len(late) else 0,
-            float(caused[i]) if i < len(caused) else 0.0,
-            float(waits[i]) if i < len(waits) else 0.0,
-            float(scores[i]) if isinstance(scores, list) and i < len(scores) else 0.0)
-        for i, rank in enumerate(ranks)])]
+
+def _member_row(r: dict, start: int, rank: int, s: dict | None, mixed: int) -> Row:
+    return (r["job"], r["window_id"], start, r["function"], rank,
+            s["host"] if s else "", s["gpu"] if s else -1, r["seqs_compared"],
+            s["late_seqs"] if s else 0, s["late_fraction"] if s else 0.0,
+            s["caused_ms_per_step"] if s else 0.0, s["p_value"] if s else 1.0,
+            r["wait_ms_per_step"], r["transfer_ms_per_step"], mixed)
 
 
 def incident_version(status: str, last_seen_ms: int) -> int:

@@ -60,14 +60,29 @@ def rank_window(job: str, window_id: int, rank: int, world: int = 8, steps: int 
 
 def comparison(job: str, window_id: int, world: int = 8, slow_rank: int = 3,
                function: str = "comm:all_reduce:0", window_s: float = 5.0) -> dict:
-    late = [45 if r == slow_rank else 1 for r in range(world)]
+    """A FunctionComparison: for a collective, ``slow_rank`` arrives last at most seqs;
+    for any other function, ``slow_rank`` is an outlier against its peers."""
+    collective = function.startswith("comm:")
+    host = HOST_NAME.format(slow_rank // 8)
     return {
         "job": job, "window_id": window_id, "window_start_ms": _start(window_id, window_s),
-        "function": function, "ranks": list(range(world)),
-        "hosts": [HOST_NAME.format(r // 8) for r in range(world)], "collectives": 50,
-        "late_arrivals": late, "wait_caused_ms": [900.0 if r == slow_rank else 2.0 for r in range(world)],
-        "wait_ms": [0.5 if r == slow_rank else 18.0 for r in range(world)],
-        "scores": [12.0 if r == slow_rank else 0.3 for r in range(world)],
+        "window_s": window_s, "function": function, "kind": 100 if collective else 1,
+        "ranks_seen": world, "ranks_scored": world, "peer_groups": 1, "median_ms_per_step": 10.0,
+        "groups": [{"key": "sig-a", "size": world, "median_ms_per_step": 10.0,
+                    "median_calls_per_step": 1.0, "ranks": []}],
+        "outliers": [] if collective else [{
+            "rank": slow_rank, "host": host, "gpu": slow_rank % 8, "peer_group": "sig-a",
+            "value_ms_per_step": 20.0, "peer_median_ms_per_step": 10.0, "ratio": 2.0,
+            "robust_z": 12.0, "cost_ms_per_step": 10.0, "calls_ratio": 1.0, "per_call_ratio": 2.0}],
+        "members": list(range(world)) if collective else [],
+        "member_max_seq": [window_id * 50 + 49] * world if collective else [],
+        "mixed_signatures": False, "seqs_compared": 50 if collective else 0,
+        "transfer_ms_median": 0.5, "transfer_ms_per_step": 0.5,
+        "wait_ms_per_step": 9.5 if collective else 0.0, "bytes_per_call": float(1 << 20),
+        "stragglers": [{"rank": slow_rank, "host": host, "gpu": slow_rank % 8, "late_seqs": 45,
+                        "late_fraction": 0.9, "caused_ms_per_step": 9.5, "p_value": 1e-9}]
+        if collective else [],
+        "skipped": {},
     }
 
 
@@ -100,4 +115,6 @@ def job_records(job: str, world: int = 8, windows: int = 3, slow_rank: int = 3,
                 yield "FunctionPattern", pattern(job, w, rank, fn, world, total_ms=ms)
             yield "RankWindow", rank_window(job, w, rank, world, throttled=slow)
         yield "FunctionComparison", comparison(job, w, world, slow_rank)
+        yield "FunctionComparison", comparison(job, w, world, slow_rank,
+                                               function="torch.utils.data:DataLoader.__next__")
     yield "Anomaly", anomaly(job, f"{job}-inc", rank=slow_rank)

@@ -16,7 +16,7 @@ from perftracker.sinks.service import SinkService
 
 pytestmark = pytest.mark.integration
 
-CODEC_NAMES = ["FunctionPattern", "RankWindow", "Anomaly"]
+CODEC_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def produce(kafka_conf: dict[str, str]) -> Callable[..., None]:
         topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         codec = MultiCodec(CODEC_NAMES)
         where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
-                 "Anomaly": topics.anomalies}
+                 "FunctionComparison": topics.findings, "Anomaly": topics.anomalies}
         p = Producer({**kafka_conf, "linger.ms": 5})
         for name, rec in records:
             if name in where:

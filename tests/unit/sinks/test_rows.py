@@ -25,7 +25,13 @@ def test_incident_version_orders_lifecycle():
     assert incident_version("OPEN", t + 1) > incident_version("RESOLVED", t)
 
 
-def test_comparison_of_a_non_collective_is_skipped():
-    rec = samples.comparison("j", 1, function="train.py:forward")
-    rec["late_arrivals"] = [0] * len(rec["ranks"])
-    assert list(flat_rows("FunctionComparison", rec)) == []
+def test_comparison_of_a_collective_has_a_row_per_member():
+    rows = list(flat_rows("FunctionComparison", samples.comparison("j", 1, world=4, slow_rank=2)))
+    assert [t for t, _ in rows] == ["collectives"] * 4
+    late = {row[4]: row[8] for _, row in rows}
+    assert late == {0: 0, 1: 0, 2: 45, 3: 0}
+
+
+def test_comparison_of_a_function_gives_its_outliers():
+    rows = list(flat_rows("FunctionComparison", samples.comparison("j", 1, function="f", slow_rank=2)))
+    assert [(t, row[4]) for t, row in rows] == [("function_outliers", 2)]
