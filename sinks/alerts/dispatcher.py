@@ -1,0 +1,137 @@
+"""Incident lifecycle and fan-out to the configured channels (faust "sensors" style).
+
+From the stream of Anomaly records (OPEN, UPDATED, RESOLVED; re-sent and
+possibly replayed) the dispatcher decides what to tell people:
+
+* the first record of an incident costing at least ``min_impact_ms_per_step``
+  opens it (sent as ``open``);
+* later records of an open incident are ``update`` s, at most one per
+  ``update_interval_s`` per incident (rate limit; the rest are counted);
+* RESOLVED sends ``resolve`` (also for an incident this process never saw
+  open, e.g. after a restart, when it is costly enough to have paged);
+* an exact repeat (same incident, status and last_seen) is ignored.
+
+Each notification goes to every channel's :class:`ChannelWorker`; ``submit``
+never blocks the sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ...deploy.config import AlertSettings
+from .base import Channel, Event, Incident, Notification
+from .worker import ChannelWorker, DeliveryPolicy
+
+log = logging.getLogger(__name__)
+
+MAX_TRACKED = 10_000
+
+
+@dataclass(frozen=True)
+class AlertPolicy:
+    min_impact_ms_per_step: float = 0.0
+    update_interval_s: float = 300.0
+    dashboard_url: str = ""
+    delivery: DeliveryPolicy = DeliveryPolicy()
+
+
+@dataclass
+class _Tracked:
+    opened: bool
+    last_key: tuple[str, float]
+    last_sent: float
+
+
+class AlertDispatcher:
+    def __init__(self, channels: list[Channel], policy: AlertPolicy | None = None):
+        self.policy = policy or AlertPolicy()
+        self.workers = [ChannelWorker(c, self.policy.delivery) for c in channels]
+        self._incidents: OrderedDict[str, _Tracked] = OrderedDict()
+        self.suppressed = 0
+        self.skipped = 0
+
+    def start(self) -> None:
+        for w in self.workers:
+            w.start()
+
+    def submit(self, record: dict) -> Event | None:
+        """Decide what ``record`` (an Anomaly) means to people and queue it; return the event sent."""
+        if not self.workers:
+            return None
+        incident = Incident.from_anomaly(record)
+        event = self._decide(incident, time.monotonic())
+        if event is None:
+            return None
+        n = Notification(incident, event, self.policy.dashboard_url)
+        for w in self.workers:
+            w.submit(n)
+        return event
+
+    def _decide(self, i: Incident, now: float) -> Event | None:
+        key = (i.status, i.last_seen.timestamp())
+        tracked = self._incidents.get(i.incident_id)
+        if tracked and tracked.last_key == key:
+            self.skipped += 1
+            return None
+        if i.status == "RESOLVED":
+            was_open = bool(tracked and tracked.opened)
+            self._track(i.incident_id, _Tracked(False, key, now))
+            if was_open or (tracked is None and i.impact_ms_per_step >= self.policy.min_impact_ms_per_step):
+                return Event.RESOLVE
+            return None
+        if tracked is None or not tracked.opened:
+            if i.impact_ms_per_step < self.policy.min_impact_ms_per_step:
+                self.skipped += 1
+                return None
+            self._track(i.incident_id, _Tracked(True, key, now))
+            return Event.OPEN
+        tracked.last_key = key
+        if now - tracked.last_sent < self.policy.update_interval_s:
+            self.suppressed += 1
+            return None
+        tracked.last_sent = now
+        return Event.UPDATE
+
+    def _track(self, incident_id: str, t: _Tracked) -> None:
+        self._incidents.pop(incident_id, None)
+        self._incidents[incident_id] = t
+        while len(self._incidents) > MAX_TRACKED:
+            self._incidents.popitem(last=False)
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        return all(w.drain(timeout_s) for w in self.workers)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        for w in self.workers:
+            w.stop(timeout_s)
+
+    def stats(self) -> dict:
+        return {"suppressed": self.suppressed, "skipped": self.skipped,
+                **{w.channel.name: vars(w.stats).copy() for w in self.workers}}
+
+
+def build_channels(s: AlertSettings) -> list[Channel]:
+    from .pagerduty import PagerDutyChannel
+    from .slack import SlackChannel
+    from .webhook import WebhookChannel
+
+    channels: list[Channel] = []
+    if s.webhook_url:
+        channels.append(WebhookChannel(s.webhook_url, s.webhook_secret))
+    if s.slack_webhook_url:
+        channels.append(SlackChannel(s.slack_webhook_url))
+    if s.pagerduty_routing_key:
+        channels.append(PagerDutyChannel(s.pagerduty_routing_key, s.pagerduty_url))
+    return channels
+
+
+def build_dispatcher(s: AlertSettings) -> AlertDispatcher:
+    delivery = DeliveryPolicy(
+        timeout_s=s.timeout_s, max_attempts=s.max_attempts, retry_base_s=s.retry_base_s,
+        queue_size=s.queue_size, workers=s.workers_per_channel)
+    policy = AlertPolicy(s.min_impact_ms_per_step, s.update_interval_s, s.dashboard_url, delivery)
+    return AlertDispatcher(build_channels(s), policy)

@@ -1,0 +1,89 @@
+"""The sink's local query API (127.0.0.1 only): other processes read chDB through it.
+
+``GET /health`` -> ``{"ok": true, "stats": {...}}``;
+``GET /query/<name>?param=value`` -> ``{"columns": [...], "rows": [[...], ...]}``
+for the named queries of :mod:`.queries` (datetimes as ISO 8601 strings).
+Errors answer ``{"error": "..."}`` with 400 (bad name or parameters) or 503.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import date, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlparse
+
+from .errors import StoreUnavailable, UnknownQuery
+from .queries import run_query
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+def to_json_value(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    return value
+
+
+class QueryServer:
+    """Serves the named queries of one :class:`Store` in a background thread."""
+
+    def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None):
+        self.store = store
+        self._stats = stats or dict
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="pt-query-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        port = self._httpd.server_address[1]
+        return f"http://127.0.0.1:{port}"
+
+    def start(self) -> QueryServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def answer(self, path: str, query: str) -> tuple[int, dict]:
+        if path == "/health":
+            return 200, {"ok": True, "stats": self._stats()}
+        if not path.startswith("/query/"):
+            return 404, {"error": f"no such endpoint {path!r}; use /health or /query/<name>"}
+        name = unquote(path[len("/query/"):])
+        try:
+            res = run_query(self.store, name, dict(parse_qsl(query, keep_blank_values=True)))
+        except UnknownQuery as exc:
+            return 400, {"error": str(exc)}
+        except StoreUnavailable as exc:
+            return 503, {"error": str(exc)}
+        return 200, {"columns": res.columns, "rows": [to_json_value(list(r)) for r in res.rows]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_ref: QueryServer
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        parsed = urlparse(self.path)
+        status, body = self.server_ref.answer(parsed.path, parsed.query)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("query api: " + format, *args)

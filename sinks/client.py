@@ -1,0 +1,89 @@
+"""Read side for the CLI and the report: ``diagnose`` and named ``query``.
+
+A running sink owns chDB, so when ``<data_dir>/stack.json`` names a live sink
+its local query API answers; otherwise the store is opened directly.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from ..deploy.config import Settings
+from ..deploy.state import pid_alive, read_state
+from .api import to_json_value
+from .errors import NoStore, SinkError, UnknownQuery
+from .queries import QUERIES, run_query
+from .store import Store, parse_store_url
+
+TIMEOUT_S = 10.0
+
+
+def _via_api(url: str, name: str, params: dict[str, Any]) -> list[dict]:
+    target = f"{url.rstrip('/')}/query/{quote(name)}?{urlencode(params)}"
+    try:
+        with urllib.request.urlopen(target, timeout=TIMEOUT_S) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("error", "")
+        except ValueError:
+            detail = ""
+        if exc.code == 400:
+            raise UnknownQuery(detail) from None
+        raise NoStore(f"the sink's query API at {url} answered {exc.code}: {detail}") from None
+    return [dict(zip(body["columns"], row, strict=True)) for row in body["rows"]]
+
+
+def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
+    target = parse_store_url(settings.store.url.reveal(), settings.data_dir)
+    try:
+        store = Store.open(target)
+    except SinkError as exc:
+        raise NoStore(f"no running sink found in {settings.data_dir} (start it with `perftracker up`) "
+                      f"and the store could not be opened: {exc}") from None
+    try:
+        res = run_query(store, name, params)
+    finally:
+        store.close()
+    return [{k: to_json_value(v) for k, v in row.items()} for row in res.dicts()]
+
+
+def query(settings: Settings, name: str, **params: Any) -> list[dict]:
+    """Run the named query ``name`` (see ``perftracker.sinks.queries.QUERIES``); rows as dicts."""
+    if name not in QUERIES:
+        raise UnknownQuery(f"no query named {name!r}; known: {sorted(QUERIES)}")
+    QUERIES[name].bind(params)  # fail early on bad parameters
+    state = read_state(settings.data_dir)
+    if state and state.query_url and pid_alive(state.sink_pid):
+        try:
+            return _via_api(state.query_url, name, params)
+        except (urllib.error.URLError, OSError) as exc:
+            raise NoStore(f"the sink (pid {state.sink_pid}) did not answer at {state.query_url}: "
+                          f"{exc}; is it still starting?") from None
+    return _direct(settings, name, params)
+
+
+def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict]:
+    """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON)."""
+    rows = query(settings, "incidents", job=job, include_resolved=include_resolved)
+    return [incident_view(r) for r in rows]
+
+
+def incident_view(row: dict) -> dict:
+    try:
+        evidence = json.loads(row.get("evidence_json") or "{}")
+    except ValueError:
+        evidence = {"raw": row.get("evidence_json")}
+    return {
+        "incident_id": row["incident_id"], "job": row["job"], "status": row["status"],
+        "kind": row["kind"], "cause": row["cause"], "ranks": list(row["ranks"]),
+        "hosts": list(row["hosts"]), "gpus": list(row.get("gpus") or []),
+        "function": row["function"], "score": row["score"],
+        "impact_ms_per_step": row["impact_ms_per_step"], "step_time_ms": row.get("step_time_ms", 0.0),
+        "first_seen": row["first_seen"], "last_seen": row["last_seen"],
+        "windows": row.get("windows", 0), "summary": row["summary"], "evidence": evidence,
+    }

@@ -1,0 +1,88 @@
+"""Background flush: the store writes one batch while the consumer decodes the next.
+
+At most one batch is in flight. A batch that fails with
+:class:`StoreUnavailable` is retried in the flush thread with exponential
+backoff (0.5 s doubling to 30 s) until it is written or the service stops;
+meanwhile the consumer keeps buffering, bounded by ``max_backlog_rows``. The
+offsets consumed before a batch was taken travel with it and are committed by
+the service once it is written. Overlap is real: chDB and the HTTP driver
+release the GIL while ClickHouse works.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from .base import BatchingSink
+from .errors import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class Flushed:
+    rows: int
+    offsets: Offsets
+
+
+class BackgroundFlusher:
+    def __init__(self, sink: BatchingSink, stop: threading.Event, max_backoff_s: float = 30.0):
+        self.sink = sink
+        self.failures = 0
+        self._stop = stop
+        self._max_backoff_s = max_backoff_s
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pt-sink-flush")
+        self._inflight: tuple[Future[int], Offsets] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._inflight is not None
+
+    def submit(self, batch: dict[str, list[Sequence[Any]]], offsets: Offsets) -> None:
+        assert self._inflight is None, "one batch at a time"
+        self._inflight = (self._pool.submit(self._write, batch), offsets)
+
+    def _write(self, batch: dict[str, list[Sequence[Any]]]) -> int:
+        delay, written = 0.5, 0
+        while True:
+            try:
+                return written + self.sink.write_batch(batch)
+            except StoreUnavailable as exc:
+                self.failures += 1
+                pending = sum(len(rows) for rows in batch.values())
+                log.warning("flush failed (%s); %d rows kept, retry in %.1fs", exc, pending, delay)
+                if self._stop.wait(delay):
+                    raise
+                delay = min(delay * 2, self._max_backoff_s)
+
+    def reap(self, wait_s: float = 0.0) -> Flushed | None:
+        """The finished batch, if any (waiting up to ``wait_s``); None while it is still running.
+
+        A batch abandoned at stop (store still down) is dropped here: its
+        offsets were never committed, so those messages are read again on restart.
+        """
+        if self._inflight is None:
+            return None
+        future, offsets = self._inflight
+        try:
+            rows = future.result(timeout=wait_s) if wait_s else (
+                future.result() if future.done() else None)
+        except TimeoutError:
+            return None
+        except StoreUnavailable:
+            self._inflight = None
+            return None
+        if rows is None:
+            return None
+        self._inflight = None
+        return Flushed(rows, offsets)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

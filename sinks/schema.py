@@ -1,0 +1,177 @@
+"""ClickHouse tables, created and migrated by code on every start.
+
+Migrations are numbered and append-only; ``perftracker_schema_migrations``
+records the ones applied, so running :func:`migrate` again is a no-op. Every
+statement is also idempotent on its own (``IF NOT EXISTS``), so a migration
+interrupted half-way is safe to re-run.
+
+Idempotent writes: the sink is at-least-once (Kafka offsets are committed
+after the flush, and tansu has no transactions), so every table is a
+``ReplacingMergeTree`` ordered by the record's natural key. A replayed batch
+lands on the same key and collapses at merge time; readers that must be exact
+before merges use ``FINAL`` or ``argMax``. Retention is a TTL on the event
+time, re-applied from settings on every start (``ALTER ... MODIFY TTL`` only
+when it changed).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_TABLE = "perftracker_schema_migrations"
+DT = "DateTime64(3, 'UTC')"
+LC = "LowCardinality(String)"
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    engine: str
+    order_by: str
+    partition_by: str = ""
+    ttl_column: str = ""  # DateTime64 column the retention TTL counts from
+    incident_retention: bool = False  # use incident_retention_days instead of retention_days
+    doc: str = ""
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c for c, _ in self.columns]
+
+    def ttl_expr(self, days: int) -> str:
+        return f"toDateTime({self.ttl_column}) + toIntervalDay({int(days)})"
+
+    def create_sql(self, days: int) -> str:
+        cols = ",\n  ".join(f"`{c}` {t}" for c, t in self.columns)
+        parts = [f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n) ENGINE = {self.engine}"]
+        if self.partition_by:
+            parts.append(f"PARTITION BY {self.partition_by}")
+        parts.append(f"ORDER BY {self.order_by}")
+        if self.ttl_column:
+            parts.append(f"TTL {self.ttl_expr(days)}")
+        if self.partition_by and self.ttl_column:
+            parts.append("SETTINGS ttl_only_drop_parts = 1")
+        return "\n".join(parts)
+
+
+_WINDOW = (("job", LC), ("window_id", "Int64"), ("window_start", DT))
+_RANK = (("rank", "UInt32"), ("host", LC), ("gpu", "Int32"))
+_INCIDENT_COLS = (
+    ("job", LC), ("incident_id", "String"), ("status", LC), ("kind", LC), ("cause", LC),
+    ("ranks", "Array(Int32)"), ("hosts", "Array(String)"), ("gpus", "Array(Int32)"),
+    ("function", "String"), ("score", "Float64"), ("impact_ms_per_step", "Float64"),
+    ("step_time_ms", "Float64"), ("first_seen", DT), ("last_seen", DT), ("windows", "UInt32"),
+    ("summary", "String"), ("evidence_json", "String"), ("version", "UInt64"),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("function_stats", _WINDOW + (("window_s", "Float32"),) + _RANK + (
+        ("world_size", "UInt32"), ("signature", LC), ("function", LC), ("kind", "Int16"),
+        ("steps", "UInt32"), ("count", "UInt64"), ("total_ns", "Int64"), ("p50_ns", "Int64"),
+        ("p90_ns", "Int64"), ("p99_ns", "Int64"), ("max_ns", "Int64"), ("hist", "Array(Int64)"),
+        ("group_ranks", "Array(Int32)"), ("bytes", "Int64")),
+        "ReplacingMergeTree", "(job, window_id, function, rank)", "toYYYYMMDD(window_start)",
+        "window_start", doc="FunctionPattern: one row per window, rank and function"),
+    Table("iterations", (("job", LC), ("rank", "UInt32"), ("step", "Int64"), ("window_id", "Int64"),
+                         ("window_start", DT), ("host", LC), ("step_time_ms", "Float64")),
+          "ReplacingMergeTree", "(job, rank, step)", "toYYYYMMDD(window_start)", "window_start",
+          doc="one row per training iteration of each rank (from RankWindow.step_time_ns)"),
+    Table("rank_windows", _WINDOW + (("window_s", "Float32"),) + _RANK + (
+        ("world_size", "UInt32"), ("signature", LC), ("functions", "UInt32"), ("steps", "UInt32"),
+        ("last_step", "Int64"), ("step_time_ms_p50", "Float64"), ("step_time_ms_max", "Float64"),
+        ("last_event", DT), ("last_function", LC), ("pending_group", LC), ("pending_seq", "Int64"),
+        ("dropped_events", "Int64"), ("lost_batches", "Int64"), ("bytes_received", "Int64")),
+        "ReplacingMergeTree", "(job, window_id, rank)", "toYYYYMMDD(window_start)", "window_start",
+        doc="RankWindow: liveness and collector health per window and rank"),
+    Table("gpu_health", _WINDOW + _RANK + (
+        ("hw_samples", "UInt32"), ("sm_clock_mhz", "Float32"), ("sm_clock_max_mhz", "Float32"),
+        ("temp_c_max", "Float32"), ("power_w_mean", "Float32"), ("util_gpu_pct", "Float32"),
+        ("throttle_reasons", "Int64"), ("pcie_gen_min", "Int16"), ("pcie_width_min", "Int16"),
+        ("nvlink_errors", "Int64"), ("ecc_uncorrected", "Int64"), ("xid", "Int64")),
+        "ReplacingMergeTree", "(job, window_id, rank)", "toYYYYMMDD(window_start)", "window_start",
+        doc="RankWindow hardware summary: clocks, temperature, power, throttling, errors (-1 = no NVML)"),
+    Table("collectives", _WINDOW + (
+        ("function", LC), ("rank", "UInt32"), ("host", LC), ("gpu", "Int32"),
+        ("collectives", "UInt32"), ("late_arrivals", "UInt32"), ("late_fraction", "Float64"),
+        ("wait_caused_ms_per_step", "Float64"), ("p_value", "Float64"),
+        ("group_wait_ms_per_step", "Float64"), ("transfer_ms_per_step", "Float64"),
+        ("mixed_signatures", "UInt8")),
+          "ReplacingMergeTree", "(job, window_id, function, rank)", "toYYYYMMDD(window_start)",
+          "window_start",
+          doc="FunctionComparison of a collective: per window, group and member rank, "
+              "how often it arrived last and the waits it caused"),
+    Table("function_outliers", _WINDOW + (
+        ("function", LC), ("rank", "UInt32"), ("host", LC), ("gpu", "Int32"), ("peer_group", LC),
+        ("value_ms_per_step", "Float64"), ("peer_median_ms_per_step", "Float64"), ("ratio", "Float64"),
+        ("robust_z", "Float64"), ("cost_ms_per_step", "Float64"), ("calls_ratio", "Float64"),
+        ("per_call_ratio", "Float64")),
+          "ReplacingMergeTree", "(job, window_id, function, rank)", "toYYYYMMDD(window_start)",
+          "window_start", doc="FunctionComparison: ranks whose function time is far from their peers'"),
+    Table("anomalies", _INCIDENT_COLS, "ReplacingMergeTree",
+          "(job, incident_id, last_seen, status)", "toYYYYMM(last_seen)", "last_seen", True,
+          doc="every version of every Anomaly record (history)"),
+    Table("incidents", _INCIDENT_COLS, "ReplacingMergeTree(version)", "(job, incident_id)",
+          "", "last_seen", True, doc="latest state of each incident (read with FINAL)"),
+)}
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    tables: tuple[str, ...] = ()
+    statements: tuple[str, ...] = ()
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial tables", tables=tuple(TABLES)),
+)
+
+
+def _applied(store: Store) -> set[int]:
+    store.command(
+        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version UInt32, description String, "
+        "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY version")
+    res = store.query(f"SELECT DISTINCT version FROM {MIGRATIONS_TABLE}")
+    return {int(r[0]) for r in res.rows}
+
+
+def migrate(store: Store, retention_days: int = 30, incident_retention_days: int = 365) -> list[int]:
+    """Apply the migrations not applied yet and the configured retention; return the versions applied."""
+    done = _applied(store)
+    applied = []
+    for m in MIGRATIONS:
+        if m.version in done:
+            continue
+        for name in m.tables:
+            t = TABLES[name]
+            store.command(t.create_sql(incident_retention_days if t.incident_retention else retention_days))
+        for sql in m.statements:
+            store.command(sql)
+        store.insert(MIGRATIONS_TABLE, ["version", "description"], [[m.version], [m.description]])
+        log.info("store schema migrated to v%d (%s)", m.version, m.description)
+        applied.append(m.version)
+    apply_retention(store, retention_days, incident_retention_days)
+    return applied
+
+
+def apply_retention(store: Store, retention_days: int, incident_retention_days: int) -> list[str]:
+    """Change the TTL of the tables whose retention differs from the settings; return their names."""
+    res = store.query("SELECT name, engine_full FROM system.tables WHERE database = currentDatabase()")
+    engines = dict(res.rows)
+    changed = []
+    for t in TABLES.values():
+        if not t.ttl_column or t.name not in engines:
+            continue
+        days = incident_retention_days if t.incident_retention else retention_days
+        if f"toIntervalDay({int(days)})" in engines[t.name]:
+            continue
+        store.command(f"ALTER TABLE {t.name} MODIFY TTL {t.ttl_expr(days)}")
+        log.info("retention of %s set to %d days", t.name, days)
+        changed.append(t.name)
+    return changed

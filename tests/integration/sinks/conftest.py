@@ -1,0 +1,90 @@
+"""Fixtures for the sink service: settings on a temp chDB and random topics, a running sink."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from perftracker.deploy.config import KafkaSettings, Settings, StoreSettings, StreamSettings
+from perftracker.deploy.topics import TopicNames
+from perftracker.schemas import MultiCodec
+from perftracker.sinks.service import SinkService
+
+pytestmark = pytest.mark.integration
+
+CODEC_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
+
+
+@pytest.fixture
+def sink_settings(tmp_path: Path, kafka_conf: dict[str, str], unique: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        kafka=KafkaSettings(bootstrap_servers=kafka_conf["bootstrap.servers"], topic_prefix=f"t{unique}",
+                            partitions=2),
+        streams=StreamSettings(app_id=f"g{unique}"),
+        store=StoreSettings(flush_interval_s=0.2, flush_rows=10_000),
+    )
+
+
+def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, every_s: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+class RunningSink:
+    def __init__(self, service: SinkService, ready: Path):
+        self.service = service
+        self.ready = ready
+        self.thread = threading.Thread(target=service.run, args=(ready,), daemon=True)
+
+    def start(self) -> RunningSink:
+        self.thread.start()
+        wait_for(self.ready.exists, 30)
+        return self
+
+    def stop(self) -> None:
+        self.service.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def start_sink(tmp_path: Path) -> Iterator[Callable[..., RunningSink]]:
+    started: list[RunningSink] = []
+
+    def start(settings: Settings, service: SinkService | None = None) -> RunningSink:
+        s = RunningSink(service or SinkService(settings), tmp_path / f"ready-{len(started)}.json")
+        started.append(s)
+        return s.start()
+
+    yield start
+    for s in started:
+        if s.thread.is_alive():
+            s.stop()
+
+
+@pytest.fixture
+def produce(kafka_conf: dict[str, str]) -> Callable[..., None]:
+    """produce(settings, [(record name, record), ...], raw=[bytes...])."""
+    def send(settings: Settings, records: list[tuple[str, dict]], raw: list[bytes] = ()) -> None:
+        topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
+        codec = MultiCodec(CODEC_NAMES)
+        where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
+                 "FunctionComparison": topics.findings, "Anomaly": topics.anomalies}
+        p = Producer({**kafka_conf, "linger.ms": 5})
+        for name, rec in records:
+            if name in where:
+                p.produce(where[name], value=codec.encode(name, rec), key=rec["job"].encode())
+        for data in raw:
+            p.produce(topics.findings, value=data, key=b"garbage")
+        p.flush(10)
+    return send

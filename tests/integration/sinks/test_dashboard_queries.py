@@ -1,0 +1,87 @@
+"""Every panel and variable query of every dashboard runs on chDB and returns the columns it shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from perftracker.grafana.dashboards import (
+    load_dashboards,
+    load_provisioning,
+    panel_queries,
+    render_sql,
+)
+from perftracker.sinks import samples
+from perftracker.sinks.schema import migrate
+from perftracker.sinks.store import Store, parse_store_url
+
+from .test_store import load
+
+pytestmark = pytest.mark.integration
+
+JOBS = ["llama-70b-pretrain", "it's \"quoted\" ${job}"]
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    path = tmp_path_factory.mktemp("dash") / "chdb"
+    store = Store.open(parse_store_url(f"chdb://{path}", Path(".")))
+    migrate(store)
+    for job in JOBS:
+        load(store, samples.job_records(job, world=16, windows=6, slow_rank=5))
+    yield store
+    store.close()
+
+
+def referenced_columns(panel: dict) -> set[str]:
+    cols = {o["matcher"]["options"] for o in panel["fieldConfig"]["overrides"]
+            if o["matcher"]["id"] == "byName"}
+    for t in panel.get("transformations", []):
+        opts = t["options"]
+        cols |= {opts[k] for k in ("rowField", "columnField", "valueField") if k in opts}
+    if panel["type"] == "timeseries":
+        cols.add("time")
+    return cols
+
+
+def cases() -> Iterator[tuple[str, str, dict]]:
+    for name, d in load_dashboards().items():
+        for panel, target in panel_queries(d):
+            yield f"{name}:{panel['title']}", target["rawSql"], panel
+        for v in d["templating"]["list"]:
+            yield f"{name}:var {v['name']}", v["query"], {}
+
+
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize(("where", "sql", "panel"), list(cases()), ids=[c[0] for c in cases()])
+def test_panel_query_runs_and_returns_its_columns(loaded, job, where, sql, panel):
+    now = datetime.now(timezone.utc)
+    variables = {"job": [job], "host": ["node-000", "node-001"], "rank": list(range(16))}
+    rendered = render_sql(sql, variables, now - timedelta(hours=1), now + timedelta(minutes=1))
+    res = loaded.query(rendered)
+    assert res.rows, f"{where} returned no rows on realistic data"
+    if panel:
+        missing = referenced_columns(panel) - set(res.columns)
+        assert not missing, f"{where} shows columns its query does not return: {missing}"
+
+
+def test_alert_rule_queries_run(loaded):
+    now = datetime.now(timezone.utc)
+    for g in load_provisioning()["alerting/rules.yaml"]["groups"]:
+        for r in g["rules"]:
+            sql = r["data"][0]["model"]["rawSql"].replace("$$", "$")
+            res = loaded.query(render_sql(sql, {}, now - timedelta(minutes=15), now))
+            assert "job" in res.columns and len(res.columns) == 2, r["uid"]
+
+
+def test_the_slow_rank_stands_out_in_the_matrix_panels(loaded):
+    d = load_dashboards()["job.json"]
+    panel = next(p for p in d["panels"] if "late arrivals" in p["title"].lower())
+    now = datetime.now(timezone.utc)
+    sql = render_sql(panel["targets"][0]["rawSql"], {"job": [JOBS[0]], "host": ["node-000", "node-001"],
+                                                     "rank": list(range(16))}, now - timedelta(hours=1), now)
+    rows = loaded.query(sql).dicts()
+    worst = max(rows, key=lambda r: r["late_arrivals"])
+    assert worst["rank_name"] == "rank 5"

@@ -1,0 +1,99 @@
+"""The sink service end to end: tansu -> sink -> chDB -> diagnose/query."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from perftracker.deploy.config import Secret
+from perftracker.deploy.state import StackState
+from perftracker.sinks import client, samples
+from perftracker.sinks.errors import StoreUnavailable
+from perftracker.sinks.rows import flat_rows
+from perftracker.sinks.schema import TABLES
+from perftracker.sinks.service import SinkService
+from perftracker.sinks.store import Store
+
+from .conftest import CODEC_NAMES, wait_for
+from .receiver import Receiver
+
+pytestmark = pytest.mark.integration
+
+
+def test_records_reach_the_store_and_diagnose(sink_settings, start_sink, produce, unique):
+    job = f"job-{unique}"
+    sink = start_sink(sink_settings)
+    ready = json.loads(sink.ready.read_text())
+    assert ready["query_url"].startswith("http://127.0.0.1:")
+    records = list(samples.job_records(job, world=4, windows=2))
+    produce(sink_settings, records, raw=[b"not avro at all"])
+    # the CLI finds the sink through stack.json and asks its query API
+    StackState(bootstrap="", broker_pid=0, sink_pid=__import__("os").getpid(),
+               query_url=ready["query_url"]).save(sink_settings.data_dir)
+    found = wait_for(lambda: client.diagnose(sink_settings, job), 30)
+    assert found[0]["ranks"] == [3] and found[0]["cause"] == "slow_dataloader"
+    assert found[0]["evidence"]["late_arrivals"] == 45
+    for key in ("kind", "cause", "ranks", "hosts", "function", "score", "impact_ms_per_step",
+                "first_seen", "last_seen", "evidence", "summary", "status", "incident_id"):
+        assert key in found[0]
+    wait_for(lambda: sink.service.stats.dead_lettered == 1, 10)
+    steps = wait_for(lambda: client.query(sink_settings, "step_times", job=job), 10)
+    assert {r["rank"] for r in steps} == {0, 1, 2, 3}
+    slow = client.query(sink_settings, "rank_function_slowdown", job=job)
+    worst = max(slow, key=lambda r: r["slowdown"])
+    assert worst["rank"] == 3 and "DataLoader" in worst["function"]
+
+
+class FlakyStore(Store):
+    """A real chDB store whose inserts fail while ``down`` is set (no server to stop here)."""
+
+    down = threading.Event()
+
+    def insert(self, table, columns, data, column_oriented=True):
+        if self.down.is_set():
+            raise StoreUnavailable(f"insert into {table} failed: connection refused")
+        super().insert(table, columns, data, column_oriented)
+
+
+def test_store_outage_then_back_loses_and_duplicates_nothing(sink_settings, start_sink, produce, unique):
+    job = f"out-{unique}"
+    service = SinkService(sink_settings, open_store=lambda t: FlakyStore.open(t))
+    sink = start_sink(sink_settings, service)
+    FlakyStore.down.set()
+    records = [(n, r) for n, r in samples.job_records(job, world=4, windows=3) if n in CODEC_NAMES]
+    expected = sum(len(list(flat_rows(n, r))) for n, r in records)
+    produce(sink_settings, records)
+    wait_for(lambda: service.stats.flush_failures >= 2, 20)
+    assert service.stats.rows_written == 0 and service.stats.commits == 0
+    FlakyStore.down.clear()
+    wait_for(lambda: service.stats.rows_written == expected, 20)
+    sink.stop()
+    # a second sink in the same group finds everything committed: nothing replayed
+    again = SinkService(sink_settings)
+    start_sink(sink_settings, again)
+    time.sleep(12)  # > session timeout: the group has surely assigned the partitions
+    assert again.stats.consumed == 0
+    assert again.store is not None
+    for table in TABLES:
+        raw = again.store.query(f"SELECT count() FROM {table} WHERE job = {{j:String}}", {"j": job}).rows
+        final = again.store.query(f"SELECT count() FROM {table} FINAL WHERE job = {{j:String}}",
+                                  {"j": job}).rows
+        assert raw == final, table
+    total = sum(again.store.query(f"SELECT count() FROM {t} WHERE job = {{j:String}}", {"j": job}).rows[0][0]
+                for t in TABLES)
+    assert total == expected
+
+
+def test_anomaly_on_the_topic_reaches_the_webhook(sink_settings, start_sink, produce, unique):
+    with Receiver() as rx:
+        settings = replace(sink_settings, alerts=replace(
+            sink_settings.alerts, webhook_url=rx.url + "/hook", webhook_secret=Secret("k")))
+        start_sink(settings)
+        produce(settings, [("Anomaly", samples.anomaly(f"alert-{unique}"))])
+        wait_for(lambda: rx.received, 30)
+        produce(settings, [("Anomaly", samples.anomaly(f"alert-{unique}", status="RESOLVED"))])
+        wait_for(lambda: len(rx.received) == 2, 30)
+    assert [r.json()["event"] for r in rx.received] == ["open", "resolve"]

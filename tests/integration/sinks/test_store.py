@@ -1,0 +1,86 @@
+"""The store on chDB: migrations, retention, hostile strings, named queries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perftracker.sinks import samples
+from perftracker.sinks.client import incident_view
+from perftracker.sinks.queries import QUERIES, run_query
+from perftracker.sinks.rows import flat_rows
+from perftracker.sinks.schema import MIGRATIONS, MIGRATIONS_TABLE, TABLES, migrate
+from perftracker.sinks.store import Store, parse_store_url
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = ["job'; DROP TABLE incidents; --", 'a"b\\c{job:String}', "%s %(x)s ${job} $__timeFilter(x)",
+           "ünïcødé 🚀 \t\n tab", "x" * 2000, "\x00nul"]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(parse_store_url(f"chdb://{tmp_path / 'chdb'}", tmp_path))
+    yield s
+    s.close()
+
+
+def load(store: Store, records) -> None:
+    buffers: dict[str, list] = {}
+    for name, rec in records:
+        for table, row in flat_rows(name, rec):
+            buffers.setdefault(table, []).append(row)
+    for table, rows in buffers.items():
+        store.insert(table, TABLES[table].column_names, rows, column_oriented=False)
+
+
+def test_migration_twice_is_a_no_op(store):
+    assert migrate(store) == [m.version for m in MIGRATIONS]
+    before = store.query("SELECT name, create_table_query FROM system.tables "
+                         "WHERE database = currentDatabase() ORDER BY name").rows
+    assert migrate(store) == []
+    after = store.query("SELECT name, create_table_query FROM system.tables "
+                        "WHERE database = currentDatabase() ORDER BY name").rows
+    assert before == after
+    assert store.query(f"SELECT count() FROM {MIGRATIONS_TABLE} FINAL").rows == [(len(MIGRATIONS),)]
+    assert {n for n, _ in after} >= set(TABLES)
+
+
+def test_retention_change_is_applied_once(store):
+    migrate(store, retention_days=30)
+    migrate(store, retention_days=7, incident_retention_days=90)
+    engines = dict(store.query("SELECT name, engine_full FROM system.tables "
+                               "WHERE database = currentDatabase()").rows)
+    assert "toIntervalDay(7)" in engines["function_stats"]
+    assert "toIntervalDay(90)" in engines["incidents"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_strings_are_stored_verbatim_and_never_break_a_query(store, name):
+    migrate(store)
+    records = [(n, {**r, **({"function": name} if n == "FunctionPattern" else {})})
+               for n, r in samples.job_records(name, world=2, windows=1)]
+    records.append(("Anomaly", {**samples.anomaly(name, incident_id=name, function=name),
+                                "summary": name, "hosts": [name]}))
+    load(store, records)
+    found = [incident_view(r) for r in run_query(store, "incidents", {"job": name}).dicts()]
+    mine = [f for f in found if f["incident_id"] == name]
+    assert mine and mine[0]["job"] == name and mine[0]["function"] == name and mine[0]["hosts"] == [name]
+    fns = {r["function"] for r in run_query(store, "rank_function_slowdown", {"job": name}).dicts()}
+    assert name in fns
+    for qname, q in QUERIES.items():
+        params = {"job": name} if "job" in q.params else {}
+        run_query(store, qname, params)  # never a syntax error
+    assert store.query("SELECT count() FROM incidents").rows[0][0] >= 1
+
+
+def test_replayed_rows_collapse(store):
+    migrate(store)
+    records = list(samples.job_records("replay", world=2, windows=2))
+    load(store, records)
+    load(store, records)  # at-least-once: the same batch again
+    for table in TABLES:
+        raw = store.query(f"SELECT count() FROM {table}").rows[0][0]
+        final = store.query(f"SELECT count() FROM {table} FINAL").rows[0][0]
+        assert raw == 2 * final and final > 0, table

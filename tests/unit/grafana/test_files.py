@@ -1,0 +1,85 @@
+"""Dashboards and provisioning files parse and carry what Grafana requires."""
+
+from __future__ import annotations
+
+import re
+
+from perftracker.grafana import build
+from perftracker.grafana.dashboards import load_dashboards, load_provisioning, panel_queries
+
+DS_UID = "perftracker-clickhouse"
+DS_TYPE = "grafana-clickhouse-datasource"
+
+
+def test_dashboard_files_are_generated_from_build():
+    files = load_dashboards()
+    for name, text in build.render_all().items():
+        assert build.json.loads(text) == files[name], f"run python -m perftracker.grafana.build ({name})"
+
+
+def test_dashboards_have_the_fields_grafana_requires():
+    uids = set()
+    for name, d in load_dashboards().items():
+        for key in ("uid", "title", "panels", "schemaVersion", "templating", "time"):
+            assert key in d, (name, key)
+        assert len(d["uid"]) <= 40 and d["uid"] not in uids
+        uids.add(d["uid"])
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids)), name
+        for p in d["panels"]:
+            assert {"type", "title", "gridPos", "targets", "datasource"} <= set(p), (name, p.get("title"))
+            assert p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
+            assert p["datasource"] == {"type": DS_TYPE, "uid": DS_UID}
+        for _, t in panel_queries(d):
+            assert t["refId"] and t["rawSql"].strip() and t["editorType"] == "sql"
+            assert t["datasource"]["uid"] == DS_UID
+
+
+def test_every_variable_a_query_uses_is_defined():
+    for name, d in load_dashboards().items():
+        defined = {v["name"] for v in d["templating"]["list"]}
+        texts = [t["rawSql"] for _, t in panel_queries(d)] + [v["query"] for v in d["templating"]["list"]]
+        for sql in texts:
+            used = {m.group(1) or m.group(2) for m in re.finditer(r"\$\{(\w+)[^}]*\}|\$(?!__)(\w+)", sql)}
+            assert used <= defined, (name, used - defined)
+
+
+def test_job_view_has_the_panels_on_call_needs():
+    titles = " | ".join(p["title"] for p in load_dashboards()["job.json"]["panels"]).lower()
+    for needle in ("step time per rank", "rank x function", "late arrivals", "sm clock", "temperature",
+                   "throttling", "incidents and evidence"):
+        assert needle in titles
+    names = {v["name"] for v in load_dashboards()["job.json"]["templating"]["list"]}
+    assert names == {"job", "host", "rank"}
+
+
+def test_provisioning_files():
+    prov = load_provisioning()
+    ds = prov["datasources/clickhouse.yaml"]
+    assert ds["apiVersion"] == 1
+    d = ds["datasources"][0]
+    assert d["uid"] == DS_UID and d["type"] == DS_TYPE and d["name"]
+    assert "password" in d["secureJsonData"] and "password" not in d["jsonData"]
+    assert d["secureJsonData"]["password"].startswith("${")
+    provider = prov["dashboards/perftracker.yaml"]["providers"][0]
+    assert provider["type"] == "file" and provider["options"]["path"]
+    cps = prov["alerting/contact-points.yaml"]["contactPoints"]
+    assert cps[0]["receivers"][0]["type"] == "webhook" and cps[0]["receivers"][0]["settings"]["url"]
+    assert prov["alerting/policies.yaml"]["policies"][0]["receiver"] == cps[0]["name"]
+
+
+def test_alert_rules_are_well_formed():
+    groups = load_provisioning()["alerting/rules.yaml"]["groups"]
+    for g in groups:
+        assert g["name"] and g["folder"] and g["interval"]
+        for r in g["rules"]:
+            refs = {q["refId"] for q in r["data"]}
+            assert r["condition"] in refs and r["uid"] and r["title"] and r["for"]
+            for q in r["data"]:
+                assert q["datasourceUid"] in (DS_UID, "__expr__")
+                assert q["model"]["refId"] == q["refId"]
+                if q["datasourceUid"] == "__expr__":
+                    assert q["model"]["expression"] in refs
+            text = str(r)
+            assert not re.search(r"(?<!\$)\$(?!\$|\{PERFTRACKER_)\w", text.replace("$$", "")), \
+                "a literal $ must be written $$ in provisioning files"

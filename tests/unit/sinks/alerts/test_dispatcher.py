@@ -1,0 +1,49 @@
+from perftracker.sinks import samples
+from perftracker.sinks.alerts.base import Event, Incident
+from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
+
+
+class NullChannel:
+    name = "null"
+
+    def request(self, n):  # never called: workers are not started
+        raise AssertionError
+
+
+def dispatcher(**kw) -> AlertDispatcher:
+    return AlertDispatcher([NullChannel()], AlertPolicy(**kw))
+
+
+def decide(d: AlertDispatcher, now: float, **kw):
+    return d._decide(Incident.from_anomaly(samples.anomaly("j", **kw)), now)
+
+
+def test_lifecycle_open_update_rate_limited_resolve():
+    d = dispatcher(update_interval_s=60)
+    assert decide(d, 0, status="OPEN", last_seen_s=1000) is Event.OPEN
+    assert decide(d, 1, status="OPEN", last_seen_s=1000) is None  # exact replay
+    assert decide(d, 2, status="UPDATED", last_seen_s=1005) is None  # rate limited
+    assert d.suppressed == 1
+    assert decide(d, 61, status="UPDATED", last_seen_s=1010) is Event.UPDATE
+    assert decide(d, 62, status="RESOLVED", last_seen_s=1015) is Event.RESOLVE
+    assert decide(d, 63, status="RESOLVED", last_seen_s=1015) is None  # replayed resolve
+    assert decide(d, 64, status="OPEN", last_seen_s=2000) is Event.OPEN  # it came back
+
+
+def test_below_min_impact_never_pages():
+    d = dispatcher(min_impact_ms_per_step=50)
+    assert decide(d, 0, impact_ms=5) is None
+    assert decide(d, 1, impact_ms=5, status="RESOLVED") is None
+
+
+def test_resolve_of_an_incident_opened_before_a_restart_is_sent():
+    assert decide(dispatcher(), 0, status="RESOLVED", last_seen_s=1000) is Event.RESOLVE
+
+
+def test_update_of_unknown_incident_opens_it():
+    d = dispatcher()
+    assert decide(d, 0, status="UPDATED", last_seen_s=1000) is Event.OPEN
+
+
+def test_no_channels_means_nothing_to_do():
+    assert AlertDispatcher([]).submit(samples.anomaly("j")) is None
