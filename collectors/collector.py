@@ -8,10 +8,11 @@ that attaches before the user's script runs never imports torch itself.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
@@ -43,6 +44,7 @@ class CollectorStats:
     bytes_sent: int
     bytes_per_s: float
     errors_caught: int
+    gc_short_pauses: int
     step: int
     iteration_pattern: tuple[str, ...]
     torch_hooks: bool
@@ -66,6 +68,7 @@ class Collector:
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
+        self.gc_timer: Any = None
         self.extras: list[Any] = []  # optional parts with a close(): control, profiler, nvml
         self._removers: list[Any] = []
         self._pid = os.getpid()
@@ -91,7 +94,7 @@ class Collector:
         from .hooks_python import GcTimer
         cfg = self.settings.collector
         if cfg.gc:
-            gc_timer = GcTimer(self.recorder)
+            gc_timer = self.gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
             gc_timer.install()
             self._removers.append(gc_timer.remove)
         self.imports.when_imported("torch", self._on_torch)
@@ -120,6 +123,7 @@ class Collector:
             batches_sent=self.counters.batches_sent, batches_failed=self.counters.batches_failed,
             bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
             errors_caught=self.errors.count, step=rec.step,
+            gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks)
 
     def close(self) -> None:
@@ -132,8 +136,15 @@ class Collector:
             for extra in self.extras:
                 extra.close()
             self.sender.close(self.settings.collector.exit_flush_s)
+            if self.settings.collector.stats_file:
+                self._write_stats(self.settings.collector.stats_file)
         except Exception as exc:  # noqa: BLE001
             self.errors.caught("close", exc)
+
+    def _write_stats(self, template: str) -> None:
+        path = template.format(rank=self.identity.rank, pid=os.getpid(), job=self.identity.job)
+        with open(path, "w") as f:
+            json.dump(asdict(self.stats()), f)
 
     def remove_hooks(self) -> None:
         """Undo every patch (tests and :func:`detach`)."""

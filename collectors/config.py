@@ -31,6 +31,8 @@ class CollectorConfig:
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})
     forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
     gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
+    gc_min_us: float = field(default=50.0, metadata={"doc": "GC pauses shorter than this are counted in stats, not sent"})
+    stats_file: str = field(default="", metadata={"doc": "write the collector's stats as JSON here at exit ({rank}, {pid} expand)"})
     iteration_repeats: int = field(default=10, metadata={"doc": "identical repeats before an iteration pattern is locked"})
     iteration_relearn: int = field(default=200, metadata={"doc": "non-matching events before the pattern is re-learned"})
     control: bool = field(default=True, metadata={"doc": "follow pt.control profiling requests"})

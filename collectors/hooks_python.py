@@ -189,9 +189,12 @@ class GcTimer:
 
     NAMES = ("gc.gen0", "gc.gen1", "gc.gen2")
 
-    def __init__(self, rec: Recorder):
+    def __init__(self, rec: Recorder, min_ns: int = 0):
         self.rec = rec
+        self.min_ns = min_ns
         self._t0 = 0
+        self.short_pauses = 0
+        self.short_ns = 0
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -199,6 +202,10 @@ class GcTimer:
             return
         try:
             t1 = perf_counter_ns()
+            if t1 - self._t0 < self.min_ns:
+                self.short_pauses += 1
+                self.short_ns += t1 - self._t0
+                return
             self.rec.span(SpanKind.GC, self.NAMES[info.get("generation", 2) % 3], self._t0, t1 - self._t0)
         except Exception as exc:  # noqa: BLE001
             self.rec.errors.caught("gc", exc)

@@ -32,6 +32,7 @@ class SendCounters:
     events_sent: int = 0
     bytes_sent: int = 0
     batches_failed: int = 0
+    events_in_flight: int = 0  # produced, delivery not yet reported
 
 
 class KafkaSink:
@@ -55,6 +56,7 @@ class KafkaSink:
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
         def delivered(err: object, _msg: object) -> None:
+            self.counters.events_in_flight -= n_events
             if err is None:
                 self.counters.batches_sent += 1
                 self.counters.events_sent += n_events
@@ -65,6 +67,7 @@ class KafkaSink:
 
         try:
             self.producer.produce(self.topic, payload, key, on_delivery=delivered)
+            self.counters.events_in_flight += n_events
         except BufferError:
             self.counters.batches_failed += 1
             self._on_lost(n_events)
@@ -165,7 +168,10 @@ class Sender(threading.Thread):
         self.flush_once(final=True)
         left = self.sink.flush(deadline - time.monotonic())
         if left:
-            log.warning("perftracker: %d batches still unsent at exit", left)
+            lost = self.sink.counters.events_in_flight
+            self.recorder.dropped += lost
+            self.sink.counters.events_in_flight = 0
+            log.warning("perftracker: %d batches (%d events) undelivered at exit", left, lost)
 
     def bytes_per_s(self) -> float:
         elapsed_s = max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)
