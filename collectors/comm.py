@@ -1,10 +1,10 @@
 """Timing of torch.distributed collectives and point-to-point calls.
 
 Every public collective and p2p function of ``torch.distributed`` is wrapped
-(in both ``torch.distributed`` and ``distributed_c10d``, so calls c10d makes
-internally, e.g. ``all_gather_object`` -> ``all_gather``, resolve to the wrapper
-too; a per-thread depth guard records only the outermost call). Each call
-records op, group, per-group sequence number, bytes and duration:
+(in both ``torch.distributed`` and ``distributed_c10d``). The ``*_object``
+helpers are not wrapped themselves: the tensor collectives they make inside
+c10d resolve to the wrappers and are recorded, in the same order on every
+member. Each call records op, group, per-group sequence number, bytes and duration:
 
 * CPU tensors (gloo): wall time inside the call; for ``async_op=True`` and
   ``isend``/``irecv``, until the Work's future completes.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -59,10 +58,6 @@ OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("scatter", ("tensor",)),
     OpSpec("barrier"),
     OpSpec("monitored_barrier"),
-    OpSpec("all_gather_object"),
-    OpSpec("broadcast_object_list"),
-    OpSpec("gather_object"),
-    OpSpec("scatter_object_list"),
     OpSpec("send", ("tensor",), P2P.SEND),
     OpSpec("recv", ("tensor",), P2P.RECV),
     OpSpec("isend", ("tensor",), P2P.SEND, always_async=True),
@@ -72,22 +67,34 @@ OP_SPECS: tuple[OpSpec, ...] = (
 
 def nbytes_of(value: Any) -> int:
     """Bytes of a tensor or a (nested) list of tensors; 0 for anything else."""
-    n = getattr(value, "nbytes", None)
-    if n is not None:
-        return int(n)
     if isinstance(value, (list, tuple)):
         return sum(nbytes_of(v) for v in value)
-    return 0
+    try:
+        return value.nbytes  # type: ignore[no-any-return]
+    except AttributeError:
+        return 0
 
 
 @dataclass(frozen=True)
 class _Params:
-    """Positions of the parameters a wrapper reads, from the function's signature."""
+    """Positions of the parameters a wrapper reads, computed once from the signature."""
 
-    names: tuple[str, ...]
+    group: int
+    async_op: int
+    peer: int
+    group_peer: int
+    byte_params: tuple[tuple[int, str], ...]
 
-    def index(self, name: str) -> int:
-        return self.names.index(name) if name in self.names else -1
+    @classmethod
+    def of(cls, spec: OpSpec, fn: Callable) -> _Params:
+        names = tuple(inspect.signature(fn).parameters)
+
+        def index(name: str) -> int:
+            return names.index(name) if name in names else -1
+
+        peer = "dst" if spec.p2p is P2P.SEND else "src"
+        return cls(index("group"), index("async_op"), index(peer), index("group_" + peer),
+                   tuple((index(n), n) for n in spec.byte_params))
 
 
 def _arg(args: tuple, kwargs: dict, idx: int, name: str) -> Any:
@@ -104,7 +111,6 @@ class CommTimer:
         self.rec = rec
         self.registry = GroupRegistry(dist)
         self.cuda = cuda
-        self._local = threading.local()
 
     def install(self, patches: Patches) -> list[str]:
         from torch.distributed import distributed_c10d as c10d
@@ -132,23 +138,16 @@ class CommTimer:
         return destroy_process_group
 
     def wrap(self, spec: OpSpec, orig: Callable) -> Callable:
-        params = _Params(tuple(inspect.signature(orig).parameters))
-        local = self._local
+        params = _Params.of(spec, orig)
         errors = self.rec.errors
         record = self._record
         cuda_begin = self._cuda_begin
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "depth", 0):
-                return orig(*args, **kwargs)
             ev = cuda_begin(spec, params, args, kwargs) if self.cuda is not None else None
-            local.depth = 1
             t0 = perf_counter_ns()
-            try:
-                result = orig(*args, **kwargs)
-            finally:
-                local.depth = 0
+            result = orig(*args, **kwargs)
             t1 = perf_counter_ns()
             try:
                 record(spec, params, args, kwargs, result, t0, t1, ev)
@@ -162,7 +161,8 @@ class CommTimer:
         try:
             if not spec.byte_params:
                 return None
-            first = _arg(args, kwargs, params.index(spec.byte_params[0]), spec.byte_params[0])
+            idx, name = params.byte_params[0]
+            first = _arg(args, kwargs, idx, name)
             assert self.cuda is not None
             return self.cuda.begin(first)
         except Exception as exc:  # noqa: BLE001
@@ -171,31 +171,41 @@ class CommTimer:
 
     def _record(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict, result: Any,
                 t0: int, t1: int, cuda_ev: Any) -> None:
-        state = self._state(spec, params, args, kwargs)
-        seq = self.registry.next_seq(state)
+        """Sequence number, bytes, then one event (now, at completion, or from CUDA events)."""
+        if spec.p2p is P2P.NONE:
+            group = args[params.group] if 0 <= params.group < len(args) else kwargs.get("group")
+            state = self.registry.resolve(group)
+        else:
+            state = self._state(spec, params, args, kwargs)
+        state.seq += 1
+        seq = state.seq
         nbytes = 0
-        for name in spec.byte_params:
-            nbytes += nbytes_of(_arg(args, kwargs, params.index(name), name))
+        for idx, name in params.byte_params:
+            value = args[idx] if 0 <= idx < len(args) else kwargs.get(name)
+            try:
+                nbytes += value.nbytes
+            except AttributeError:
+                nbytes += nbytes_of(value)
         rec = self.rec
-        step = rec.step
-        is_async = spec.always_async or bool(_arg(args, kwargs, params.index("async_op"), "async_op"))
-        if cuda_ev is not None and not is_async:
+        if spec.always_async or (args[params.async_op] if 0 <= params.async_op < len(args)
+                                 else kwargs.get("async_op")):
+            if result is not None and _on_completion(result, spec.name, state, seq, nbytes,
+                                                     rec.step, t0, rec):
+                return
+        elif cuda_ev is not None:
             assert self.cuda is not None
-            self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, step, t0))
+            self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, rec.step, t0))
             return
-        if is_async and result is not None and _on_completion(result, spec.name, state, seq, nbytes,
-                                                              step, t0, rec):
-            return
-        rec.comm(spec.name, state.ref, seq, nbytes, step, t0, t1 - t0)
+        rec.comm(spec.name, state.ref, seq, nbytes, rec.step, t0, t1 - t0)
 
     def _state(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> GroupState:
-        group = _arg(args, kwargs, params.index("group"), "group")
+        group = _arg(args, kwargs, params.group, "group")
         if spec.p2p is P2P.NONE:
             return self.registry.resolve(group)
         peer_name = "dst" if spec.p2p is P2P.SEND else "src"
-        peer = _arg(args, kwargs, params.index(peer_name), peer_name)
+        peer = _arg(args, kwargs, params.peer, peer_name)
         if peer is None:
-            group_peer = _arg(args, kwargs, params.index("group_" + peer_name), "group_" + peer_name)
+            group_peer = _arg(args, kwargs, params.group_peer, "group_" + peer_name)
             if group_peer is not None:
                 peer = self.dist.get_global_rank(group, group_peer)
         return self.registry.pair(group, peer, spec.p2p is P2P.SEND)
