@@ -65,7 +65,6 @@ def _train_one_process(steps: int, tmp_path) -> float:
 @pytest.fixture
 def attached(tmp_path, monkeypatch):
     import torch  # noqa: F401 - hooks go in when torch is imported
-
     from perftracker.collectors import api
 
     monkeypatch.setenv("PERFTRACKER_DATA_DIR", str(tmp_path / "no-stack"))

@@ -1,12 +1,13 @@
 """A plain 4-rank gloo DDP training script with no perftracker code in it.
 
 Environment knobs (all optional): TRAIN_STEPS (default 60), TRAIN_EPOCHS (1),
-TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes the
-mean step time in ms there as JSON).
+TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes its
+mean step time, training seconds and peak RSS there as JSON).
 """
 
 import json
 import os
+import resource
 import time
 
 import torch
@@ -45,7 +46,9 @@ def main() -> None:
     if report and rank == 0:
         warm = times[len(times) // 5:] or times
         with open(report, "w") as f:
-            json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times)}, f)
+            json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times),
+                       "train_s": sum(times),
+                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
     dist.destroy_process_group()
 
 

@@ -5,7 +5,7 @@ from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import NullSink, Sender, SendCounters
+from perftracker.collectors.transport import NullSink, SendCounters, Sender
 from perftracker.schemas import EVENT_BATCH, Codec
 
 IDENT = RankIdentity("j", 2, 2, 4, "h", -1, "", 123)
