@@ -48,6 +48,7 @@ class CollectorStats:
     step: int
     iteration_pattern: tuple[str, ...]
     torch_hooks: bool
+    profile_windows: int
 
 
 class Collector:
@@ -69,6 +70,7 @@ class Collector:
                              identity.key)
         self.torch_hooks = False
         self.gc_timer: Any = None
+        self.windows: Any = None  # ProfileWindows once torch is imported
         self.extras: list[Any] = []  # optional parts with a close(): control, profiler, nvml
         self._removers: list[Any] = []
         self._pid = os.getpid()
@@ -124,7 +126,8 @@ class Collector:
             bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
             errors_caught=self.errors.count, step=rec.step,
             gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
-            iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks)
+            iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
+            profile_windows=self.windows.windows_done if self.windows is not None else 0)
 
     def close(self) -> None:
         """Stop everything and flush for at most ``exit_flush_s``. Idempotent, never raises."""

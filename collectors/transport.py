@@ -76,6 +76,13 @@ class KafkaSink:
     def poll(self) -> None:
         self.producer.poll(0)
 
+    def send_to(self, topic: str, key: bytes, payload: bytes) -> None:
+        """Another record type (e.g. HardwareBatch) on another topic; losses are not events."""
+        try:
+            self.producer.produce(topic, payload, key)
+        except BufferError:
+            self.counters.batches_failed += 1
+
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for delivery; return messages still queued."""
         return int(self.producer.flush(max(0.0, timeout_s)))

@@ -11,6 +11,7 @@ from .helpers import by_rank, comm_rows, consume_events, launch, span_names, tor
 pytestmark = pytest.mark.e2e
 
 STEPS = 40
+PROFILE_STEP = 15
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +23,24 @@ def run_records(kafka_broker, tmp_path_factory):
     env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
            "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix, "TRAIN_STEPS": str(STEPS),
            "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
+    _request_profile(conf, TopicNames.for_prefix(prefix).control, job)
     code, _seconds = launch(torchrun("train_ddp.py"), job, env)
     assert code == 0
     records = consume_events(kafka_broker.bootstrap, TopicNames.for_prefix(prefix).events, job)
     return by_rank(records)
+
+
+def _request_profile(conf, topic, job):
+    import datetime as dt
+
+    from confluent_kafka import Producer
+    from perftracker.schemas import CONTROL, Codec
+
+    msg = {"job": job, "request_id": "e2e-prof", "command": "PROFILE", "start_step": PROFILE_STEP,
+           "duration_s": 0.2, "reason": "e2e", "issued_ms": dt.datetime.now(dt.timezone.utc)}
+    producer = Producer(conf)
+    producer.produce(topic, Codec(CONTROL).encode(msg), job.encode())
+    assert producer.flush(10) == 0
 
 
 def test_every_rank_reports_identity_and_no_loss(run_records):
@@ -70,3 +85,12 @@ def test_span_steps_match_iterations(run_records):
     records = run_records[0]
     tagged = [s for r in records for s in r["spans"]["step"] if s >= 0]
     assert tagged and max(tagged) == STEPS - 1
+
+
+def test_control_request_profiles_the_same_window_on_every_rank(run_records):
+    for records in run_records.values():
+        kernels = [(r["names"][k["name"]], k) for r in records for k in r["kernels"]]
+        assert kernels, "no profiling summary arrived"
+        assert {k["profile_id"] for _, k in kernels} == {"e2e-prof"}
+        addmm = [k for name, k in kernels if name == "aten::addmm"]
+        assert addmm and addmm[0]["kind"] == 3 and addmm[0]["count"] >= 3
