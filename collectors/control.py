@@ -41,7 +41,7 @@ class ControlFollower(threading.Thread):
         codec = Codec(CONTROL)
         consumer = Consumer({**self._conf, "group.id": f"perftracker-collector-{self.job}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 500,
-                             "session.timeout.ms": 10_000, "logger": _null_logger(),
+                             "session.timeout.ms": 10_000, "log_level": 3, "logger": _null_logger(),
                              "error_cb": lambda err: None})
         try:
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])

@@ -50,7 +50,7 @@ class KafkaSink:
             **conf,
             "linger.ms": 50, "compression.type": "lz4",
             "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
-            "reconnect.backoff.max.ms": 5_000, "log.connection.close": False,
+            "reconnect.backoff.max.ms": 5_000, "log.connection.close": False, "log_level": 3,
             "error_cb": self._on_error, "logger": _quiet_logger(),
         })
 
