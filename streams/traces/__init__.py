@@ -1,0 +1,1 @@
+"""Import PyTorch profiler (Kineto / Chrome JSON) traces of many ranks into the detection core."""
