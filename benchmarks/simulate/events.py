@@ -1,0 +1,137 @@
+"""Event-level simulator: a data-parallel job (gloo-like) emitting EventBatch dicts.
+
+Each step on rank r: dataloader, forward (optionally a GC pause inside), backward with
+the gradient all-reduce nested at its end, optimizer. The all-reduce ends for everyone
+at max(arrival) + transfer; a rank's time inside it is that end minus its own arrival.
+Each host has its own wall-clock skew (tens of ms) and each rank its own monotonic
+origin, so nothing but durations and seqs can be compared across ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class EventFault:
+    kind: str = "none"  # none | slow-dataloader | cpu-contention | slow-collective | gc-storm
+    rank: int = 0
+    magnitude_ms: float = 10.0
+    start_s: float = 0.0
+    end_s: float = 1e9
+
+
+@dataclass(frozen=True)
+class EventJob:
+    ranks: int = 4
+    ranks_per_host: int = 1
+    step_ms: dict = field(default_factory=lambda: {"dl": 3.0, "fwd": 8.0, "bwd": 14.0, "opt": 3.0})
+    transfer_ms: float = 2.0
+    jitter: float = 0.08  # lognormal sigma
+    skew_ms: float = 40.0
+    batch_s: float = 1.0
+    gpu: bool = False
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
+    return mean * rng.lognormal(-sigma * sigma / 2, sigma, n)
+
+
+class EventSimulator:
+    """Steps the job forward in simulated time and yields batches per rank."""
+
+    def __init__(self, job: EventJob, fault: EventFault, seed: int = 0, job_id: str = "job",
+                 t0_ms: int = 1_700_000_000_000):
+        self.job, self.fault, self.job_id = job, fault, job_id
+        self.rng = np.random.default_rng(seed)
+        self.t0_ns = t0_ms * MS
+        hosts = (job.ranks + job.ranks_per_host - 1) // job.ranks_per_host
+        self.skew_ns = (self.rng.uniform(-job.skew_ms, job.skew_ms, hosts) * MS).astype(np.int64)
+        self.mono0 = self.rng.integers(10**9, 10**12, job.ranks)
+        self.clock = np.zeros(job.ranks)  # ns since t0, per rank (true time)
+        self.step = 0
+        self.seq = 0
+        self.batch_seq = np.zeros(job.ranks, dtype=np.int64)
+        self.pending: list[list[tuple]] = [[] for _ in range(job.ranks)]
+        self.names = ["DataLoader.__next__", "Model.forward", "Model.backward", "Optimizer.step",
+                      "gc.collect", "all_reduce"]
+
+    def _active(self, t_s: float) -> bool:
+        return self.fault.start_s <= t_s < self.fault.end_s
+
+    def run_step(self) -> None:
+        j, n = self.job, self.job.ranks
+        sig = j.jitter
+        d = {k: _lognormal(self.rng, v, sig, n) * MS for k, v in j.step_ms.items()}
+        gc = np.zeros(n)
+        late = np.zeros(n)
+        transfer = j.transfer_ms * MS * self.rng.lognormal(0, sig / 2)
+        f, r = self.fault, self.fault.rank
+        if f.kind != "none" and self._active(float(self.clock.max()) / 1e9):
+            m = f.magnitude_ms * MS
+            if f.kind == "slow-dataloader":
+                d["dl"][r] += m
+            elif f.kind == "cpu-contention":
+                total = sum(v[r] for v in d.values())
+                for v in d.values():
+                    v[r] *= 1 + m / total
+            elif f.kind == "slow-collective":
+                late[r] = m
+            elif f.kind == "gc-storm":
+                gc[r] = m
+        start = self.clock.copy()
+        t_fwd = start + d["dl"]
+        t_bwd = t_fwd + d["fwd"] + gc
+        arrive = t_bwd + d["bwd"] + late
+        end = arrive.max() + transfer
+        comm_dur = end - arrive
+        t_opt = end + (d["bwd"] * 0.02)
+        # DDP: the all-reduce is nested at the end of backward; a late entry (sleep before
+        # the call) happens outside any instrumented span, after backward's own work
+        bwd_end = np.where(late > 0, t_bwd + d["bwd"], t_opt)
+        finish = t_opt + d["opt"]
+        for i in range(n):
+            p = self.pending[i]
+            p.append(("span", 1, 0, start[i], d["dl"][i]))
+            p.append(("span", 3, 1, t_fwd[i], d["fwd"][i] + gc[i]))
+            if gc[i] > 0:
+                p.append(("span", 5, 4, t_fwd[i] + d["fwd"][i] * 0.5, gc[i]))
+            p.append(("span", 4, 2, t_bwd[i], bwd_end[i] - t_bwd[i]))
+            p.append(("comm", self.seq, arrive[i], comm_dur[i]))
+            p.append(("span", 2, 3, t_opt[i], d["opt"][i]))
+            p.append(("iter", self.step, start[i], finish[i] - start[i]))
+        self.clock = finish
+        self.step += 1
+        self.seq += 1
+
+    def batch(self, rank: int, now_true_ns: float) -> dict:
+        """Drain rank's pending events into one EventBatch dict."""
+        j = self.job
+        host = rank // j.ranks_per_host
+        mono = lambda t: int(self.mono0[rank] + t)  # noqa: E731
+        ev = self.pending[rank]
+        self.pending[rank] = []
+        spans = [e for e in ev if e[0] == "span"]
+        comms = [e for e in ev if e[0] == "comm"]
+        iters = [e for e in ev if e[0] == "iter"]
+        self.batch_seq[rank] += 1
+        return {
+            "schema_version": 2, "job": self.job_id, "rank": rank, "local_rank": rank % j.ranks_per_host,
+            "world_size": j.ranks, "host": f"host{host}", "gpu": rank % j.ranks_per_host if j.gpu else -1,
+            "gpu_uuid": "", "pid": 1000 + rank, "seq": int(self.batch_seq[rank]), "dropped_events": 0,
+            "wall_ns": int(self.t0_ns + now_true_ns + self.skew_ns[host]), "mono_ns": mono(now_true_ns),
+            "names": list(self.names), "groups": [{"group_id": "world", "ranks": list(range(j.ranks))}],
+            "iterations": {"step": [e[1] for e in iters], "start_ns": [mono(e[2]) for e in iters],
+                           "dur_ns": [int(e[3]) for e in iters]},
+            "spans": {"kind": [e[1] for e in spans], "name": [e[2] for e in spans],
+                      "path": [-1] * len(spans), "step": [-1] * len(spans),
+                      "start_ns": [mono(e[3]) for e in spans], "dur_ns": [int(e[4]) for e in spans]},
+            "comms": {"op": [5] * len(comms), "group": [0] * len(comms), "seq": [e[1] for e in comms],
+                      "bytes": [4 << 20] * len(comms), "step": [-1] * len(comms),
+                      "start_ns": [mono(e[2]) for e in comms], "dur_ns": [int(e[3]) for e in comms]},
+            "kernels": [],
+        }

@@ -1,0 +1,228 @@
+"""Stage 2: one function's FunctionPatterns from every rank -> FunctionComparison per window.
+
+A window is evaluated once ``grace`` has passed on the caller's clock since its
+first pattern arrived (late ranks get that long). Non-collectives are scored
+against peers with :func:`.columnar.peer_scores` on time per completed step;
+collectives go through :func:`.columnar.collective_lateness` on the seqs every
+member reported. Patterns with no steps, bad numbers or missing seqs are skipped
+and counted in the record's ``skipped`` map and in ``self.skipped``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from .columnar import binomial_tail, collective_lateness, peer_scores, seq_matrix
+from .model import NOT_COMPARED, SCHEMA_VERSION, SpanKind, finite_nonneg, to_ms
+from .policy import DetectionPolicy
+
+MAX_EVALUATED_REMEMBERED = 32
+
+
+class FunctionComparator:
+    """Per (job, function) window buffer and evaluator."""
+
+    def __init__(self, job: str, function: str, policy: DetectionPolicy | None = None):
+        self.job, self.function = job, function
+        self.policy = policy or DetectionPolicy()
+        self.peer_map = self.policy.peer_group_map()
+        self.skipped: Counter[str] = Counter()
+        self.pending: dict[int, dict[int, dict]] = {}  # window -> rank -> pattern
+        self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
+        self.evaluated: list[int] = []
+        self.last_now = 0
+
+    def add(self, pattern: dict, now_wall_ms: int | None = None) -> None:
+        """Buffer one FunctionPattern (a re-delivered one replaces the earlier copy)."""
+        try:
+            wid, rank = int(pattern["window_id"]), int(pattern["rank"])
+        except (KeyError, TypeError, ValueError):
+            self.skipped["bad_pattern"] += 1
+            return
+        if pattern.get("function") != self.function or pattern.get("job") != self.job:
+            self.skipped["wrong_function_or_job"] += 1
+            return
+        if wid in self.evaluated or (self.evaluated and wid < min(self.evaluated)):
+            self.skipped["late_pattern"] += 1
+            return
+        if wid not in self.pending and len(self.pending) >= self.policy.max_open_windows:
+            oldest = min(self.pending)
+            self.skipped["window_evicted"] += len(self.pending.pop(oldest))
+            self.first_seen.pop(oldest, None)
+        self.pending.setdefault(wid, {})[rank] = pattern
+        if self.first_seen.get(wid) is None:
+            self.first_seen[wid] = now_wall_ms
+        self.last_now = max(self.last_now, now_wall_ms or 0)
+
+    def poll(self, now_wall_ms: int) -> list[dict]:
+        """FunctionComparison records of every window whose grace has passed, oldest first."""
+        out = []
+        self.last_now = max(self.last_now, now_wall_ms)
+        for wid in sorted(self.pending):
+            if self.first_seen.get(wid) is None:
+                self.first_seen[wid] = now_wall_ms
+            if now_wall_ms <= self.first_seen[wid] + self.policy.grace_ms:
+                continue
+            patterns = self.pending.pop(wid)
+            self.first_seen.pop(wid, None)
+            self.evaluated = (self.evaluated + [wid])[-MAX_EVALUATED_REMEMBERED:]
+            out.append(self.evaluate(wid, list(patterns.values())))
+        return out
+
+    def idle(self, now_wall_ms: int) -> bool:
+        return not self.pending and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000
+
+    # ---- evaluation ---------------------------------------------------------------------
+    def evaluate(self, window_id: int, patterns: list[dict]) -> dict:
+        """Compare one window's patterns; pure function of its inputs and the policy."""
+        skipped: Counter[str] = Counter()
+        good = [p for p in patterns if self._valid(p, skipped)]
+        rec = _empty_record(self.job, self.function, window_id, patterns)
+        if good:
+            rec["kind"] = int(good[0].get("kind", 0))
+            rec["window_start_ms"] = to_ms(good[0].get("window_start_ms", rec["window_start_ms"]))
+        rec["ranks_seen"] = len(good)
+        if rec["kind"] == SpanKind.COLLECTIVE:
+            self._collective(rec, good, skipped)
+        elif good:
+            self._peers(rec, good, skipped)
+        rec["skipped"] = dict(skipped)
+        self.skipped.update(skipped)
+        return rec
+
+    def _valid(self, p: dict, skipped: Counter) -> bool:
+        try:
+            steps, total, count = int(p["steps"]), p["total_ns"], p["count"]
+        except (KeyError, TypeError, ValueError):
+            skipped["bad_pattern"] += 1
+            return False
+        if steps <= 0:
+            skipped["no_steps"] += 1
+            return False
+        if not (finite_nonneg(total) and finite_nonneg(count)):
+            skipped["bad_duration"] += 1
+            return False
+        if total / steps > self.policy.max_duration_s * 1e9:
+            skipped["absurd_duration"] += 1
+            return False
+        return True
+
+    def _peer_keys(self, good: list[dict], skipped: Counter) -> list[str]:
+        keys = []
+        for p in good:
+            key = self.peer_map.get(int(p["rank"])) if self.peer_map else None
+            if self.peer_map and key is None:
+                skipped["rank_not_in_peer_groups"] += 1
+            keys.append(key if key is not None else "sig:" + str(p.get("signature", "")))
+        return keys
+
+    def _peers(self, rec: dict, good: list[dict], skipped: Counter) -> None:
+        pol = self.policy
+        steps = np.array([p["steps"] for p in good], dtype=np.float64)
+        values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
+        calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
+        keys = self._peer_keys(good, skipped)
+        uniq, peer = np.unique(np.array(keys), return_inverse=True)
+        sizes = np.bincount(peer, minlength=len(uniq))
+        few = int((sizes[peer] < pol.min_peers).sum())
+        if few:
+            skipped["too_few_peers"] += few
+        if rec["kind"] in NOT_COMPARED:
+            scored = PeerGroupOnly()
+        else:
+            scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
+                                 mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
+                                 min_cost=pol.min_cost_ms_per_step, floor_rel=pol.noise_floor_rel,
+                                 floor_ms=pol.noise_floor_ms)
+        rec["ranks_scored"] = int((sizes[peer] >= pol.min_peers).sum())
+        rec["peer_groups"] = len(uniq)
+        rec["median_ms_per_step"] = float(np.median(values))
+        for g, key in enumerate(uniq):
+            idx = np.flatnonzero(peer == g)
+            rec["groups"].append({
+                "key": str(key), "size": int(len(idx)),
+                "median_ms_per_step": float(np.median(values[idx])),
+                "median_calls_per_step": float(np.median(calls[idx])),
+                "ranks": [int(good[i]["rank"]) for i in idx] if len(uniq) > 1 else []})
+        for i in np.flatnonzero(scored.outlier[0]) if scored.outlier is not None else []:
+            g = peer == peer[i]
+            mc = float(np.median(calls[g]))
+            per_call = values / np.maximum(calls, 1e-12)
+            med = float(scored.median[0, i])
+            rec["outliers"].append({
+                "rank": int(good[i]["rank"]), "host": str(good[i].get("host", "")),
+                "gpu": int(good[i].get("gpu", -1)), "peer_group": str(uniq[peer[i]]),
+                "value_ms_per_step": float(values[i]), "peer_median_ms_per_step": med,
+                "ratio": float(values[i] / med) if med > 0 else float("inf"),
+                "robust_z": float(scored.z[0, i]), "cost_ms_per_step": float(scored.cost[0, i]),
+                "calls_ratio": float(calls[i] / mc) if mc > 0 else float("inf"),
+                "per_call_ratio": float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0})
+
+    def _collective(self, rec: dict, good: list[dict], skipped: Counter) -> None:
+        pol = self.policy
+        members, series, sigs, steps, nbytes = [], [], set(), [], []
+        for p in good:
+            seqs = np.asarray(p.get("seqs", []), dtype=np.float64)
+            durs = np.asarray(p.get("seq_dur_ns", []), dtype=np.float64)
+            if len(seqs) != len(durs) or len(seqs) == 0:
+                skipped["no_seqs"] += 1
+                continue
+            ok = np.isfinite(durs) & (durs >= 0) & (durs <= pol.max_duration_s * 1e9) & np.isfinite(seqs)
+            if not ok.all():
+                skipped["bad_duration"] += int((~ok).sum())
+            if not ok.any():
+                continue
+            members.append(p)
+            series.append((seqs[ok].astype(np.int64), durs[ok]))
+            sigs.add(str(p.get("signature", "")))
+            steps.append(p["steps"])
+            nbytes.append(p.get("bytes", 0) / max(1, p.get("count", 1)))
+        rec["members"] = [int(p["rank"]) for p in members]
+        rec["member_max_seq"] = [int(s.max()) for s, _ in series]
+        rec["mixed_signatures"] = len(sigs) > 1
+        if len(members) < 2:
+            skipped["too_few_members"] += len(members)
+            return
+        common, d = seq_matrix(series)
+        rec["seqs_compared"] = int(len(common))
+        rec["bytes_per_call"] = float(np.median(nbytes))
+        if len(common) < pol.min_seqs:
+            skipped["too_few_common_seqs"] += 1
+            return
+        late = collective_lateness(d)
+        step_n = float(np.median(steps)) * len(common) / max(1.0, float(np.median([len(s) for s, _ in series])))
+        step_n = max(step_n, 1e-9)
+        rec["transfer_ms_median"] = float(np.median(late.transfer_ns)) / 1e6
+        rec["transfer_ms_per_step"] = float(late.transfer_ns.sum()) / 1e6 / step_n
+        rec["wait_ms_per_step"] = float(np.median(late.wait_ns)) / 1e6 / step_n
+        chance = 1.0 / len(members)
+        for i in np.flatnonzero(late.late_seqs >= pol.late_fraction * late.seqs):
+            caused = float(late.caused_ns[i]) / 1e6 / step_n
+            pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
+            if caused < pol.min_cost_ms_per_step or pval > pol.late_p_value:
+                continue
+            p = members[i]
+            rec["stragglers"].append({
+                "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
+                "late_seqs": int(late.late_seqs[i]), "late_fraction": float(late.late_seqs[i] / late.seqs),
+                "caused_ms_per_step": caused, "p_value": pval})
+
+
+class PeerGroupOnly:
+    """Stand-in scores for kinds that are never outliers (checkpoint, synchronize, ...)."""
+
+    outlier = None
+
+
+def _empty_record(job: str, function: str, window_id: int, patterns: list[dict]) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION, "job": job, "window_id": int(window_id),
+        "window_start_ms": 0, "window_s": float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
+        "function": function, "kind": 0, "ranks_seen": 0, "ranks_scored": 0, "peer_groups": 0,
+        "median_ms_per_step": 0.0, "groups": [], "outliers": [], "members": [], "member_max_seq": [],
+        "mixed_signatures": False, "seqs_compared": 0, "transfer_ms_median": 0.0,
+        "transfer_ms_per_step": 0.0, "wait_ms_per_step": 0.0, "bytes_per_call": 0.0,
+        "stragglers": [], "skipped": {},
+    }

@@ -1,0 +1,125 @@
+"""Findings (frozen) and the rules that turn a rank's abnormal functions into a cause.
+
+Cause rules for a rank whose own (non-collective) functions exceed its peers:
+  * only GC spans, or GC is most of the excess            -> gc_pause
+  * only data-loader spans                                -> slow_dataloader
+  * only Python / user spans                              -> slow_function
+  * CPU-side spans (python, dataloader) AND compute spans  -> host_cpu_contention
+  * compute spans on a rank without a GPU (gloo on CPU)   -> host_cpu_contention
+  * compute spans on a GPU with heat/power/clock evidence -> gpu_throttle
+  * compute spans on a GPU otherwise                      -> slow_gpu
+  * more calls per step than peers at the same per-call time -> data_imbalance (work, not a fault)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .accumulate import THERMAL_POWER_BITS
+from .model import KIND_PREFIX, Cause, Kind, SpanKind
+
+COMPUTE = frozenset({SpanKind.OPTIMIZER, SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.OP_SUMMARY})
+CPU_ONLY = frozenset({SpanKind.PYTHON, SpanKind.DATALOADER, SpanKind.USER})
+GC_EXPLAINS = 0.7  # GC excess at least this share of the largest other excess
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One root-cause candidate of one window. ``identity`` keys persistence."""
+
+    kind: Kind
+    cause: Cause
+    identity: str
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    gpus: tuple[int, ...]
+    function: str
+    score: float
+    impact_ms: float
+    summary: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    immediate: bool = False  # raise without waiting for persistence (hang)
+
+
+def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock_ratio: float,
+                      hot_temp_c: float) -> dict[str, Any]:
+    """Hardware readings that show a throttled GPU; empty when there are none."""
+    if not rw or rw.get("hw_samples", 0) <= 0:
+        return {}
+    ev: dict[str, Any] = {}
+    clock, cmax = float(rw.get("sm_clock_mhz", -1)), float(rw.get("sm_clock_max_mhz", -1))
+    if clock > 0 and cmax > 0 and clock < clock_ratio * cmax:
+        ev["sm_clock_mhz"], ev["sm_clock_max_mhz"] = round(clock), round(cmax)
+    if clock > 0 and peer_clock_mhz > 0 and clock < clock_ratio * peer_clock_mhz:
+        ev["sm_clock_mhz"], ev["peer_sm_clock_mhz"] = round(clock), round(peer_clock_mhz)
+    reasons = int(rw.get("throttle_reasons", 0))
+    if reasons & THERMAL_POWER_BITS:
+        ev["throttle_reasons"] = hex(reasons)
+    if float(rw.get("temp_c_max", -1)) >= hot_temp_c:
+        ev["temp_c_max"] = float(rw["temp_c_max"])
+    if ev:
+        ev["power_w_mean"] = float(rw.get("power_w_mean", -1))
+    return ev
+
+
+def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min_excess: float) -> Cause:
+    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``)."""
+    kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
+    if all(o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess
+           for o in outliers):
+        return Cause.DATA_IMBALANCE
+    # per kind, the largest excess (a named span and its kind: aggregate are the same time)
+    cost = {k: max(o["cost_ms_per_step"] for o in outliers if o["kind"] == k) for k in kinds}
+    others = max((c for k, c in cost.items() if k != SpanKind.GC), default=0.0)
+    if SpanKind.GC in cost and cost[SpanKind.GC] >= GC_EXPLAINS * others:
+        return Cause.GC_PAUSE  # GC pauses nest inside other spans and inflate them
+    kinds.discard(SpanKind.GC)
+    if kinds <= {SpanKind.DATALOADER}:
+        return Cause.SLOW_DATALOADER
+    if kinds <= {SpanKind.PYTHON, SpanKind.USER}:
+        return Cause.SLOW_FUNCTION
+    if kinds & CPU_ONLY and kinds & COMPUTE:
+        return Cause.HOST_CPU_CONTENTION
+    if gpu < 0:  # CPU job: several phases slow is the host; one phase is that function
+        return Cause.HOST_CPU_CONTENTION if len(kinds) >= 2 else Cause.SLOW_FUNCTION
+    return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
+
+
+CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATALOADER}
+
+
+def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
+    """The most specific costly outlier: of the cause's own kind when it has one (GC for
+    gc_pause), and a named function rather than a ``kind:`` aggregate."""
+    pool = [o for o in outliers if o["kind"] == CAUSE_KINDS.get(cause)] or outliers
+    named = [o for o in pool if not o["function"].startswith(KIND_PREFIX)]
+    return max(named or pool, key=lambda o: o["cost_ms_per_step"])
+
+
+def rank_impact(outliers: list[dict]) -> float:
+    """Step time recovered (ms) if the rank were as fast as its peers: the summed excess of
+    the disjoint per-kind aggregates (GC nests inside them, so it counts as an alternative,
+    not an addition), or the largest named function when no aggregate flagged."""
+    agg = [o for o in outliers if o["function"].startswith(KIND_PREFIX)]
+    non_gc = sum(o["cost_ms_per_step"] for o in agg if o["kind"] != SpanKind.GC)
+    gc = max((o["cost_ms_per_step"] for o in agg if o["kind"] == SpanKind.GC), default=0.0)
+    named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
+    return float(max(non_gc, gc, named))
+
+
+CAUSE_WORDS = {
+    Cause.SLOW_GPU: "its GPU computes slower than its peers' (no throttling seen)",
+    Cause.GPU_THROTTLE: "its GPU is throttled",
+    Cause.HOST_CPU_CONTENTION: "its host CPU is contended (CPU-side and compute work both slow)",
+    Cause.SLOW_DATALOADER: "its data loader is slow",
+    Cause.GC_PAUSE: "Python garbage collection pauses",
+    Cause.SLOW_FUNCTION: "a Python function is slow",
+    Cause.DATA_IMBALANCE: "it gets more work per step than its peers (data/MoE imbalance, not a fault)",
+    Cause.SLOW_LINK: "a slow network/PCIe link",
+}
+
+
+def kind_of(k: str) -> Kind:
+    return Kind(k)

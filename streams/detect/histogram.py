@@ -1,0 +1,44 @@
+"""Fixed log-bucket histogram of durations (ns): mergeable across ranks and windows.
+
+Bucket i holds durations in [2^(i/4), 2^((i+1)/4)) ns (quarter-octaves, ~19% wide),
+so a 1 ms duration lands in bucket 79 and an hour in bucket 167. Durations < 1 ns go
+to bucket 0. Counts are trimmed of trailing zeros, as FunctionPattern.hist stores them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BUCKETS_PER_OCTAVE = 4
+
+
+def bucket_of(dur_ns: np.ndarray) -> np.ndarray:
+    """Bucket index of each duration."""
+    d = np.maximum(np.asarray(dur_ns, dtype=np.float64), 1.0)
+    return np.floor(np.log2(d) * BUCKETS_PER_OCTAVE).astype(np.int64)
+
+
+def histogram(dur_ns: np.ndarray) -> list[int]:
+    """Counts per bucket, trailing zeros trimmed."""
+    if len(dur_ns) == 0:
+        return []
+    return [int(c) for c in np.bincount(bucket_of(dur_ns))]
+
+
+def merge(a: list[int], b: list[int]) -> list[int]:
+    """Sum of two histograms of any lengths."""
+    n = max(len(a), len(b))
+    out = np.zeros(n, dtype=np.int64)
+    out[: len(a)] += np.asarray(a, dtype=np.int64)
+    out[: len(b)] += np.asarray(b, dtype=np.int64)
+    return [int(c) for c in out]
+
+
+def quantile(hist: list[int], q: float) -> float:
+    """Approximate q-quantile (ns): geometric middle of the bucket holding it."""
+    counts = np.asarray(hist, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return 0.0
+    idx = int(np.searchsorted(np.cumsum(counts), q * total, side="left"))
+    return float(2.0 ** ((idx + 0.5) / BUCKETS_PER_OCTAVE))

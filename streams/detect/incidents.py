@@ -1,0 +1,86 @@
+"""Incident lifecycle: persistence before OPEN, UPDATED on material change, RESOLVED after quiet.
+
+A finding's ``identity`` (cause + culprit ranks/host/group) is its root cause. It must
+be seen in ``persist_windows`` consecutive evaluated windows to open (hangs open at
+once); it is re-sent as UPDATED when its impact moves by more than ``update_change``
+(relative) or its ranks change; it resolves after ``clear_windows`` windows without it.
+The incident_id is a hash of job, cause, ranks and function at opening, so re-deliveries
+and restarts from the same inputs give the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from .findings import Finding
+from .model import SCHEMA_VERSION, Status
+from .policy import DetectionPolicy
+
+
+@dataclass
+class Track:
+    """Plain state of one identity."""
+
+    streak: int = 0
+    misses: int = 0
+    open: bool = False
+    incident_id: str = ""
+    first_seen_ms: int = 0
+    last_seen_ms: int = 0
+    sent_impact: float = 0.0
+    sent_ranks: tuple = ()
+    last: dict = field(default_factory=dict)  # last Anomaly record sent
+
+
+def incident_id(job: str, f: Finding) -> str:
+    key = f"{job}|{f.cause.value}|{','.join(map(str, f.ranks))}|{f.function}"
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
+         window_end_ms: int, step_time_ms: float, policy: DetectionPolicy) -> list[dict]:
+    """Advance every track by one evaluated window; Anomaly records to send."""
+    out = []
+    seen = {f.identity: f for f in findings}
+    for ident, f in seen.items():
+        t = tracks.setdefault(ident, Track(first_seen_ms=window_start_ms))
+        t.streak, t.misses, t.last_seen_ms = t.streak + 1, 0, window_end_ms
+        if not t.open and (t.streak >= policy.persist_windows or f.immediate):
+            t.open, t.incident_id = True, incident_id(job, f)
+            out.append(_record(t, f, job, Status.OPEN, step_time_ms))
+        elif t.open and _material(t, f, policy):
+            out.append(_record(t, f, job, Status.UPDATED, step_time_ms))
+    for ident in [i for i in tracks if i not in seen]:
+        t = tracks[ident]
+        if not t.open:
+            del tracks[ident]
+            continue
+        t.misses += 1
+        if t.misses >= policy.clear_windows:
+            rec = dict(t.last, status=Status.RESOLVED.value, last_seen_ms=t.last_seen_ms)
+            out.append(rec)
+            del tracks[ident]
+    return out
+
+
+def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
+    base = max(abs(t.sent_impact), 1e-9)
+    return abs(f.impact_ms - t.sent_impact) / base > policy.update_change or f.ranks != t.sent_ranks
+
+
+def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> dict:
+    t.sent_impact, t.sent_ranks = f.impact_ms, f.ranks
+    evidence = dict(f.evidence, windows=t.streak)
+    rec = {
+        "schema_version": SCHEMA_VERSION, "incident_id": t.incident_id, "job": job,
+        "status": status.value, "kind": f.kind.value, "cause": f.cause.value,
+        "ranks": list(f.ranks), "hosts": list(f.hosts), "gpus": list(f.gpus), "function": f.function,
+        "score": float(f.score), "impact_ms_per_step": round(float(f.impact_ms), 3),
+        "step_time_ms": round(float(step_time_ms), 3), "first_seen_ms": int(t.first_seen_ms),
+        "last_seen_ms": int(t.last_seen_ms), "windows": int(t.streak), "summary": f.summary,
+        "evidence_json": json.dumps(evidence, sort_keys=True, default=str),
+    }
+    t.last = rec
+    return rec

@@ -1,0 +1,111 @@
+"""Job-level detectors over RankWindows: iteration regression and hang.
+
+Regression: the job's step time per window (median over ranks of each rank's
+median step, robust to one-off checkpoint steps) is kept for ``history_windows``.
+Best = the lowest of the history before the last ``persist_windows``; recent =
+mean of those last windows. Regression when recent > best * (1 + regression_pct %)
+and the difference is at least min_cost_ms_per_step.
+
+Hang: consecutive windows in which no rank completed an iteration. A hang when
+they span max(hang_factor x typical step, hang_floor_s). The ranks named are
+those that never reached the pending collective: in the group most ranks are
+pending in, the members whose highest seq is below the group's highest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .findings import Finding
+from .model import Cause, Kind
+from .policy import DetectionPolicy
+
+
+@dataclass
+class LivenessState:
+    """Plain, bounded state (serializable)."""
+
+    history: list[tuple[int, float]] = field(default_factory=list)  # (window, step ms)
+    idle_windows: int = 0
+    max_last_step: int = -1
+    group_seq: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> rank -> max seq
+
+
+def note_collectives(state: LivenessState, comparisons: list[dict]) -> None:
+    """Remember, per collective group, each member's highest seq (for hang culprits)."""
+    for c in comparisons:
+        if c.get("members"):
+            group = c["function"].split(":", 2)[-1]
+            seqs = state.group_seq.setdefault(group, {})
+            for r, s in zip(c["members"], c["member_max_seq"], strict=False):
+                seqs[int(r)] = max(int(s), seqs.get(int(r), -1))
+
+
+def regression(state: LivenessState, window_id: int, step_ms: float,
+               policy: DetectionPolicy) -> Finding | None:
+    if step_ms > 0:
+        state.history = (state.history + [(window_id, step_ms)])[-policy.history_windows:]
+    k = policy.persist_windows
+    if len(state.history) < k + 2 or step_ms <= 0:
+        return None
+    best = min(v for _, v in state.history[:-k])
+    recent = float(np.mean([v for _, v in state.history[-k:]]))
+    excess = recent - best
+    if recent <= best * (1 + policy.regression_pct / 100) or excess < policy.min_cost_ms_per_step:
+        return None
+    summary = (f"iteration time regressed: recent steps take {recent:.1f} ms vs the best {best:.1f} ms "
+               f"(+{100 * excess / best:.0f}%) on all ranks with no single culprit; a synchronized profile "
+               f"was requested")
+    evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
+                "pct": round(100 * excess / best, 2), "windows": k}
+    return Finding(Kind.REGRESSION, Cause.REGRESSION, "regression", (), (), (), "iteration",
+                   float(recent / best), float(excess), summary, evidence)
+
+
+def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionPolicy) -> Finding | None:
+    steps = sum(int(rw.get("steps", 0)) for rw in rank_windows.values())
+    for rw in rank_windows.values():
+        state.max_last_step = max(state.max_last_step, int(rw.get("last_step", -1)))
+    if steps > 0 or not rank_windows:
+        state.idle_windows = 0
+        return None
+    if not state.history:
+        return None  # never saw progress: a job still starting is not hung
+    state.idle_windows += 1
+    typical_s = float(np.median([v for _, v in state.history])) / 1000
+    stalled_s = state.idle_windows * policy.window_s
+    if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):
+        return None
+    return _hang_finding(state, rank_windows, stalled_s)
+
+
+def _hang_finding(state: LivenessState, rank_windows: dict[int, dict], stalled_s: float) -> Finding:
+    pending: dict[str, list[int]] = {}
+    for r, rw in rank_windows.items():
+        if rw.get("pending_group"):
+            pending.setdefault(rw["pending_group"], []).append(int(r))
+    culprits: list[int] = []
+    group = ""
+    top_seq = -1
+    for g, _ in sorted(pending.items(), key=lambda kv: -len(kv[1])):
+        seqs = dict(state.group_seq.get(g, {}))
+        for r in pending[g]:
+            seqs[r] = max(seqs.get(r, -1), int(rank_windows[r]["pending_seq"]))
+        top_seq = max(seqs.values())
+        culprits = sorted(r for r, s in seqs.items() if s < top_seq)
+        group = g
+        if culprits:
+            break
+    last_fn = {str(r): rank_windows.get(r, {}).get("last_function", "?") for r in culprits}
+    hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in culprits}))
+    who = ", ".join(f"rank {r} (last in {last_fn[str(r)]})" for r in culprits[:8]) or "unknown ranks"
+    summary = (f"job hung: no iteration finished for {stalled_s:.0f} s; {who} never reached collective "
+               f"seq {top_seq} of group {group or '?'} that the other ranks are waiting in")
+    evidence = {"stalled_s": stalled_s, "pending_group": group, "pending_seq": top_seq,
+                "last_functions": last_fn, "last_step": state.max_last_step}
+    return Finding(Kind.HANG, Cause.HANG, "hang", tuple(culprits), hosts,
+                   tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in culprits})),
+                   next(iter(last_fn.values()), ""), float(stalled_s), float(stalled_s * 1000), summary,
+                   evidence, immediate=True)

@@ -1,0 +1,106 @@
+"""Detection policy: every threshold the detectors apply, in one frozen object.
+
+Scoring code computes numbers; this policy decides what those numbers mean.
+Built from the deploy settings (``DetectionSettings`` + ``StreamSettings``)
+with :meth:`DetectionPolicy.from_settings`, or with defaults for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class PolicyError(ValueError):
+    """A detection setting that cannot be used (e.g. a malformed peer_groups)."""
+
+
+@dataclass(frozen=True)
+class DetectionPolicy:
+    """Thresholds and sizes. Times in seconds or ms as named; ratios are fractions."""
+
+    # peer outliers (robust z = (value - median) / (1.4826 * MAD), MAD floored)
+    mad_threshold: float = 5.0
+    min_excess: float = 0.10
+    min_cost_ms_per_step: float = 1.0
+    min_peers: int = 4  # ranks in a peer group (the rank itself included)
+    noise_floor_rel: float = 0.02  # MAD floor as a fraction of the peer median
+    noise_floor_ms: float = 0.05  # ... and in ms per step
+    # persistence
+    persist_windows: int = 2
+    clear_windows: int = 2
+    update_change: float = 0.25  # relative impact change that re-sends an incident
+    # collectives: a rank is the late arriver of a (group, seq) when its time inside is the shortest
+    late_fraction: float = 0.6  # of the compared seqs
+    late_p_value: float = 1e-4  # binomial tail vs chance (1 / members)
+    min_seqs: int = 3
+    link_excess: float = 0.25  # group transfer time above peer groups' median
+    # expectations, as a share of the job's median step time
+    gc_share: float = 0.05
+    dataloader_share: float = 0.15
+    python_share: float = 0.10
+    # hardware evidence
+    clock_ratio: float = 0.85  # sm clock / max (or / peers' median) below this is throttling
+    hot_temp_c: float = 87.0
+    # regression and hang
+    regression_pct: float = 5.0
+    history_windows: int = 120
+    hang_factor: float = 5.0
+    hang_floor_s: float = 30.0
+    # windows
+    window_s: float = 5.0
+    window_grace_s: float = 3.0
+    close_lag_ms: int = 500  # a rank's data past a window's end by this much closes it
+    max_open_windows: int = 8  # per summarizer / comparator; oldest evicted (counted)
+    max_duration_s: float = 3600.0  # longer durations are absurd input
+    idle_after_s: float = 600.0  # state with no input for this long may be dropped
+    peer_groups: str = ""
+
+    @property
+    def window_ms(self) -> int:
+        return int(round(self.window_s * 1000))
+
+    @property
+    def grace_ms(self) -> int:
+        return int(round(self.window_grace_s * 1000))
+
+    @classmethod
+    def from_settings(cls, detection: Any = None, streams: Any = None) -> DetectionPolicy:
+        """Copy every same-named attribute of the (duck-typed) settings objects."""
+        names = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for source in (detection, streams):
+            if source is None:
+                continue
+            for name in names:
+                if hasattr(source, name):
+                    kwargs[name] = getattr(source, name)
+        policy = cls(**kwargs)
+        policy.peer_group_map()  # validate at start-up, not at the first window
+        return policy
+
+    def peer_group_map(self) -> dict[int, str]:
+        """Parse ``'a=0-7,16-23;b=8-15'`` into {rank: group name}; empty when unset."""
+        return parse_peer_groups(self.peer_groups)
+
+
+def parse_peer_groups(text: str) -> dict[int, str]:
+    """``name=lo-hi,n;name2=...`` -> {rank: name}. Raises PolicyError with what to fix."""
+    out: dict[int, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(";"))):
+        name, sep, spec = part.partition("=")
+        if not sep or not name.strip():
+            raise PolicyError(f"peer_groups: {part!r} must look like 'name=0-7,16-23'")
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            lo, dash, hi = item.partition("-")
+            try:
+                first, last = int(lo), int(hi) if dash else int(lo)
+            except ValueError:
+                raise PolicyError(f"peer_groups: {item!r} in {name!r} is not a rank or range") from None
+            if first < 0 or last < first:
+                raise PolicyError(f"peer_groups: range {item!r} in {name!r} is empty or negative")
+            for rank in range(first, last + 1):
+                if rank in out:
+                    raise PolicyError(f"peer_groups: rank {rank} is in both {out[rank]!r} and {name!r}")
+                out[rank] = name.strip()
+    return out

@@ -1,0 +1,299 @@
+"""Stage 3, one window: RankWindows + FunctionComparisons -> root-cause Findings.
+
+Order of reasoning (each step only sees what the earlier ones left):
+  1. rank outliers: a rank's own functions (collective time excluded) above its peers
+     -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
+     merged per host, data imbalance merged per function;
+  2. stragglers: late arrivers of collectives among peers. A straggler that was itself
+     waiting in another collective (a member of a group some other rank held up) is a
+     propagated victim and is dropped; one with no abnormal function of its own is
+     reported as entering the collective late (uninstrumented code before it);
+  3. slow links: a collective group whose pure transfer time exceeds its sibling groups
+     (same op and size); localized by link hardware evidence or group intersection;
+  4. stage imbalance: ``kind:`` aggregates whose peer groups (stages) differ by far;
+  5. expectations: GC, data loading or a Python function taking too large a share of
+     every rank's step (a problem all ranks share has no outlier).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from .findings import (
+    CAUSE_WORDS,
+    Finding,
+    classify,
+    rank_impact,
+    throttle_evidence,
+    top_function,
+)
+from .model import KIND_PREFIX, Cause, Kind, SpanKind, comm_op
+from .policy import DetectionPolicy
+
+HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
+
+
+def step_ms(rank_windows: dict[int, dict]) -> float:
+    """Job's step time (ms): median over ranks of each rank's median step."""
+    meds = [float(np.median(rw["step_time_ns"])) for rw in rank_windows.values() if rw.get("step_time_ns")]
+    return float(np.median(meds)) / 1e6 if meds else 0.0
+
+
+def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
+                    policy: DetectionPolicy) -> list[Finding]:
+    """All root-cause candidates of one window, most costly first."""
+    by_rank: dict[int, list[dict]] = defaultdict(list)
+    for c in comparisons:
+        if c["kind"] == SpanKind.COLLECTIVE:
+            continue
+        for o in c["outliers"]:
+            by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
+    stragglers, victims = _stragglers(comparisons)
+    link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
+    findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
+    findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows)
+    findings += link_findings
+    findings += _stage_imbalance(comparisons, policy)
+    findings += _expectations(comparisons, step_ms(rank_windows), policy)
+    return sorted(findings, key=lambda f: -f.impact_ms)
+
+
+def _stragglers(comparisons: list[dict]) -> tuple[dict[int, list[dict]], set[int]]:
+    """Late arrivers of peer collectives, and the ranks that waited for someone."""
+    late: dict[int, list[dict]] = defaultdict(list)
+    victims: set[int] = set()
+    for c in comparisons:
+        if c["kind"] != SpanKind.COLLECTIVE or c["mixed_signatures"]:
+            continue
+        names = {s["rank"] for s in c["stragglers"]}
+        for s in c["stragglers"]:
+            late[s["rank"]].append({**s, "function": c["function"]})
+        if names:
+            victims.update(r for r in c["members"] if r not in names)
+    return late, victims
+
+
+def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
+    clocks = [rw["sm_clock_mhz"] for rw in rank_windows.values() if rw.get("sm_clock_mhz", -1) > 0]
+    return float(np.median(clocks)) if clocks else -1.0
+
+
+def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
+                   rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
+    peer_clock = _hw_peer_clock(rank_windows)
+    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict]]] = defaultdict(list)
+    for rank, outs in by_rank.items():
+        rw = rank_windows.get(rank, {})
+        gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
+        hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
+        cause = classify(outs, gpu, hw, policy.min_excess)
+        if cause in HOST_LEVEL:
+            key: tuple = (cause, outs[0]["host"])
+        elif cause == Cause.DATA_IMBALANCE:
+            key = (cause, top_function(outs)["function"])
+        else:
+            key = (cause, rank)
+        groups[key].append((rank, cause, outs, hw))
+    return [_merge_rank_group(key, members, stragglers) for key, members in groups.items()]
+
+
+def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict]]) -> Finding:
+    cause = key[0]
+    ranks = tuple(sorted(m[0] for m in members))
+    outs = [o for m in members for o in m[2]]
+    top = top_function(outs, cause)
+    impact = max(rank_impact(m[2]) for m in members)
+    late = [s for r in ranks for s in stragglers.get(r, [])]
+    if late:
+        impact = max(impact, max(s["caused_ms_per_step"] for s in late))
+    hosts = tuple(sorted({o["host"] for o in outs}))
+    gpus = tuple(sorted({int(o["gpu"]) for o in outs}))
+    evidence = {
+        "function": top["function"], "peer_median_ms": round(top["peer_median_ms_per_step"], 3),
+        "rank_value_ms": round(top["value_ms_per_step"], 3), "ratio": round(top["ratio"], 3),
+        "robust_z": round(top["robust_z"], 1), "calls_ratio": round(top["calls_ratio"], 3),
+        "abnormal_functions": sorted({o["function"] for o in outs}),
+        "hardware": {str(m[0]): m[3] for m in members if m[3]},
+        "late_arrivals": [{k: s[k] for k in ("function", "late_seqs", "late_fraction", "caused_ms_per_step")}
+                          for s in late[:5]],
+    }
+    kind = Kind.IMBALANCE if cause == Cause.DATA_IMBALANCE else Kind.OUTLIER
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short(ranks)}"
+    summary = (f"{who} on {', '.join(hosts[:3])}: {top['function']} takes {top['value_ms_per_step']:.1f} ms/step "
+               f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({top['ratio']:.2f}x) - "
+               f"{CAUSE_WORDS.get(cause, cause.value)}; costs the job ~{impact:.1f} ms per step")
+    return Finding(kind, cause, f"{cause.value}|{key[1]}", ranks, hosts, gpus, top["function"],
+                   float(max(o["robust_z"] for o in outs)), float(impact), summary, evidence)
+
+
+def _short(ranks: tuple[int, ...]) -> str:
+    return ",".join(map(str, ranks[:8])) + (f",... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
+                  rank_windows: dict[int, dict]) -> list[Finding]:
+    """Stragglers with no abnormal function of their own and not held up elsewhere."""
+    out = []
+    for rank, late in stragglers.items():
+        if rank in victims or rank in explained:
+            continue
+        top = max(late, key=lambda s: s["caused_ms_per_step"])
+        impact = float(top["caused_ms_per_step"])
+        summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
+                   f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
+                   f"none of its instrumented functions is slow, so the delay is in code just before the call")
+        evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
+                    "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
+                    "groups": sorted(s["function"] for s in late)}
+        out.append(Finding(Kind.STRAGGLER, Cause.SLOW_FUNCTION, f"late|{rank}", (rank,), (top["host"],),
+                           (int(top["gpu"]),), top["function"], float(top["late_fraction"] * 10), impact,
+                           summary, evidence))
+    return out
+
+
+def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
+                policy: DetectionPolicy) -> tuple[list[Finding], set[int]]:
+    """Collective groups whose transfer time exceeds sibling groups (same op, same size)."""
+    siblings: dict[tuple, list[dict]] = defaultdict(list)
+    for c in comparisons:
+        if c["kind"] == SpanKind.COLLECTIVE and c["seqs_compared"] >= policy.min_seqs:
+            siblings[(comm_op(c["function"]), len(c["members"]))].append(c)
+    slow = []
+    for group in siblings.values():
+        if len(group) < policy.min_peers:
+            continue
+        t = np.array([c["transfer_ms_median"] for c in group])
+        per_step = np.array([c["transfer_ms_per_step"] for c in group])
+        m, mad = float(np.median(t)), float(np.median(np.abs(t - np.median(t))))
+        scale = max(1.4826 * mad, policy.noise_floor_rel * m, 1e-6)
+        ms = float(np.median(per_step))
+        for c, ti, pi in zip(group, t, per_step, strict=False):
+            if ti >= m * (1 + policy.link_excess) and (ti - m) / scale >= policy.mad_threshold \
+                    and pi - ms >= policy.min_cost_ms_per_step:
+                slow.append((c, ti / m, (ti - m) / scale, pi - ms))
+    return _localize_links(slow, rank_windows)
+
+
+def _link_suspects(members: list[int], rank_windows: dict[int, dict]) -> dict[int, dict]:
+    """Members with link hardware evidence: PCIe gen/width below the others, NVLink errors."""
+    rws = [rank_windows[r] for r in members if r in rank_windows]
+    gens = [rw["pcie_gen_min"] for rw in rws if rw.get("pcie_gen_min", -1) > 0]
+    widths = [rw["pcie_width_min"] for rw in rws if rw.get("pcie_width_min", -1) > 0]
+    gen_med = float(np.median(gens)) if gens else -1
+    width_med = float(np.median(widths)) if widths else -1
+    out = {}
+    for rw in rws:
+        ev: dict[str, Any] = {}
+        if 0 < rw.get("pcie_gen_min", -1) < gen_med:
+            ev["pcie_gen"], ev["peer_pcie_gen"] = rw["pcie_gen_min"], gen_med
+        if 0 < rw.get("pcie_width_min", -1) < width_med:
+            ev["pcie_width"], ev["peer_pcie_width"] = rw["pcie_width_min"], width_med
+        if rw.get("nvlink_errors", 0) > 0:
+            ev["nvlink_errors"] = rw["nvlink_errors"]
+        if ev:
+            out[int(rw["rank"])] = ev
+    return out
+
+
+def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[list[Finding], set[int]]:
+    if not slow:
+        return [], set()
+    sets = [set(c["members"]) for c, *_ in slow]
+    common = set.intersection(*sets) if len(sets) > 1 else set()
+    findings, covered = [], set()
+    for c, ratio, z, cost in slow:
+        suspects = _link_suspects(c["members"], rank_windows)
+        if suspects:
+            ranks, how = tuple(sorted(suspects)), "link hardware evidence"
+        elif common and len(common) < len(c["members"]):
+            ranks, how = tuple(sorted(common)), "the only member of every slow group"
+        else:
+            ranks, how = tuple(sorted(c["members"])), "not localized within the group"
+        covered.update(c["members"])
+        hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in ranks}))
+        gpus = tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in ranks}))
+        summary = (f"collective {c['function']} transfers {ratio:.2f}x slower than its sibling groups "
+                   f"({c['transfer_ms_median']:.2f} ms per call); slow link at rank(s) {_short(ranks)} on "
+                   f"{', '.join(hosts[:3])} ({how}); costs ~{cost:.1f} ms per step")
+        evidence = {"transfer_ms_median": round(c["transfer_ms_median"], 3), "ratio": round(ratio, 3),
+                    "robust_z": round(z, 1), "localized_by": how, "hardware": suspects,
+                    "group_members": len(c["members"])}
+        findings.append(Finding(Kind.OUTLIER, Cause.SLOW_LINK, f"slow_link|{_short(ranks)}", ranks, hosts,
+                                gpus, c["function"], float(z), float(cost), summary, evidence))
+    return _dedupe(findings), covered
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    best: dict[str, Finding] = {}
+    for f in findings:
+        if f.identity not in best or f.impact_ms > best[f.identity].impact_ms:
+            best[f.identity] = f
+    return list(best.values())
+
+
+def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[Finding]:
+    """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
+    found: dict[str, Finding] = {}
+    for c in comparisons:
+        if not c["function"].startswith(KIND_PREFIX) or c["peer_groups"] < 2:
+            continue
+        if c["kind"] not in (SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.OPTIMIZER):
+            continue
+        meds = np.array([g["median_ms_per_step"] for g in c["groups"]])
+        for i, g in enumerate(c["groups"]):
+            others = float(np.median(np.delete(meds, i)))
+            cost = g["median_ms_per_step"] - others
+            if others <= 0 or g["median_ms_per_step"] < others * (1 + 2 * policy.min_excess) \
+                    or cost < policy.min_cost_ms_per_step:
+                continue
+            ident = f"stage_imbalance|{g['key']}"
+            prev = found.get(ident)
+            impact = cost + (prev.impact_ms if prev else 0.0)
+            ranks = tuple(sorted(g["ranks"]))
+            summary = (f"pipeline stage imbalance: the {len(ranks)} ranks of peer group {g['key']} (ranks "
+                       f"{_short(ranks)}) spend {g['median_ms_per_step']:.1f} ms/step in {c['function']} vs "
+                       f"{others:.1f} ms on other stages; the others wait for them. Rebalance layers "
+                       f"(~{impact:.1f} ms per step); no rank is faulty")
+            evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
+                        "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
+            found[ident] = Finding(Kind.IMBALANCE, Cause.STAGE_IMBALANCE, ident, ranks, (), (),
+                                   c["function"], float(g["median_ms_per_step"] / others), impact, summary,
+                                   evidence)
+    return list(found.values())
+
+
+def _expectations(comparisons: list[dict], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
+    """All-rank problems: a share of the step far above what a healthy job spends."""
+    if job_step_ms <= 0:
+        return []
+    out = []
+    for c in comparisons:
+        limit = _share_limit(c, policy)
+        share = c["median_ms_per_step"] / job_step_ms
+        if limit is None or share <= limit or share > 0.5 and c["kind"] == SpanKind.PYTHON:
+            continue
+        cost = (share - limit) * job_step_ms
+        if cost < policy.min_cost_ms_per_step:
+            continue
+        summary = (f"all {c['ranks_seen']} ranks spend {share:.0%} of each {job_step_ms:.0f} ms step in "
+                   f"{c['function']} (expected under {limit:.0%}): a shared inefficiency, no single culprit; "
+                   f"~{cost:.1f} ms per step to gain")
+        evidence = {"share_of_step": round(share, 4), "expected_max_share": limit,
+                    "median_ms_per_step": round(c["median_ms_per_step"], 3), "step_ms": round(job_step_ms, 3),
+                    "ranks": c["ranks_seen"]}
+        out.append(Finding(Kind.EXPECTATION, Cause.SHARED_INEFFICIENCY, f"shared|{c['function']}", (), (), (),
+                           c["function"], float(share / limit), float(cost), summary, evidence))
+    return out
+
+
+def _share_limit(c: dict, policy: DetectionPolicy) -> float | None:
+    if c["function"] == KIND_PREFIX + "gc":
+        return policy.gc_share
+    if c["function"] == KIND_PREFIX + "dataloader":
+        return policy.dataloader_share
+    if c["kind"] == SpanKind.PYTHON and not c["function"].startswith(KIND_PREFIX):
+        return policy.python_share
+    return None
