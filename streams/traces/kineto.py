@@ -31,6 +31,7 @@ from .load import TraceError
 from .table import Cat, EventTable, build_table
 
 SCHEMA_VERSION = 2
+UNKNOWN_HOST = "unknown"  # Kineto traces do not record the host name
 
 
 class SpanKind:
@@ -85,7 +86,7 @@ def rank_info(trace: dict, t: EventTable, source: str) -> RankInfo:
     if not isinstance(world, int) or world <= info["rank"]:
         raise TraceError(f"{source}: distributedInfo.world_size {world!r} does not cover rank {info['rank']}")
     gpus = [a["device"] for a in t.args.values() if isinstance(a.get("device"), int)]
-    host = trace.get("hostname") or trace.get("host_name") or info.get("hostname") or ""
+    host = trace.get("hostname") or trace.get("host_name") or info.get("hostname") or UNKNOWN_HOST
     cpu = t.rows(Cat.CPU_OP)
     pid = 0
     if len(cpu):
