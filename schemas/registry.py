@@ -33,7 +33,14 @@ from typing import Any
 import fastavro
 from fastavro.schema import parse_schema
 
-from .codec import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, Codec, SchemaSet, _fingerprint_of, confluent_frame
+from .codec import (
+    CONFLUENT_MAGIC,
+    SINGLE_OBJECT_MAGIC,
+    Codec,
+    SchemaSet,
+    _fingerprint_of,
+    confluent_frame,
+)
 from .errors import PerftrackerError, SchemaError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -191,9 +198,12 @@ class RegistryCodec:
         schema_id = int.from_bytes(data[1:5], "big")
         writer = self._writer(schema_id)
         try:
-            return fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, self.inner.writer.parsed)
+            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, self.inner.writer.parsed)
         except Exception as exc:  # fastavro raises several types
             raise SchemaError(f"corrupt {self.name} body (registry schema id {schema_id}): {exc}") from exc
+        if not isinstance(record, dict):
+            raise SchemaError(f"registry schema id {schema_id} does not describe a record")
+        return record
 
     def _writer(self, schema_id: int) -> Any:
         parsed = self._readers.get(schema_id)

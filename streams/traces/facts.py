@@ -29,7 +29,7 @@ def span_totals_us(batch: dict) -> dict[str, float]:
     """Total duration (us) per span name of one batch."""
     totals: dict[str, float] = defaultdict(float)
     names = batch["names"]
-    for n, d in zip(batch["spans"]["name"], batch["spans"]["dur_ns"]):
+    for n, d in zip(batch["spans"]["name"], batch["spans"]["dur_ns"], strict=True):
         totals[names[n]] += d / 1000.0
     return {k: round(v, 1) for k, v in totals.items()}
 
@@ -66,7 +66,7 @@ def collective_matrix(batches: dict[int, dict]) -> dict[tuple[str, str], tuple[l
     per: dict[tuple[str, str], dict[int, dict[int, float]]] = defaultdict(dict)
     for rank, b in batches.items():
         c, names, groups = b["comms"], b["names"], b["groups"]
-        for op, g, seq, dur in zip(c["op"], c["group"], c["seq"], c["dur_ns"]):
+        for op, g, seq, dur in zip(c["op"], c["group"], c["seq"], c["dur_ns"], strict=True):
             per[(groups[g]["group_id"], names[op])].setdefault(rank, {})[int(seq)] = dur / 1000.0
     out = {}
     for key, by_rank in per.items():

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from ..detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
 from .kineto import parse_trace_with_skips
@@ -34,7 +35,7 @@ MIN_WINDOW_S = 60
 # statistical thresholds used when the caller passes no policy: a one-step trace has a handful
 # of calls per collective, so the stream default late_p_value (1e-4) is out of reach unless a
 # rank is last in every call (8 members, 5 calls: 4 of 5 late is p = 0.0011); see docs/trace-import.md
-OFFLINE_DEFAULTS = {"late_p_value": 0.01}
+OFFLINE_DEFAULTS: dict[str, Any] = {"late_p_value": 0.01}
 OFFLINE_OVERRIDES = ("window_s", "window_grace_s", "close_lag_ms", "persist_windows", "clear_windows",
                      "max_open_windows")
 
@@ -56,7 +57,7 @@ def batch_span_ns(batch: dict) -> tuple[int, int]:
     """Earliest start and latest end (ns, trace clock) of a batch's spans, comms and steps."""
     starts, ends = [], []
     for cols in (batch["spans"], batch["comms"], batch["iterations"]):
-        for s, d in zip(cols["start_ns"], cols["dur_ns"]):
+        for s, d in zip(cols["start_ns"], cols["dur_ns"], strict=True):
             starts.append(s)
             ends.append(s + d)
     if not starts:

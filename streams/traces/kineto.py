@@ -146,7 +146,8 @@ def _op_kind(t: EventTable, row: int) -> int | None:
     cat = t.cat[row]
     if cat == Cat.KERNEL:
         return OpKind.COMM_KERNEL if t.name_of(row).startswith(("ncclKernel", "ncclDevKernel")) else OpKind.KERNEL
-    return {Cat.MEMCPY: OpKind.MEMCPY, Cat.MEMSET: OpKind.MEMSET, Cat.CPU_OP: OpKind.CPU_OP}.get(int(cat))
+    return {int(Cat.MEMCPY): OpKind.MEMCPY, int(Cat.MEMSET): OpKind.MEMSET,
+            int(Cat.CPU_OP): OpKind.CPU_OP}.get(int(cat))
 
 
 def op_summaries(t: EventTable, names: _Names, profile_id: str) -> list[dict]:

@@ -69,7 +69,7 @@ class EventTable:
     def rows(self, cat: Cat) -> np.ndarray:
         return np.flatnonzero(self.cat == cat)
 
-    def name_of(self, row: int) -> str:
+    def name_of(self, row: int | np.integer) -> str:
         return self.names[int(self.name[row])]
 
     def end_ns(self) -> np.ndarray:
@@ -131,7 +131,8 @@ def build_table(trace: dict) -> EventTable:
     """One trace's ``traceEvents`` -> :class:`EventTable` (see the module docstring)."""
     events = trace.get("traceEvents") or []
     base_us = _base_us(trace, events)
-    names, threads, skipped = _Symbols(), _Symbols(), Counter()
+    names, threads = _Symbols(), _Symbols()
+    skipped: Counter[str] = Counter()
     cols: dict[str, list] = {k: [] for k in ("cat", "name", "tid", "ts", "dur", "corr")}
     args: dict[int, dict] = {}
     for e in events:

@@ -64,7 +64,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         text = body["schema"]
         json.loads(text)  # must be valid JSON
-        for sid, known in self.schemas.items():
+        for sid, known in list(self.schemas.items()):  # noqa: B007 (sid kept on break)
             if json.loads(known) == json.loads(text):
                 break
         else:

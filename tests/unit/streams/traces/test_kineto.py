@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 from perftracker.schemas import EVENT_BATCH, Codec
-from perftracker.streams.traces.kineto import SpanKind, parse_trace, parse_trace_with_skips, span_kind
+from perftracker.streams.traces.kineto import (
+    SpanKind,
+    parse_trace,
+    parse_trace_with_skips,
+    span_kind,
+)
 from perftracker.streams.traces.load import RawTrace, TraceError, read_traces
 
 from .helpers import dlrm_archive, tiny_trace
@@ -17,7 +22,7 @@ def dlrm_rank(rank: int) -> dict:
 
 def comms_of(batch: dict) -> list[tuple[str, int, int]]:
     c, names = batch["comms"], batch["names"]
-    return [(names[o], s, d) for o, s, d in zip(c["op"], c["seq"], c["dur_ns"])]
+    return [(names[o], s, d) for o, s, d in zip(c["op"], c["seq"], c["dur_ns"], strict=True)]
 
 
 def test_real_rank_becomes_an_event_batch_that_encodes():
@@ -40,7 +45,7 @@ def test_real_collectives_are_numbered_per_group_and_op_in_launch_order():
 
 def test_real_annotations_map_to_span_kinds():
     b = dlrm_rank(0)
-    kinds = {b["names"][n]: k for n, k in zip(b["spans"]["name"], b["spans"]["kind"])}
+    kinds = {b["names"][n]: k for n, k in zip(b["spans"]["name"], b["spans"]["kind"], strict=True)}
     assert kinds["## forward ##"] == SpanKind.FORWARD and kinds["## backward ##"] == SpanKind.BACKWARD
     assert kinds["## optimizer ##"] == SpanKind.OPTIMIZER
     assert kinds["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] == SpanKind.DATALOADER
