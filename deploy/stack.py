@@ -159,16 +159,12 @@ def _stop_pid(pid: int, timeout_s: float) -> bool:
 
 def _alive_not_zombie(pid: int) -> bool:
     try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it when it is our own child
         if waited == pid:
             return False
     except ChildProcessError:
         pass
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return pid_alive(pid)
+    return pid_alive(pid)
 
 
 def down(settings: Settings) -> list[str]:

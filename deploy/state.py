@@ -39,6 +39,7 @@ def read_state(data_dir: Path) -> StackState | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     if pid <= 0:
         return False
     try:
@@ -47,7 +48,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def resolve_bootstrap(settings: Settings) -> str:

@@ -24,7 +24,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 key = (pattern["job"], pattern["function"])
                 if key not in comparators:
                     comparators[key] = FunctionComparator(key[0], key[1], ctx.policy)
-                comparators[key].add(pattern)
+                comparators[key].add(pattern, now_ms())
                 ctx.counters["in.FunctionPattern"] += 1
             except Exception as exc:
                 ctx.failed("compare", exc)

@@ -24,7 +24,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 job = record["job"]
                 if job not in diagnosers:
                     diagnosers[job] = JobDiagnoser(job, ctx.policy)
-                diagnosers[job].add(name, record)
+                diagnosers[job].add(name, record, now_ms())
                 ctx.counters[f"in.{name}"] += 1
             except Exception as exc:
                 ctx.failed("diagnose", exc)

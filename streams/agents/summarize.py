@@ -29,12 +29,13 @@ def register(app: Any, ctx: StreamContext) -> None:
             name, record = decoded
             try:
                 s = summarizer_for(record)
+                now = now_ms()
                 if name == HARDWARE_BATCH:
-                    s.add_hardware(record)
+                    s.add_hardware(record, now)
                 else:
-                    s.add_events(record)
+                    s.add_events(record, now)
                 ctx.counters[f"in.{name}"] += 1
-                await emit(ctx, s.poll(now_ms()))
+                await emit(ctx, s.poll(now))
             except Exception as exc:
                 ctx.failed("summarize", exc)
 

@@ -250,7 +250,10 @@ class RankSummarizer:
         while True:
             wid = self.next_window
             end = (wid + 1) * wms
-            done = self.data_ms >= end + lag or now_wall_ms > end + grace
+            # by the rank's own data; by the caller's clock only once the rank went quiet, so a
+            # replay or a lagging consumer (data far behind now) still fills its windows
+            quiet = now_wall_ms - self.last_input_ms > grace
+            done = self.data_ms >= end + lag or (quiet and now_wall_ms > end + grace)
             if not (done or (flush and wid <= last_open)):
                 break
             if not self.windows.get(wid) and self._silent_too_long(now_wall_ms, end):

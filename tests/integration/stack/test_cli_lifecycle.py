@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from perftracker.deploy.state import pid_alive
 from perftracker.deploy.tansu import free_port
 
