@@ -169,6 +169,46 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
     click.echo(format_diagnosis(cfg.job, rows))
 
 
+@cli.command("import-traces")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--job", required=True, help="Job id to report the traces under.")
+@click.option("--json", "as_json", is_flag=True, help="JSON list, most costly first.")
+@click.pass_context
+def import_traces_cmd(ctx: click.Context, path: Path, job: str, as_json: bool) -> None:
+    """Diagnose PyTorch profiler (Kineto) traces of many ranks with the same detection."""
+    from ..streams.traces.importer import import_traces_with_report
+
+    # the importer's offline policy (one window, persistence 1, a p-value reachable in one step)
+    rows, report = import_traces_with_report(path, job, None)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    click.echo(f"imported {len(report.batches)} rank trace(s) from {path}; "
+               f"skipped {len(report.skipped_files)} file(s), {sum(report.skipped_events.values())} event(s)")
+    for skip in report.skipped_files:
+        click.echo(f"  skipped {skip}")
+    click.echo(format_diagnosis(job, rows))
+
+
+@cli.group()
+def grafana() -> None:
+    """Grafana dashboards, datasource and alert rules."""
+
+
+@grafana.command("push")
+@click.option("--url", required=True, help="Grafana base URL, e.g. https://grafana.example.com")
+@click.option("--token-file", type=click.Path(path_type=Path), default=None,
+              help="File holding the API token (default: $PERFTRACKER_GRAFANA_TOKEN).")
+def grafana_push(url: str, token_file: Path | None) -> None:
+    """Upload datasource, folder, dashboards and alert rules (idempotent)."""
+    import os
+
+    from ..grafana.push import push, read_token
+
+    for line in push(url, read_token(os.environ, token_file)):
+        click.echo(line)
+
+
 @cli.command("config")
 @click.pass_context
 def show_config(ctx: click.Context) -> None:
