@@ -68,7 +68,8 @@ def measure(pairs: int, steps: int) -> dict:
         env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
                "PERFTRACKER_KAFKA_TOPIC_PREFIX": "bench", "TRAIN_STEPS": str(steps)}
         with tempfile.TemporaryDirectory() as tmp:
-            plain, instrumented = [], []
+            plain: list[dict] = []
+            instrumented: list[dict] = []
             for i in range(pairs):
                 order = (False, True) if i % 2 == 0 else (True, False)
                 for flag in order:
