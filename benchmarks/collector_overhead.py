@@ -10,7 +10,9 @@ against a local tansu broker, and prints::
 * step_time_ratio: median step time with collectors / without (rank 0, warm-up excluded);
 * events_per_step: events recorded per rank per step (sent + dropped);
 * bytes_per_rank_per_s: Avro bytes delivered per rank / training seconds;
-* rss_added_mb: peak RSS of rank 0 with collectors minus without.
+* rss_added_mb: peak RSS of rank 0 with collectors minus without;
+* cpu_time_ratio (extra): rank 0's CPU time per step, all threads, with / without;
+  steadier than wall time when other work shares the cores.
 
 Goals: ratio <= 1.005, rss_added_mb <= 50, bytes_per_rank_per_s <= 20000.
 """
@@ -66,7 +68,8 @@ def measure(pairs: int, steps: int) -> dict:
         env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
                "PERFTRACKER_KAFKA_TOPIC_PREFIX": "bench", "TRAIN_STEPS": str(steps)}
         with tempfile.TemporaryDirectory() as tmp:
-            plain, instrumented = [], []
+            plain: list[dict] = []
+            instrumented: list[dict] = []
             for i in range(pairs):
                 order = (False, True) if i % 2 == 0 else (True, False)
                 for flag in order:
@@ -85,6 +88,8 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
         "bytes_per_rank_per_s": round(statistics.mean(r["bytes"] / r["train_s"] for r in instrumented)),
         "rss_added_mb": round(statistics.median(r["max_rss_mb"] for r in instrumented)
                               - statistics.median(r["max_rss_mb"] for r in plain), 1),
+        "cpu_time_ratio": round(statistics.median(r["cpu_ms_per_step"] for r in instrumented)
+                                / statistics.median(r["cpu_ms_per_step"] for r in plain), 4),
         "step_ms_without": round(base, 3), "step_ms_with": round(with_ms, 3),
         "per_pair_ratio": [round(a["step_ms"] / b["step_ms"], 4) for a, b in zip(instrumented, plain, strict=True)],
         "events_dropped": sum(r["dropped"] for r in instrumented),

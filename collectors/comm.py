@@ -117,7 +117,7 @@ class CommTimer:
 
         done = []
         for spec in OP_SPECS:
-            if patches.replace(c10d, spec.name, lambda orig, s=spec: self.wrap(s, orig)):
+            if patches.replace(c10d, spec.name, functools.partial(self._wrap_for, spec)):
                 done.append(spec.name)
             if getattr(self.dist, spec.name, None) is not getattr(c10d, spec.name, None):
                 patches.add_undo(self.dist, spec.name, getattr(self.dist, spec.name, None))
@@ -127,6 +127,9 @@ class CommTimer:
             patches.add_undo(self.dist, "destroy_process_group", self.dist.destroy_process_group)
             self.dist.destroy_process_group = c10d.destroy_process_group
         return done
+
+    def _wrap_for(self, spec: OpSpec, orig: Callable) -> Callable:
+        return self.wrap(spec, orig)
 
     def _wrap_destroy(self, orig: Callable) -> Callable:
         @functools.wraps(orig)
@@ -181,7 +184,7 @@ class CommTimer:
         seq = state.seq
         nbytes = 0
         for idx, name in params.byte_params:
-            value = args[idx] if 0 <= idx < len(args) else kwargs.get(name)
+            value: Any = args[idx] if 0 <= idx < len(args) else kwargs.get(name)
             try:
                 nbytes += value.nbytes
             except AttributeError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from .profiling import ProfileRequest, ProfileWindows
 from .safety import ErrorBudget
@@ -61,7 +62,7 @@ class ControlFollower(threading.Thread):
     def handle(self, msg: dict) -> None:
         if msg.get("job") != self.job or msg["request_id"] in self._seen:
             return
-        issued = msg.get("issued_ms")
+        issued: Any = msg.get("issued_ms")
         issued_ms = int(issued.timestamp() * 1000) if hasattr(issued, "timestamp") else int(issued or 0)
         if issued_ms < self._since_ms:
             return

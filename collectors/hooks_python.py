@@ -219,6 +219,10 @@ class GcTimer:
             gc.callbacks.remove(self)
 
 
+def _timed_python(orig: Callable, name: str, rec: Recorder) -> Callable:
+    return timed_callable(orig, name, SpanKind.PYTHON, rec)
+
+
 def install_extra_functions(specs: list[str], rec: Recorder, patches: Patches) -> list[str]:
     """Wrap ``module:qualname`` functions that can be resolved now; return the others."""
     pending = []
@@ -233,7 +237,7 @@ def install_extra_functions(specs: list[str], rec: Recorder, patches: Patches) -
                 pending.append(spec)
                 continue
             name = f"{module_name}.{qualname}"
-            patches.replace(owner, attr, lambda orig, n=name: timed_callable(orig, n, SpanKind.PYTHON, rec))
+            patches.replace(owner, attr, functools.partial(_timed_python, name=name, rec=rec))
         except Exception:  # noqa: BLE001 - not importable yet (e.g. __main__ still running)
             pending.append(spec)
     return pending

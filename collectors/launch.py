@@ -67,7 +67,7 @@ def _forward_signals(proc: subprocess.Popen) -> dict[int, Any]:
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    previous = {}
+    previous: dict[int, Any] = {}
     signals = list(FORWARDED)
     if not _interactive():
         signals.append(signal.SIGINT)  # a terminal's Ctrl-C already reaches the whole group
