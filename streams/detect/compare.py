@@ -11,6 +11,7 @@ and counted in the record's ``skipped`` map and in ``self.skipped``.
 from __future__ import annotations
 
 from collections import Counter
+from statistics import median
 
 import numpy as np
 
@@ -134,7 +135,7 @@ class FunctionComparator:
         else:
             scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
                                  mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
-                                 min_cost=pol.min_cost_ms_per_step, floor_rel=pol.noise_floor_rel,
+                                 min_cost=_min_cost(pol, good), floor_rel=pol.noise_floor_rel,
                                  floor_ms=pol.noise_floor_ms)
         rec["ranks_scored"] = int((sizes[peer] >= pol.min_peers).sum())
         rec["peer_groups"] = len(uniq)
@@ -146,11 +147,15 @@ class FunctionComparator:
                 "median_ms_per_step": float(np.median(values[idx])),
                 "median_calls_per_step": float(np.median(calls[idx])),
                 "ranks": [int(good[i]["rank"]) for i in idx] if len(uniq) > 1 else []})
+        p50 = np.array([p.get("p50_ns", 0) for p in good], dtype=np.float64)
         for i in np.flatnonzero(scored.outlier[0]) if scored.outlier is not None else []:
             g = peer == peer[i]
             mc = float(np.median(calls[g]))
             per_call = values / np.maximum(calls, 1e-12)
             med = float(scored.median[0, i])
+            if not _sustained(p50[i], float(np.median(p50[g])), calls[i], mc, pol.min_excess):
+                skipped["transient_outlier"] += 1
+                continue
             rec["outliers"].append({
                 "rank": int(good[i]["rank"]), "host": str(good[i].get("host", "")),
                 "gpu": int(good[i].get("gpu", -1)), "peer_group": str(uniq[peer[i]]),
@@ -187,27 +192,46 @@ class FunctionComparator:
             return
         common, d = seq_matrix(series)
         rec["seqs_compared"] = int(len(common))
-        rec["bytes_per_call"] = float(np.median(nbytes))
+        rec["bytes_per_call"] = float(median(nbytes))
         if len(common) < pol.min_seqs:
             skipped["too_few_common_seqs"] += 1
             return
         late = collective_lateness(d)
-        step_n = float(np.median(steps)) * len(common) / max(1.0, float(np.median([len(s) for s, _ in series])))
-        step_n = max(step_n, 1e-9)
+        # steps covered by the compared seqs: seqs per step from the median member
+        step_n = max(median(steps) * len(common) / max(1.0, median([len(s) for s, _ in series])), 1e-9)
         rec["transfer_ms_median"] = float(np.median(late.transfer_ns)) / 1e6
         rec["transfer_ms_per_step"] = float(late.transfer_ns.sum()) / 1e6 / step_n
-        rec["wait_ms_per_step"] = float(np.median(late.wait_ns)) / 1e6 / step_n
+        waits = late.wait_ns / 1e6 / step_n
+        rec["wait_ms_per_step"] = float(np.median(waits))
+        rec["member_wait_ms_per_step"] = [round(float(w), 3) for w in waits]
         chance = 1.0 / len(members)
+        min_cost = _min_cost(pol, good)
         for i in np.flatnonzero(late.late_seqs >= pol.late_fraction * late.seqs):
             caused = float(late.caused_ns[i]) / 1e6 / step_n
-            pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
-            if caused < pol.min_cost_ms_per_step or pval > pol.late_p_value:
+            if caused < min_cost:
                 continue
+            # the p-value is applied by the diagnoser (culprits); any late arriver marks victims
+            pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
             p = members[i]
             rec["stragglers"].append({
                 "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
                 "late_seqs": int(late.late_seqs[i]), "late_fraction": float(late.late_seqs[i] / late.seqs),
                 "caused_ms_per_step": caused, "p_value": pval})
+
+
+def _min_cost(pol: DetectionPolicy, good: list[dict]) -> float:
+    """Cost a finding needs (ms per step): the configured floor, or ``min_step_share`` of the
+    step time estimated as window length / median completed steps, whichever is larger."""
+    steps = float(np.median([p["steps"] for p in good])) if good else 0.0
+    step_ms = pol.window_s * 1000 / steps if steps > 0 else 0.0
+    return max(pol.min_cost_ms_per_step, pol.min_step_share * step_ms)
+
+
+def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float) -> bool:
+    """A real slowdown moves the typical call (p50) or the number of calls per step; one
+    slow step spilling into a window moves neither (that is one-window jitter)."""
+    return p50 >= peer_p50 * (1 + min_excess) or calls >= peer_calls * (1 + min_excess / 2) \
+        or peer_calls == 0
 
 
 class PeerGroupOnly:
@@ -222,7 +246,7 @@ def _empty_record(job: str, function: str, window_id: int, patterns: list[dict])
         "window_start_ms": 0, "window_s": float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
         "function": function, "kind": 0, "ranks_seen": 0, "ranks_scored": 0, "peer_groups": 0,
         "median_ms_per_step": 0.0, "groups": [], "outliers": [], "members": [], "member_max_seq": [],
-        "mixed_signatures": False, "seqs_compared": 0, "transfer_ms_median": 0.0,
+        "mixed_signatures": False, "member_wait_ms_per_step": [], "seqs_compared": 0, "transfer_ms_median": 0.0,
         "transfer_ms_per_step": 0.0, "wait_ms_per_step": 0.0, "bytes_per_call": 0.0,
         "stragglers": [], "skipped": {},
     }

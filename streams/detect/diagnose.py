@@ -17,7 +17,7 @@ from collections import Counter
 from .findings import Finding
 from .incidents import Track, step
 from .liveness import LivenessState, hang, note_collectives, regression
-from .model import SCHEMA_VERSION, Kind, to_ms
+from .model import SCHEMA_VERSION, to_ms
 from .policy import DetectionPolicy
 from .window import diagnose_window, step_ms
 
@@ -123,7 +123,10 @@ class JobDiagnoser:
         reg = regression(self.live, wid, job_step, self.policy)
         if reg is not None:
             controls = self._profile(wid, now, reg)
-            explained = sum(f.impact_ms for f in findings if f.kind != Kind.EXPECTATION)
+            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
+                            if self._persisting(f))
+            explained += sum(t.sent_impact for i, t in self.tracks.items()
+                             if t.open and i != reg.identity and i not in {f.identity for f in findings})
             if explained < 0.5 * reg.impact_ms:
                 findings.append(reg)
         h = hang(self.live, rws, self.policy)
@@ -133,6 +136,11 @@ class JobDiagnoser:
         wms = self.policy.window_ms
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy)
         return anomalies, controls
+
+    def _persisting(self, f: Finding) -> bool:
+        """Seen in the previous window too (one-window jitter explains nothing)."""
+        t = self.tracks.get(f.identity)
+        return t is not None and (t.open or t.streak >= self.policy.persist_windows - 1)
 
     def _count_silent(self, rws: dict[int, dict]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)
