@@ -73,7 +73,7 @@ def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
         for mag, lay in zip(mags, (Layout(32, 1, 1), Layout(16, 4, 2), Layout(64, 8, 2))):
             f, t = _rank_fault(fam, lay, pick(lay), mag)
             add(f"{fam}-{mag:.0f}ms-{lay.ranks}r", fam, lay, [f], [t], magnitude=mag)
-    for fam, mag in (("shared_gc", 40.0), ("shared_dataloader", 70.0), ("shared_python", 80.0)):
+    for fam, mag in (("shared_gc", 40.0), ("shared_dataloader", 120.0), ("shared_python", 80.0)):
         lay = Layout(32, 2, 2)
         f = Fault(fam, (), magnitude=mag)
         add(f"{fam}-{mag:.0f}ms-{lay.ranks}r", fam, lay, [f], [Truth("shared_inefficiency", (), f.start_window)])
@@ -87,7 +87,7 @@ def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
         add(f"data_imbalance-{mag}x-{k}ranks-{lay.ranks}r", "data_imbalance", lay, [f],
             [Truth("data_imbalance", ranks, f.start_window)], moe=True, magnitude=mag)
     for lay in (Layout(32, 1, 1), Layout(16, 4, 2)):
-        add(f"spikes-{lay.ranks}r", "spike", lay, [], [], spike_prob=1.0)
+        add(f"spikes-{lay.ranks}r", "spike", lay, [], [], spike_prob=0.6)
     for lay in (Layout(32, 1, 1), Layout(16, 2, 2)):
         f = Fault("creep", (), magnitude=1.0, end_window=12)
         add(f"creep-{lay.ranks}r", "creep", lay, [f], [Truth("regression", (), f.start_window)])

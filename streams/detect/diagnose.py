@@ -6,7 +6,9 @@ each other), or two graces after its first RankWindow when no comparison comes
 (a hung job produces no patterns). Each evaluation runs :func:`.window.diagnose_window`,
 the regression and hang detectors, then the incident lifecycle. A regression that the
 window's root causes explain (their impact covers half of it) is folded into them, not
-reported twice; it still triggers one synchronized PROFILE request on ``pt.control``.
+reported twice (as are its first windows after a root cause cleared, while the
+incident is still open); it still triggers one synchronized PROFILE request on
+``pt.control``.
 """
 
 from __future__ import annotations
@@ -120,12 +122,12 @@ class JobDiagnoser:
         note_collectives(self.live, cmps)
         findings = diagnose_window(rws, cmps, self.policy)
         controls = []
-        reg = regression(self.live, wid, job_step, self.policy)
+        # a window's typical fast step (p25): transient spikes within it do not move it
+        reg = regression(self.live, wid, step_ms(rws, quantile=25.0), self.policy)
         if reg is not None:
             controls = self._profile(wid, now, reg)
-            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
-                            if self._persisting(f))
-            explained += sum(t.sent_impact for i, t in self.tracks.items()
+            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings)
+            explained += sum(t.explains_ms for i, t in self.tracks.items()
                              if t.open and i != reg.identity and i not in {f.identity for f in findings})
             if explained < 0.5 * reg.impact_ms:
                 findings.append(reg)
@@ -136,11 +138,6 @@ class JobDiagnoser:
         wms = self.policy.window_ms
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy)
         return anomalies, controls
-
-    def _persisting(self, f: Finding) -> bool:
-        """Seen in the previous window too (one-window jitter explains nothing)."""
-        t = self.tracks.get(f.identity)
-        return t is not None and (t.open or t.streak >= self.policy.persist_windows - 1)
 
     def _count_silent(self, rws: dict[int, dict]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)

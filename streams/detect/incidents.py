@@ -31,6 +31,7 @@ class Track:
     last_seen_ms: int = 0
     sent_impact: float = 0.0
     sent_ranks: tuple = ()
+    explains_ms: float = 0.0  # step time this root cause accounts for
     last: dict = field(default_factory=dict)  # last Anomaly record sent
 
 
@@ -72,6 +73,7 @@ def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
 
 def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> dict:
     t.sent_impact, t.sent_ranks = f.impact_ms, f.ranks
+    t.explains_ms = float(f.evidence.get("explains_ms", f.impact_ms))
     evidence = dict(f.evidence, windows=t.streak)
     rec = {
         "schema_version": SCHEMA_VERSION, "incident_id": t.incident_id, "job": job,

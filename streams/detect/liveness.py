@@ -1,7 +1,8 @@
 """Job-level detectors over RankWindows: iteration regression and hang.
 
 Regression: the job's step time per window (median over ranks of each rank's
-median step, robust to one-off checkpoint steps) is kept for ``history_windows``.
+25th-percentile step: one-off checkpoint steps and spikes covering part of a window
+do not move it, a sustained slowdown does) is kept for ``history_windows``.
 Recent = median of the last persist_windows + 1 windows (one odd window does not
 move it); best = 25th percentile of the windows before them (the minimum would be
 biased low by noise). Regression when recent > best * (1 + regression_pct %)

@@ -36,9 +36,10 @@ from .policy import DetectionPolicy
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
 
-def step_ms(rank_windows: dict[int, dict]) -> float:
-    """Job's step time (ms): median over ranks of each rank's median step."""
-    meds = [float(np.median(rw["step_time_ns"])) for rw in rank_windows.values() if rw.get("step_time_ns")]
+def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
+    """Job's step time (ms): median over ranks of each rank's ``quantile`` step time."""
+    meds = [float(np.percentile(rw["step_time_ns"], quantile)) for rw in rank_windows.values()
+            if rw.get("step_time_ns")]
     return float(np.median(meds)) / 1e6 if meds else 0.0
 
 
