@@ -56,7 +56,7 @@ def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
         return int(rng.integers(layout.ranks))
 
     for fam, mags in (("slow_gpu", (1.15, 1.3, 2.0)), ("gpu_throttle", (1.2, 1.5))):
-        for mag, lay in zip(mags, (Layout(32, 1, 1), Layout(16, 4, 2), Layout(64, 8, 2))):
+        for mag, lay in zip(mags, (Layout(32, 1, 1), Layout(16, 4, 2), Layout(64, 8, 2)), strict=False):
             f, t = _rank_fault(fam, lay, pick(lay), mag)
             add(f"{fam}-{mag}x-{lay.ranks}r", fam, lay, [f], [t], magnitude=mag)
     for mag, hw, lay in ((2.0, True, Layout(16, 2, 2)), (4.0, True, Layout(32, 4, 1)),
@@ -70,7 +70,7 @@ def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
         add(f"cpu_contention-{mag}x-host{host}-{lay.ranks}r", "cpu_contention", lay, [f],
             [Truth("host_cpu_contention", ranks, f.start_window)], magnitude=mag)
     for fam, mags in (("slow_dataloader", (30.0, 100.0, 15.0)), ("gc_pause", (20.0, 60.0, 12.0))):
-        for mag, lay in zip(mags, (Layout(32, 1, 1), Layout(16, 4, 2), Layout(64, 8, 2))):
+        for mag, lay in zip(mags, (Layout(32, 1, 1), Layout(16, 4, 2), Layout(64, 8, 2)), strict=False):
             f, t = _rank_fault(fam, lay, pick(lay), mag)
             add(f"{fam}-{mag:.0f}ms-{lay.ranks}r", fam, lay, [f], [t], magnitude=mag)
     for fam, mag in (("shared_gc", 40.0), ("shared_dataloader", 120.0), ("shared_python", 80.0)):

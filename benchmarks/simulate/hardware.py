@@ -42,8 +42,8 @@ def pending_fields(sim: PatternSim, mask: np.ndarray, step_ids: np.ndarray) -> d
     backward and everyone else waits inside a collective it never reached."""
     lay, n = sim.layout, sim.layout.ranks
     last = sim.step_no - 1 if not mask.any() else int(step_ids[mask.any(axis=1)].max())
-    dp_group = [f"dp_{p}_{t}" for p, t in zip(sim.p, sim.t)]
-    tp_group = [f"tp_{p}_{d}" for p, d in zip(sim.p, sim.d)]
+    dp_group = [f"dp_{p}_{t}" for p, t in zip(sim.p, sim.t, strict=False)]
+    tp_group = [f"tp_{p}_{d}" for p, d in zip(sim.p, sim.d, strict=False)]
     use_tp = lay.tp > 1
     group = tp_group if use_tp else dp_group
     seq = np.full(n, 2 * last + 1 if use_tp else last)

@@ -25,7 +25,7 @@ def _stack(steps: list[dict], key: str, n: int) -> np.ndarray:
 
 
 def emit_window(sim: PatternSim, w: int) -> list[tuple[str, dict]]:
-    lay, n = sim.layout, sim.layout.ranks
+    _lay, n = sim.layout, sim.layout.ranks
     lo, hi = w * sim.w_ms, (w + 1) * sim.w_ms
     steps = sim.steps
     end = _stack(steps, "end_wall", n)
@@ -88,12 +88,12 @@ def _groups(sim: PatternSim) -> list[tuple[str, str, int, np.ndarray]]:
     lay = sim.layout
     out = []
     if lay.tp > 1:
-        gid = np.array([f"tp_{p}_{d}" for p, d in zip(sim.p, sim.d)])
+        gid = np.array([f"tp_{p}_{d}" for p, d in zip(sim.p, sim.d, strict=False)])
         out += [("all_reduce", "tp1", 0, gid), ("all_reduce", "tp2", 1, gid)]
     if lay.pp > 1:
-        out.append(("send_recv", "pp", 0, np.array([f"pp_{d}_{t}" for d, t in zip(sim.d, sim.t)])))
+        out.append(("send_recv", "pp", 0, np.array([f"pp_{d}_{t}" for d, t in zip(sim.d, sim.t, strict=False)])))
     if lay.dp > 1:
-        out.append(("all_reduce", "dp", 0, np.array([f"dp_{p}_{t}" for p, t in zip(sim.p, sim.t)])))
+        out.append(("all_reduce", "dp", 0, np.array([f"dp_{p}_{t}" for p, t in zip(sim.p, sim.t, strict=False)])))
     return out
 
 

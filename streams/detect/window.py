@@ -94,7 +94,7 @@ def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[
         return out
     for c in comparisons:
         waits = c.get("member_wait_ms_per_step") or []
-        for r, w in zip(c.get("members", []), waits):
+        for r, w in zip(c.get("members", []), waits, strict=False):
             if r in ranks:
                 out[r].append((c["function"], float(w)))
     return out
