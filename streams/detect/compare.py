@@ -20,6 +20,7 @@ from .model import NOT_COMPARED, SCHEMA_VERSION, SpanKind, finite_nonneg, to_ms
 from .policy import DetectionPolicy
 
 MAX_EVALUATED_REMEMBERED = 32
+INF_RATIO = 1e9  # ratio against peers that spend no time at all (finite: JSON and Avro safe)
 
 
 class FunctionComparator:
@@ -64,7 +65,8 @@ class FunctionComparator:
         for wid in sorted(self.pending):
             if self.first_seen.get(wid) is None:
                 self.first_seen[wid] = now_wall_ms
-            if now_wall_ms <= self.first_seen[wid] + self.policy.grace_ms:
+            first = self.first_seen[wid]
+            if first is not None and now_wall_ms <= first + self.policy.grace_ms:
                 continue
             patterns = self.pending.pop(wid)
             self.first_seen.pop(wid, None)
@@ -124,19 +126,11 @@ class FunctionComparator:
         steps = np.array([p["steps"] for p in good], dtype=np.float64)
         values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
         calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
-        keys = self._peer_keys(good, skipped)
-        uniq, peer = np.unique(np.array(keys), return_inverse=True)
+        uniq, peer = np.unique(np.array(self._peer_keys(good, skipped)), return_inverse=True)
         sizes = np.bincount(peer, minlength=len(uniq))
         few = int((sizes[peer] < pol.min_peers).sum())
         if few:
             skipped["too_few_peers"] += few
-        if rec["kind"] in NOT_COMPARED:
-            scored = PeerGroupOnly()
-        else:
-            scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
-                                 mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
-                                 min_cost=_min_cost(pol, good), floor_rel=pol.noise_floor_rel,
-                                 floor_ms=pol.noise_floor_ms)
         rec["ranks_scored"] = int((sizes[peer] >= pol.min_peers).sum())
         rec["peer_groups"] = len(uniq)
         rec["median_ms_per_step"] = float(np.median(values))
@@ -147,22 +141,28 @@ class FunctionComparator:
                 "median_ms_per_step": float(np.median(values[idx])),
                 "median_calls_per_step": float(np.median(calls[idx])),
                 "ranks": [int(good[i]["rank"]) for i in idx] if len(uniq) > 1 else []})
+        if rec["kind"] in NOT_COMPARED:
+            return  # waiting and periodic all-rank work (checkpoints) are never outliers
+        scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
+                             mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
+                             min_cost=_min_cost(pol, good), floor_rel=pol.noise_floor_rel,
+                             floor_ms=pol.noise_floor_ms)
         p50 = np.array([p.get("p50_ns", 0) for p in good], dtype=np.float64)
-        for i in np.flatnonzero(scored.outlier[0]) if scored.outlier is not None else []:
+        per_call = values / np.maximum(calls, 1e-12)
+        for i in np.flatnonzero(scored.outlier[0]):
             g = peer == peer[i]
             mc = float(np.median(calls[g]))
-            per_call = values / np.maximum(calls, 1e-12)
-            med = float(scored.median[0, i])
             if not _sustained(p50[i], float(np.median(p50[g])), calls[i], mc, pol.min_excess):
                 skipped["transient_outlier"] += 1
                 continue
+            med = float(scored.median[0, i])
             rec["outliers"].append({
                 "rank": int(good[i]["rank"]), "host": str(good[i].get("host", "")),
                 "gpu": int(good[i].get("gpu", -1)), "peer_group": str(uniq[peer[i]]),
                 "value_ms_per_step": float(values[i]), "peer_median_ms_per_step": med,
-                "ratio": float(values[i] / med) if med > 0 else float("inf"),
+                "ratio": float(values[i] / med) if med > 0 else INF_RATIO,
                 "robust_z": float(scored.z[0, i]), "cost_ms_per_step": float(scored.cost[0, i]),
-                "calls_ratio": float(calls[i] / mc) if mc > 0 else float("inf"),
+                "calls_ratio": float(calls[i] / mc) if mc > 0 else INF_RATIO,
                 "per_call_ratio": float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0})
 
     def _collective(self, rec: dict, good: list[dict], skipped: Counter) -> None:
@@ -232,12 +232,6 @@ def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min
     slow step spilling into a window moves neither (that is one-window jitter)."""
     return p50 >= peer_p50 * (1 + min_excess) or calls >= peer_calls * (1 + min_excess / 2) \
         or peer_calls == 0
-
-
-class PeerGroupOnly:
-    """Stand-in scores for kinds that are never outliers (checkpoint, synchronize, ...)."""
-
-    outlier = None
 
 
 def _empty_record(job: str, function: str, window_id: int, patterns: list[dict]) -> dict:

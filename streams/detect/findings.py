@@ -13,7 +13,6 @@ Cause rules for a rank whose own (non-collective) functions exceed its peers:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +89,7 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min
 def _more_work(outliers: list[dict], min_excess: float) -> bool:
     """Data/MoE imbalance: a function called more often per step than on peers at the same
     per-call time explains (>= GC_EXPLAINS of) the rank's largest excess. GC excluded."""
-    work = [o for o in outliers if o["kind"] != SpanKind.GC and math.isfinite(o["calls_ratio"])
+    work = [o for o in outliers if o["kind"] != SpanKind.GC and o["calls_ratio"] < 1e8
             and o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess]
     if not work:
         return False
@@ -105,9 +104,10 @@ def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
     """The most specific costly outlier: of the cause's own kind when it has one (GC for
     gc_pause), and a named function rather than a ``kind:`` aggregate."""
     if cause == Cause.DATA_IMBALANCE:  # the function doing the extra calls
-        return max(outliers, key=lambda o: (o["calls_ratio"] if math.isfinite(o["calls_ratio"]) else 0.0,
+        return max(outliers, key=lambda o: (o["calls_ratio"] if o["calls_ratio"] < 1e8 else 0.0,
                                             o["cost_ms_per_step"]))
-    pool = [o for o in outliers if o["kind"] == CAUSE_KINDS.get(cause)] or outliers
+    own_kind = CAUSE_KINDS.get(cause) if cause is not None else None
+    pool = [o for o in outliers if o["kind"] == own_kind] or outliers
     named = [o for o in pool if not o["function"].startswith(KIND_PREFIX)]
     return max(named or pool, key=lambda o: o["cost_ms_per_step"])
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from .findings import Finding
 from .model import SCHEMA_VERSION, Status
@@ -66,6 +68,17 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     return out
 
 
+def _finite(x: Any) -> Any:
+    """Evidence as strict JSON: NaN and infinities become null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
     base = max(abs(t.sent_impact), 1e-9)
     return abs(f.impact_ms - t.sent_impact) / base > policy.update_change or f.ranks != t.sent_ranks
@@ -82,7 +95,7 @@ def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float)
         "score": float(f.score), "impact_ms_per_step": round(float(f.impact_ms), 3),
         "step_time_ms": round(float(step_time_ms), 3), "first_seen_ms": int(t.first_seen_ms),
         "last_seen_ms": int(t.last_seen_ms), "windows": int(t.streak), "summary": f.summary,
-        "evidence_json": json.dumps(evidence, sort_keys=True, default=str),
+        "evidence_json": json.dumps(_finite(evidence), sort_keys=True, default=str),
     }
     t.last = rec
     return rec
