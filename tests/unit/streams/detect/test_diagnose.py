@@ -106,3 +106,56 @@ def test_unknown_ranks_and_other_jobs_are_skipped():
     d.add("RankWindow", {"bad": True}, 0)
     assert d.skipped == {"unknown_rank": 1, "wrong_job": 1, "unknown_record": 1, "bad_record": 1}
     assert d.poll(10**9) == ([], [])
+
+
+def run_patterns(faults, layout, windows=10, moe=False):
+    from benchmarks.simulate.layout import Layout
+    from benchmarks.simulate.patterns import PatternSim
+    from benchmarks.simulate.records import T0_MS
+    pol = DetectionPolicy()
+    sim = PatternSim(Layout(*layout), tuple(faults), seed=11, moe=moe, spike_prob=0.0)
+    pl = Pipeline("job", pol)
+    for w, recs in sim.windows(windows):
+        now = T0_MS + (w + 1) * pol.window_ms + 500
+        pl.add_records(recs, now)
+        pl.tick(now + pol.grace_ms + 100)
+        pl.tick(now + 2 * pol.grace_ms)
+    return opened(pl)
+
+
+def test_3d_slow_gpu_names_the_culprit_not_its_tensor_or_pipeline_peers():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("slow_gpu", (5,), magnitude=1.3, start_window=3)], (8, 2, 2))
+    assert a["ranks"] == [5] and a["cause"] == "slow_gpu"
+
+
+def test_throttled_gpu_uses_hardware_evidence():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("gpu_throttle", (9,), magnitude=1.3, start_window=3)], (16, 1, 1))
+    ev = json.loads(a["evidence_json"])
+    assert a["cause"] == "gpu_throttle" and ev["hardware"]["9"]["temp_c_max"] > 87
+
+
+def test_pipeline_stage_imbalance_is_imbalance_not_a_faulty_rank():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=3)], (4, 2, 4))
+    assert a["kind"] == "imbalance" and a["cause"] == "stage_imbalance" and a["ranks"] == list(range(8, 16))
+
+
+def test_moe_imbalance_is_data_imbalance():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("data_imbalance", (3, 12), magnitude=2.0, start_window=3)], (16, 1, 1), moe=True)
+    assert a["kind"] == "imbalance" and a["cause"] == "data_imbalance" and a["ranks"] == [3, 12]
+
+
+def test_rank_that_stops_reporting_is_not_a_culprit():
+    d = JobDiagnoser("job", DetectionPolicy(window_s=5.0))
+    now = T0_WINDOW * W_MS
+    out = []
+    for i in range(8):
+        for r in range(8):
+            silent = r == 3 and i >= 3
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=8, steps=0 if silent else 10),
+                  now + i * W_MS)
+        out += d.poll(now + i * W_MS + 8000)[0]
+    assert out == [] and d.skipped["silent_rank"] == 5
