@@ -103,10 +103,10 @@ def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
         add(f"two_culprits-{lay.ranks}r", "two_culprits", lay, [f1, f2], [t1, t2])
     add("none-1024r", "none", Layout(64, 8, 2), [], [])
     if include_16k:
-        add("none-16384r", "none", Layout(256, 8, 8), [], [], windows=8)
+        add("none-16384r", "none", Layout(256, 8, 8), [], [], windows=5)
         lay = Layout(256, 8, 8)
-        f, t = _rank_fault("slow_gpu", lay, pick(lay), 1.3)
-        add("slow_gpu-1.3x-16384r", "slow_gpu", lay, [f], [t], windows=8, magnitude=1.3)
+        f, t = _rank_fault("slow_gpu", lay, pick(lay), 1.3, start_window=2)
+        add("slow_gpu-1.3x-16384r", "slow_gpu", lay, [f], [t], windows=6, magnitude=1.3)
     return out
 
 

@@ -71,15 +71,16 @@ def _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim) 
     per_call = vals / np.maximum(counts, 1)
     q = masked_quantiles(per_call, mask & (counts > 0), (0.5, 0.9, 0.99, 1.0))
     out = []
-    for r in np.flatnonzero(has | (count > 0)):
-        fname = name or f"PipelineStage{sim.p[r]}.{'forward' if key == 'fwd' else 'backward'}"
-        if count[r] == 0 and not name.startswith("kind:") if name else False:
+    tot, cnt, ns = (total * MS).astype(np.int64).tolist(), count.astype(np.int64).tolist(), nsteps.tolist()
+    qs = (q * MS).astype(np.int64).tolist()
+    stage_name = {p: f"PipelineStage{p}.{'forward' if key == 'fwd' else 'backward'}" for p in set(sim.p.tolist())}
+    for r in np.flatnonzero(has | (count > 0)).tolist():
+        if name and not name.startswith("kind:") and cnt[r] == 0:
             continue
         out.append(("FunctionPattern", dict(
-            rank_base[r], function=fname, kind=kind, steps=int(nsteps[r]), count=int(count[r]),
-            total_ns=int(total[r] * MS), p50_ns=int(q[0, r] * MS), p90_ns=int(q[1, r] * MS),
-            p99_ns=int(q[2, r] * MS), max_ns=int(q[3, r] * MS), hist=[], group_ranks=[], bytes=0,
-            seqs=[], seq_dur_ns=[])))
+            rank_base[r], function=name or stage_name[int(sim.p[r])], kind=kind, steps=ns[r], count=cnt[r],
+            total_ns=tot[r], p50_ns=qs[0][r], p90_ns=qs[1][r], p99_ns=qs[2][r], max_ns=qs[3][r], hist=[],
+            group_ranks=[], bytes=0, seqs=[], seq_dur_ns=[])))
     return out
 
 
@@ -114,17 +115,19 @@ def _comm_patterns(sim, rank_base, mask, nsteps) -> list[tuple[str, dict]]:
         # steps x per x ranks -> (steps*per) x ranks in seq order (seq = step * per + k)
         d = np.stack([_stack(sim.steps, key, n) for key, _, _ in parts], axis=1).reshape(-1, n)
         m = np.repeat(mask, per, axis=0)
-        q = masked_quantiles(d, m, (0.5, 0.9, 0.99, 1.0))
-        tot = (d * m).sum(axis=0)
-        for r in np.flatnonzero(nsteps > 0):
+        qs = (masked_quantiles(d, m, (0.5, 0.9, 0.99, 1.0)) * MS).astype(np.int64).tolist()
+        tot = ((d * m).sum(axis=0) * MS).astype(np.int64).tolist()
+        d_ns = (d * MS).astype(np.int64)
+        seq_all = (step_ids[:, None] * per + np.arange(per)[None, :]).reshape(-1)
+        ns, gids = nsteps.tolist(), gid.tolist()
+        for r in np.flatnonzero(nsteps > 0).tolist():
             idx = np.flatnonzero(m[:, r])
-            seqs = (step_ids[idx // per] * per + idx % per).tolist()
+            seqs = seq_all[idx].tolist()
             out.append(("FunctionPattern", dict(
-                rank_base[r], function=f"comm:{op}:{gid[r]}", kind=100, steps=int(nsteps[r]),
-                count=len(seqs), total_ns=int(tot[r] * MS), p50_ns=int(q[0, r] * MS),
-                p90_ns=int(q[1, r] * MS), p99_ns=int(q[2, r] * MS), max_ns=int(q[3, r] * MS), hist=[],
-                group_ranks=members[gid[r]], bytes=len(seqs) << 24,
-                seqs=seqs, seq_dur_ns=(d[idx, r] * MS).astype(np.int64).tolist())))
+                rank_base[r], function=f"comm:{op}:{gids[r]}", kind=100, steps=ns[r],
+                count=len(seqs), total_ns=tot[r], p50_ns=qs[0][r], p90_ns=qs[1][r], p99_ns=qs[2][r],
+                max_ns=qs[3][r], hist=[], group_ranks=members[gids[r]], bytes=len(seqs) << 24,
+                seqs=seqs, seq_dur_ns=d_ns[idx, r].tolist())))
     return out
 
 

@@ -167,38 +167,29 @@ class FunctionComparator:
 
     def _collective(self, rec: dict, good: list[dict], skipped: Counter) -> None:
         pol = self.policy
-        members, series, sigs, steps, nbytes = [], [], set(), [], []
-        for p in good:
-            seqs = np.asarray(p.get("seqs", []), dtype=np.float64)
-            durs = np.asarray(p.get("seq_dur_ns", []), dtype=np.float64)
-            if len(seqs) != len(durs) or len(seqs) == 0:
-                skipped["no_seqs"] += 1
-                continue
-            ok = np.isfinite(durs) & (durs >= 0) & (durs <= pol.max_duration_s * 1e9) & np.isfinite(seqs)
-            if not ok.all():
-                skipped["bad_duration"] += int((~ok).sum())
-            if not ok.any():
-                continue
-            members.append(p)
-            series.append((seqs[ok].astype(np.int64), durs[ok]))
-            sigs.add(str(p.get("signature", "")))
-            steps.append(p["steps"])
-            nbytes.append(p.get("bytes", 0) / max(1, p.get("count", 1)))
+        members = [p for p in good if _has_seqs(p, skipped)]
         rec["members"] = [int(p["rank"]) for p in members]
-        rec["member_max_seq"] = [int(s.max()) for s, _ in series]
-        rec["mixed_signatures"] = len(sigs) > 1
+        rec["member_max_seq"] = [int(max(p["seqs"])) for p in members]
+        rec["mixed_signatures"] = len({str(p.get("signature", "")) for p in members}) > 1
         if len(members) < 2:
             skipped["too_few_members"] += len(members)
             return
-        common, d = seq_matrix(series)
+        common, d = _aligned(members)
+        bad = ~np.isfinite(d) | (d < 0) | (d > pol.max_duration_s * 1e9)
+        if bad.any():  # a seq with a bad duration on any member is left out, never guessed
+            skipped["bad_duration"] += int(bad.sum())
+            keep = ~bad.any(axis=0)
+            common, d = common[keep], d[:, keep]
         rec["seqs_compared"] = int(len(common))
-        rec["bytes_per_call"] = float(median(nbytes))
+        rec["bytes_per_call"] = float(median(p.get("bytes", 0) / max(1, p.get("count", 1)) for p in members))
         if len(common) < pol.min_seqs:
             skipped["too_few_common_seqs"] += 1
             return
+        steps = median(p["steps"] for p in members)
+        per_member = median(len(p["seqs"]) for p in members)
         late = collective_lateness(d)
         # steps covered by the compared seqs: seqs per step from the median member
-        step_n = max(median(steps) * len(common) / max(1.0, median([len(s) for s, _ in series])), 1e-9)
+        step_n = max(steps * len(common) / max(1.0, per_member), 1e-9)
         rec["transfer_ms_median"] = float(np.median(late.transfer_ns)) / 1e6
         rec["transfer_ms_per_step"] = float(late.transfer_ns.sum()) / 1e6 / step_n
         waits = late.wait_ns / 1e6 / step_n
@@ -217,6 +208,25 @@ class FunctionComparator:
                 "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
                 "late_seqs": int(late.late_seqs[i]), "late_fraction": float(late.late_seqs[i] / late.seqs),
                 "caused_ms_per_step": caused, "p_value": pval})
+
+
+def _has_seqs(p: dict, skipped: Counter) -> bool:
+    seqs, durs = p.get("seqs") or [], p.get("seq_dur_ns") or []
+    if len(seqs) != len(durs) or not seqs:
+        skipped["no_seqs"] += 1
+        return False
+    return True
+
+
+def _aligned(members: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(common seqs, members x seqs durations ns). Fast path when every member reported
+    the same strictly increasing seqs (the usual case); else align with seq_matrix."""
+    first = members[0]["seqs"]
+    if all(p["seqs"] == first for p in members) and all(a < b for a, b in zip(first, first[1:], strict=False)):
+        return np.asarray(first, dtype=np.int64), np.array([p["seq_dur_ns"] for p in members], dtype=np.float64)
+    series = [(np.asarray(p["seqs"], dtype=np.int64), np.asarray(p["seq_dur_ns"], dtype=np.float64))
+              for p in members]
+    return seq_matrix(series)
 
 
 def _min_cost(pol: DetectionPolicy, good: list[dict]) -> float:

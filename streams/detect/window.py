@@ -37,10 +37,15 @@ HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
 
 def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
-    """Job's step time (ms): median over ranks of each rank's ``quantile`` step time."""
-    meds = [float(np.percentile(rw["step_time_ns"], quantile)) for rw in rank_windows.values()
-            if rw.get("step_time_ns")]
-    return float(np.median(meds)) / 1e6 if meds else 0.0
+    """Job's step time (ms): median over ranks of each rank's ``quantile`` step time
+    (nearest rank; plain Python: a rank has a handful of steps per window)."""
+    per_rank = []
+    for rw in rank_windows.values():
+        steps = rw.get("step_time_ns")
+        if steps:
+            ordered = sorted(steps)
+            per_rank.append(ordered[int(round(quantile / 100 * (len(ordered) - 1)))])
+    return float(np.median(per_rank)) / 1e6 if per_rank else 0.0
 
 
 def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
