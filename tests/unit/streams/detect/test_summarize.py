@@ -105,3 +105,11 @@ def test_hardware_is_aggregated_per_window():
     rw = by_name(s.poll(0, flush=True))[("RankWindow", "")]
     assert rw["sm_clock_mhz"] == 1450 and rw["temp_c_max"] == 91 and rw["throttle_reasons"] == 0x44
     assert rw["pcie_width_min"] == 8 and rw["hw_samples"] == 3
+
+
+def test_absurd_timestamps_do_not_open_far_windows():
+    s = RankSummarizer("job", 0, POL)
+    s.add_events(batch(spans=[(3, 1, 1.0, 10), (3, 1, 90_000.0, 10)], iters=[(1, -90_000.0, 5)]))
+    assert s.skipped["bad_timestamp"] >= 2
+    out = [r for n, r in s.poll(0, flush=True) if n == "RankWindow"]
+    assert len(out) == 1
