@@ -134,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     ap.add_argument("--quick", action="store_true", help="skip the 16,384-rank scenarios")
     ap.add_argument("--only", default="", help="run scenarios whose name contains this")
+    ap.add_argument("--seed", type=int, default=0, help="re-draw positions and noise (0 = the reference suite)")
     args = ap.parse_args(argv)
     policy = DetectionPolicy()
     event_policy = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
     started = time.perf_counter()
-    scenarios = pattern_scenarios(include_16k=not args.quick) + event_scenarios()
+    scenarios = (pattern_scenarios(include_16k=not args.quick, seed_offset=args.seed)
+                 + event_scenarios(seed_offset=args.seed))
     results = []
     for sc in scenarios:
         if args.only and args.only not in sc.name:

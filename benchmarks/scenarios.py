@@ -44,10 +44,11 @@ def _cause(family: str) -> str:
     return TRUE_CAUSE[family]
 
 
-def pattern_scenarios(include_16k: bool = True) -> list[Scenario]:
-    rng = np.random.default_rng(2024)
+def pattern_scenarios(include_16k: bool = True, seed_offset: int = 0) -> list[Scenario]:
+    """``seed_offset`` re-draws fault positions and noise (the default suite is offset 0)."""
+    rng = np.random.default_rng(2024 + seed_offset)
     out: list[Scenario] = []
-    seed = iter(range(1000, 2000))
+    seed = iter(range(1000 + 1000 * seed_offset, 2000 + 1000 * seed_offset))
 
     def add(name: str, family: str, layout: Layout, faults, truths, **kw):
         out.append(Scenario(name, family, layout, tuple(faults), tuple(truths), next(seed), **kw))
@@ -114,10 +115,10 @@ EVENT_TRUTH = {"slow-dataloader": "slow_dataloader", "cpu-contention": "host_cpu
                "slow-collective": "slow_function", "gc-storm": "gc_pause"}
 
 
-def event_scenarios() -> list[Scenario]:
+def event_scenarios(seed_offset: int = 0) -> list[Scenario]:
     """The live demo's faults on a 4-rank (and a 16-rank) data-parallel CPU job."""
     out = []
-    n = 0
+    n = 1000 * seed_offset
     for ranks in (4, 16):
         for fault, mag in (("slow-dataloader", 10.0), ("cpu-contention", 12.0), ("slow-collective", 10.0),
                            ("gc-storm", 10.0), ("none", 0.0)):
