@@ -2,7 +2,8 @@
 
 ``peer_scores``: per function and rank, the robust distance from the rank's peer group:
     median m and MAD of the group's values (ms per step); scale = max(1.4826 * MAD,
-    noise_floor_rel * m, noise_floor_ms); z = (v - m) / scale; excess = v / m - 1;
+    (q60 - q40) / 0.507, noise_floor_rel * m, noise_floor_ms) (the central-quantile
+    term is another sigma estimate, robust to a slow cluster of up to 40% of the group); z = (v - m) / scale; excess = v / m - 1;
     cost = v - m (ms per step). A rank is an outlier when z, excess and cost all pass.
 ``collective_lateness``: per (group, seq) of one collective, times inside the call
     D[member, seq] (ns). The member with the shortest time arrived last; every other
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MAD_TO_SIGMA = 1.4826
+CENTRAL_TO_SIGMA = 0.507  # q60 - q40 of a normal distribution, in sigmas
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,6 @@ class PeerScores:
 
     median: np.ndarray
     z: np.ndarray
-    excess: np.ndarray
     cost: np.ndarray
     outlier: np.ndarray  # bool
 
@@ -39,30 +40,48 @@ def peer_scores(values: np.ndarray, peer: np.ndarray, *, min_peers: int, mad_thr
     scale = np.full_like(v, np.nan)
     for g in np.unique(peer[peer >= 0]):
         cols = np.flatnonzero(peer == g)
-        block = v[:, cols]
+        contiguous = len(cols) == cols[-1] - cols[0] + 1
+        idx = slice(int(cols[0]), int(cols[-1]) + 1) if contiguous else cols
+        block = v[:, idx]
         valid = np.isfinite(block).sum(axis=1)
         ok = valid >= min_peers
         if not ok.any():
             continue
         with np.errstate(all="ignore"):
-            m = _median_rows(block)
+            q40, m, q60 = _quantile_rows(block)
             mad = _median_rows(np.abs(block - m[:, None]))
-        s = np.maximum(np.maximum(MAD_TO_SIGMA * mad, floor_rel * np.abs(m)), floor_ms)
-        med[:, cols] = np.where(ok, m, np.nan)[:, None]
-        scale[:, cols] = np.where(ok, s, np.nan)[:, None]
+        s = np.maximum.reduce([MAD_TO_SIGMA * mad, (q60 - q40) / CENTRAL_TO_SIGMA,
+                               floor_rel * np.abs(m), np.full_like(m, floor_ms)])
+        med[:, idx] = np.where(ok, m, np.nan)[:, None]
+        scale[:, idx] = np.where(ok, s, np.nan)[:, None]
     with np.errstate(all="ignore"):
         cost = v - med
         z = cost / scale
-        excess = np.where(med > 0, v / med - 1.0, np.where(cost > 0, np.inf, 0.0))
-        outlier = (z >= mad_threshold) & (excess >= min_excess) & (cost >= min_cost)
-    return PeerScores(med, z, excess, cost, np.nan_to_num(outlier, nan=0).astype(bool))
+        # excess >= min_excess  <=>  cost >= min_excess * median (median > 0; NaN compares False)
+        outlier = (z >= mad_threshold) & (cost >= min_cost) & (cost >= min_excess * np.maximum(med, 0.0))
+    return PeerScores(med, z, cost, outlier)
+
+
+def _quantile_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row quantiles (q40, median, q60) by nearest rank, in one introselect pass
+    (np.partition with three kth); NaN rows fall back to nanpercentile."""
+    n = block.shape[1]
+    if np.isnan(block).any():
+        q = np.nanpercentile(block, [40, 50, 60], axis=1)
+        return q[0], q[1], q[2]
+    k = sorted({int(0.4 * (n - 1)), (n - 1) // 2, n // 2, int(np.ceil(0.6 * (n - 1)))})
+    part = np.partition(block, k, axis=1)
+    med = (part[:, (n - 1) // 2] + part[:, n // 2]) / 2
+    return part[:, k[0]], med, part[:, k[-1]]
 
 
 def _median_rows(block: np.ndarray) -> np.ndarray:
     """Row medians; nanmedian only when there are NaNs (it is much slower)."""
     if np.isnan(block).any():
         return np.nanmedian(block, axis=1)
-    return np.median(block, axis=1)
+    n = block.shape[1]
+    part = np.partition(block, sorted({(n - 1) // 2, n // 2}), axis=1)
+    return (part[:, (n - 1) // 2] + part[:, n // 2]) / 2
 
 
 @dataclass(frozen=True)
@@ -109,6 +128,10 @@ def seq_matrix(per_rank: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     Returns (common seqs, members x seqs durations). A seq reported twice by one rank
     keeps its last duration. Seqs missing on any member (window edges under clock skew)
     are left out, never guessed."""
+    first = per_rank[0][0] if per_rank else None
+    if first is not None and all(len(s) == len(first) and np.array_equal(s, first) for s, _ in per_rank):
+        if len(first) < 2 or bool(np.all(first[1:] > first[:-1])):  # same sorted, unique seqs
+            return first, np.stack([d for _, d in per_rank])
     common = None
     for seqs, _ in per_rank:
         u = np.unique(seqs)

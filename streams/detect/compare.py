@@ -11,6 +11,7 @@ and counted in the record's ``skipped`` map and in ``self.skipped``.
 from __future__ import annotations
 
 from collections import Counter
+from statistics import median
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from .model import NOT_COMPARED, SCHEMA_VERSION, SpanKind, finite_nonneg, to_ms
 from .policy import DetectionPolicy
 
 MAX_EVALUATED_REMEMBERED = 32
+INF_RATIO = 1e9  # ratio against peers that spend no time at all (finite: JSON and Avro safe)
 
 
 class FunctionComparator:
@@ -63,7 +65,8 @@ class FunctionComparator:
         for wid in sorted(self.pending):
             if self.first_seen.get(wid) is None:
                 self.first_seen[wid] = now_wall_ms
-            if now_wall_ms <= self.first_seen[wid] + self.policy.grace_ms:
+            first = self.first_seen[wid]
+            if first is not None and now_wall_ms <= first + self.policy.grace_ms:
                 continue
             patterns = self.pending.pop(wid)
             self.first_seen.pop(wid, None)
@@ -123,19 +126,11 @@ class FunctionComparator:
         steps = np.array([p["steps"] for p in good], dtype=np.float64)
         values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
         calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
-        keys = self._peer_keys(good, skipped)
-        uniq, peer = np.unique(np.array(keys), return_inverse=True)
+        uniq, peer = np.unique(np.array(self._peer_keys(good, skipped)), return_inverse=True)
         sizes = np.bincount(peer, minlength=len(uniq))
         few = int((sizes[peer] < pol.min_peers).sum())
         if few:
             skipped["too_few_peers"] += few
-        if rec["kind"] in NOT_COMPARED:
-            scored = PeerGroupOnly()
-        else:
-            scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
-                                 mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
-                                 min_cost=pol.min_cost_ms_per_step, floor_rel=pol.noise_floor_rel,
-                                 floor_ms=pol.noise_floor_ms)
         rec["ranks_scored"] = int((sizes[peer] >= pol.min_peers).sum())
         rec["peer_groups"] = len(uniq)
         rec["median_ms_per_step"] = float(np.median(values))
@@ -146,63 +141,68 @@ class FunctionComparator:
                 "median_ms_per_step": float(np.median(values[idx])),
                 "median_calls_per_step": float(np.median(calls[idx])),
                 "ranks": [int(good[i]["rank"]) for i in idx] if len(uniq) > 1 else []})
-        for i in np.flatnonzero(scored.outlier[0]) if scored.outlier is not None else []:
+        if rec["kind"] in NOT_COMPARED:
+            return  # waiting and periodic all-rank work (checkpoints) are never outliers
+        scored = peer_scores(values[None, :], peer, min_peers=pol.min_peers,
+                             mad_threshold=pol.mad_threshold, min_excess=pol.min_excess,
+                             min_cost=_min_cost(pol, good), floor_rel=pol.noise_floor_rel,
+                             floor_ms=pol.noise_floor_ms)
+        p50 = np.array([p.get("p50_ns", 0) for p in good], dtype=np.float64)
+        per_call = values / np.maximum(calls, 1e-12)
+        for i in np.flatnonzero(scored.outlier[0]):
             g = peer == peer[i]
             mc = float(np.median(calls[g]))
-            per_call = values / np.maximum(calls, 1e-12)
+            if not _sustained(p50[i], float(np.median(p50[g])), calls[i], mc, pol.min_excess):
+                skipped["transient_outlier"] += 1
+                continue
             med = float(scored.median[0, i])
             rec["outliers"].append({
                 "rank": int(good[i]["rank"]), "host": str(good[i].get("host", "")),
                 "gpu": int(good[i].get("gpu", -1)), "peer_group": str(uniq[peer[i]]),
                 "value_ms_per_step": float(values[i]), "peer_median_ms_per_step": med,
-                "ratio": float(values[i] / med) if med > 0 else float("inf"),
+                "ratio": float(values[i] / med) if med > 0 else INF_RATIO,
                 "robust_z": float(scored.z[0, i]), "cost_ms_per_step": float(scored.cost[0, i]),
-                "calls_ratio": float(calls[i] / mc) if mc > 0 else float("inf"),
+                "calls_ratio": float(calls[i] / mc) if mc > 0 else INF_RATIO,
                 "per_call_ratio": float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0})
 
     def _collective(self, rec: dict, good: list[dict], skipped: Counter) -> None:
         pol = self.policy
-        members, series, sigs, steps, nbytes = [], [], set(), [], []
-        for p in good:
-            seqs = np.asarray(p.get("seqs", []), dtype=np.float64)
-            durs = np.asarray(p.get("seq_dur_ns", []), dtype=np.float64)
-            if len(seqs) != len(durs) or len(seqs) == 0:
-                skipped["no_seqs"] += 1
-                continue
-            ok = np.isfinite(durs) & (durs >= 0) & (durs <= pol.max_duration_s * 1e9) & np.isfinite(seqs)
-            if not ok.all():
-                skipped["bad_duration"] += int((~ok).sum())
-            if not ok.any():
-                continue
-            members.append(p)
-            series.append((seqs[ok].astype(np.int64), durs[ok]))
-            sigs.add(str(p.get("signature", "")))
-            steps.append(p["steps"])
-            nbytes.append(p.get("bytes", 0) / max(1, p.get("count", 1)))
+        members = [p for p in good if _has_seqs(p, skipped)]
         rec["members"] = [int(p["rank"]) for p in members]
-        rec["member_max_seq"] = [int(s.max()) for s, _ in series]
-        rec["mixed_signatures"] = len(sigs) > 1
+        rec["member_max_seq"] = [int(max(p["seqs"])) for p in members]
+        rec["mixed_signatures"] = len({str(p.get("signature", "")) for p in members}) > 1
         if len(members) < 2:
             skipped["too_few_members"] += len(members)
             return
-        common, d = seq_matrix(series)
+        common, d = _aligned(members)
+        bad = ~np.isfinite(d) | (d < 0) | (d > pol.max_duration_s * 1e9)
+        if bad.any():  # a seq with a bad duration on any member is left out, never guessed
+            skipped["bad_duration"] += int(bad.sum())
+            keep = ~bad.any(axis=0)
+            common, d = common[keep], d[:, keep]
         rec["seqs_compared"] = int(len(common))
-        rec["bytes_per_call"] = float(np.median(nbytes))
+        rec["bytes_per_call"] = float(median(p.get("bytes", 0) / max(1, p.get("count", 1)) for p in members))
         if len(common) < pol.min_seqs:
             skipped["too_few_common_seqs"] += 1
             return
+        steps = median(p["steps"] for p in members)
+        per_member = median(len(p["seqs"]) for p in members)
         late = collective_lateness(d)
-        step_n = float(np.median(steps)) * len(common) / max(1.0, float(np.median([len(s) for s, _ in series])))
-        step_n = max(step_n, 1e-9)
+        # steps covered by the compared seqs: seqs per step from the median member
+        step_n = max(steps * len(common) / max(1.0, per_member), 1e-9)
         rec["transfer_ms_median"] = float(np.median(late.transfer_ns)) / 1e6
         rec["transfer_ms_per_step"] = float(late.transfer_ns.sum()) / 1e6 / step_n
-        rec["wait_ms_per_step"] = float(np.median(late.wait_ns)) / 1e6 / step_n
+        waits = late.wait_ns / 1e6 / step_n
+        rec["wait_ms_per_step"] = float(np.median(waits))
+        rec["member_wait_ms_per_step"] = [round(float(w), 3) for w in waits]
         chance = 1.0 / len(members)
+        min_cost = _min_cost(pol, good)
         for i in np.flatnonzero(late.late_seqs >= pol.late_fraction * late.seqs):
             caused = float(late.caused_ns[i]) / 1e6 / step_n
-            pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
-            if caused < pol.min_cost_ms_per_step or pval > pol.late_p_value:
+            if caused < min_cost:
                 continue
+            # the p-value is applied by the diagnoser (culprits); any late arriver marks victims
+            pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
             p = members[i]
             rec["stragglers"].append({
                 "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
@@ -210,10 +210,38 @@ class FunctionComparator:
                 "caused_ms_per_step": caused, "p_value": pval})
 
 
-class PeerGroupOnly:
-    """Stand-in scores for kinds that are never outliers (checkpoint, synchronize, ...)."""
+def _has_seqs(p: dict, skipped: Counter) -> bool:
+    seqs, durs = p.get("seqs") or [], p.get("seq_dur_ns") or []
+    if len(seqs) != len(durs) or not seqs:
+        skipped["no_seqs"] += 1
+        return False
+    return True
 
-    outlier = None
+
+def _aligned(members: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(common seqs, members x seqs durations ns). Fast path when every member reported
+    the same strictly increasing seqs (the usual case); else align with seq_matrix."""
+    first = members[0]["seqs"]
+    if all(p["seqs"] == first for p in members) and all(a < b for a, b in zip(first, first[1:], strict=False)):
+        return np.asarray(first, dtype=np.int64), np.array([p["seq_dur_ns"] for p in members], dtype=np.float64)
+    series = [(np.asarray(p["seqs"], dtype=np.int64), np.asarray(p["seq_dur_ns"], dtype=np.float64))
+              for p in members]
+    return seq_matrix(series)
+
+
+def _min_cost(pol: DetectionPolicy, good: list[dict]) -> float:
+    """Cost a finding needs (ms per step): the configured floor, or ``min_step_share`` of the
+    step time estimated as window length / median completed steps, whichever is larger."""
+    steps = float(np.median([p["steps"] for p in good])) if good else 0.0
+    step_ms = pol.window_s * 1000 / steps if steps > 0 else 0.0
+    return max(pol.min_cost_ms_per_step, pol.min_step_share * step_ms)
+
+
+def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float) -> bool:
+    """A real slowdown moves the typical call (p50) or the number of calls per step; one
+    slow step spilling into a window moves neither (that is one-window jitter)."""
+    return p50 >= peer_p50 * (1 + min_excess) or calls >= peer_calls * (1 + min_excess / 2) \
+        or peer_calls == 0
 
 
 def _empty_record(job: str, function: str, window_id: int, patterns: list[dict]) -> dict:
@@ -222,7 +250,7 @@ def _empty_record(job: str, function: str, window_id: int, patterns: list[dict])
         "window_start_ms": 0, "window_s": float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
         "function": function, "kind": 0, "ranks_seen": 0, "ranks_scored": 0, "peer_groups": 0,
         "median_ms_per_step": 0.0, "groups": [], "outliers": [], "members": [], "member_max_seq": [],
-        "mixed_signatures": False, "seqs_compared": 0, "transfer_ms_median": 0.0,
+        "mixed_signatures": False, "member_wait_ms_per_step": [], "seqs_compared": 0, "transfer_ms_median": 0.0,
         "transfer_ms_per_step": 0.0, "wait_ms_per_step": 0.0, "bytes_per_call": 0.0,
         "stragglers": [], "skipped": {},
     }

@@ -6,7 +6,9 @@ each other), or two graces after its first RankWindow when no comparison comes
 (a hung job produces no patterns). Each evaluation runs :func:`.window.diagnose_window`,
 the regression and hang detectors, then the incident lifecycle. A regression that the
 window's root causes explain (their impact covers half of it) is folded into them, not
-reported twice; it still triggers one synchronized PROFILE request on ``pt.control``.
+reported twice (as are its first windows after a root cause cleared, while the
+incident is still open); it still triggers one synchronized PROFILE request on
+``pt.control``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import Counter
 from .findings import Finding
 from .incidents import Track, step
 from .liveness import LivenessState, hang, note_collectives, regression
-from .model import SCHEMA_VERSION, Kind, to_ms
+from .model import SCHEMA_VERSION, to_ms
 from .policy import DetectionPolicy
 from .window import diagnose_window, step_ms
 
@@ -120,10 +122,13 @@ class JobDiagnoser:
         note_collectives(self.live, cmps)
         findings = diagnose_window(rws, cmps, self.policy)
         controls = []
-        reg = regression(self.live, wid, job_step, self.policy)
+        # a window's typical fast step (p25): transient spikes within it do not move it
+        reg = regression(self.live, wid, step_ms(rws, quantile=25.0), self.policy)
         if reg is not None:
             controls = self._profile(wid, now, reg)
-            explained = sum(f.impact_ms for f in findings if f.kind != Kind.EXPECTATION)
+            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings)
+            explained += sum(t.explains_ms for i, t in self.tracks.items()
+                             if t.open and i != reg.identity and i not in {f.identity for f in findings})
             if explained < 0.5 * reg.impact_ms:
                 findings.append(reg)
         h = hang(self.live, rws, self.policy)

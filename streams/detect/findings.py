@@ -67,8 +67,7 @@ def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock
 def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min_excess: float) -> Cause:
     """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``)."""
     kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
-    if all(o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess
-           for o in outliers):
+    if _more_work(outliers, min_excess):
         return Cause.DATA_IMBALANCE
     # per kind, the largest excess (a named span and its kind: aggregate are the same time)
     cost = {k: max(o["cost_ms_per_step"] for o in outliers if o["kind"] == k) for k in kinds}
@@ -87,13 +86,28 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min
     return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
 
 
+def _more_work(outliers: list[dict], min_excess: float) -> bool:
+    """Data/MoE imbalance: a function called more often per step than on peers at the same
+    per-call time explains (>= GC_EXPLAINS of) the rank's largest excess. GC excluded."""
+    work = [o for o in outliers if o["kind"] != SpanKind.GC and o["calls_ratio"] < 1e8
+            and o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess]
+    if not work:
+        return False
+    top = max(o["cost_ms_per_step"] for o in outliers)
+    return max(o["cost_ms_per_step"] for o in work) >= GC_EXPLAINS * top
+
+
 CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATALOADER}
 
 
 def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
     """The most specific costly outlier: of the cause's own kind when it has one (GC for
     gc_pause), and a named function rather than a ``kind:`` aggregate."""
-    pool = [o for o in outliers if o["kind"] == CAUSE_KINDS.get(cause)] or outliers
+    if cause == Cause.DATA_IMBALANCE:  # the function doing the extra calls
+        return max(outliers, key=lambda o: (o["calls_ratio"] if o["calls_ratio"] < 1e8 else 0.0,
+                                            o["cost_ms_per_step"]))
+    own_kind = CAUSE_KINDS.get(cause) if cause is not None else None
+    pool = [o for o in outliers if o["kind"] == own_kind] or outliers
     named = [o for o in pool if not o["function"].startswith(KIND_PREFIX)]
     return max(named or pool, key=lambda o: o["cost_ms_per_step"])
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from .findings import Finding
 from .model import SCHEMA_VERSION, Status
@@ -31,6 +33,7 @@ class Track:
     last_seen_ms: int = 0
     sent_impact: float = 0.0
     sent_ranks: tuple = ()
+    explains_ms: float = 0.0  # step time this root cause accounts for
     last: dict = field(default_factory=dict)  # last Anomaly record sent
 
 
@@ -65,6 +68,17 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     return out
 
 
+def _finite(x: Any) -> Any:
+    """Evidence as strict JSON: NaN and infinities become null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
     base = max(abs(t.sent_impact), 1e-9)
     return abs(f.impact_ms - t.sent_impact) / base > policy.update_change or f.ranks != t.sent_ranks
@@ -72,6 +86,7 @@ def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
 
 def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> dict:
     t.sent_impact, t.sent_ranks = f.impact_ms, f.ranks
+    t.explains_ms = float(f.evidence.get("explains_ms", f.impact_ms))
     evidence = dict(f.evidence, windows=t.streak)
     rec = {
         "schema_version": SCHEMA_VERSION, "incident_id": t.incident_id, "job": job,
@@ -80,7 +95,7 @@ def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float)
         "score": float(f.score), "impact_ms_per_step": round(float(f.impact_ms), 3),
         "step_time_ms": round(float(step_time_ms), 3), "first_seen_ms": int(t.first_seen_ms),
         "last_seen_ms": int(t.last_seen_ms), "windows": int(t.streak), "summary": f.summary,
-        "evidence_json": json.dumps(evidence, sort_keys=True, default=str),
+        "evidence_json": json.dumps(_finite(evidence), sort_keys=True, default=str),
     }
     t.last = rec
     return rec

@@ -1,9 +1,11 @@
 """Job-level detectors over RankWindows: iteration regression and hang.
 
 Regression: the job's step time per window (median over ranks of each rank's
-median step, robust to one-off checkpoint steps) is kept for ``history_windows``.
-Best = the lowest of the history before the last ``persist_windows``; recent =
-mean of those last windows. Regression when recent > best * (1 + regression_pct %)
+25th-percentile step: one-off checkpoint steps and spikes covering part of a window
+do not move it, a sustained slowdown does) is kept for ``history_windows``.
+Recent = median of the last persist_windows + 1 windows (one odd window does not
+move it); best = 25th percentile of the windows before them (the minimum would be
+biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step.
 
 Hang: consecutive windows in which no rank completed an iteration. A hang when
@@ -47,11 +49,11 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
                policy: DetectionPolicy) -> Finding | None:
     if step_ms > 0:
         state.history = (state.history + [(window_id, step_ms)])[-policy.history_windows:]
-    k = policy.persist_windows
+    k = policy.persist_windows + 1
     if len(state.history) < k + 2 or step_ms <= 0:
         return None
-    best = min(v for _, v in state.history[:-k])
-    recent = float(np.mean([v for _, v in state.history[-k:]]))
+    best = float(np.percentile([v for _, v in state.history[:-k]], 25))
+    recent = float(np.median([v for _, v in state.history[-k:]]))
     excess = recent - best
     if recent <= best * (1 + policy.regression_pct / 100) or excess < policy.min_cost_ms_per_step:
         return None
@@ -81,23 +83,27 @@ def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionP
     return _hang_finding(state, rank_windows, stalled_s)
 
 
+def hang_culprits(state: LivenessState, rank_windows: dict[int, dict]) -> tuple[list[int], str, int]:
+    """Ranks behind the front of their own pending group: the front is the highest seq any
+    member reached (pending or reported); a rank blocked inside the front call is a victim,
+    one whose latest call in that group is older never reached it. (ranks, group, seq)."""
+    front: dict[str, int] = {}
+    for g, seqs in state.group_seq.items():
+        front[g] = max(seqs.values(), default=-1)
+    for rw in rank_windows.values():
+        g = rw.get("pending_group", "")
+        if g:
+            front[g] = max(front.get(g, -1), int(rw.get("pending_seq", -1)))
+    culprits = sorted(int(r) for r, rw in rank_windows.items() if rw.get("pending_group")
+                      and int(rw.get("pending_seq", -1)) < front[rw["pending_group"]])
+    if not culprits:
+        return [], "", -1
+    group = rank_windows[culprits[0]]["pending_group"]
+    return culprits, group, front[group]
+
+
 def _hang_finding(state: LivenessState, rank_windows: dict[int, dict], stalled_s: float) -> Finding:
-    pending: dict[str, list[int]] = {}
-    for r, rw in rank_windows.items():
-        if rw.get("pending_group"):
-            pending.setdefault(rw["pending_group"], []).append(int(r))
-    culprits: list[int] = []
-    group = ""
-    top_seq = -1
-    for g, _ in sorted(pending.items(), key=lambda kv: -len(kv[1])):
-        seqs = dict(state.group_seq.get(g, {}))
-        for r in pending[g]:
-            seqs[r] = max(seqs.get(r, -1), int(rank_windows[r]["pending_seq"]))
-        top_seq = max(seqs.values())
-        culprits = sorted(r for r, s in seqs.items() if s < top_seq)
-        group = g
-        if culprits:
-            break
+    culprits, group, top_seq = hang_culprits(state, rank_windows)
     last_fn = {str(r): rank_windows.get(r, {}).get("last_function", "?") for r in culprits}
     hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in culprits}))
     who = ", ".join(f"rank {r} (last in {last_fn[str(r)]})" for r in culprits[:8]) or "unknown ranks"

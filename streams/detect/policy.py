@@ -23,6 +23,7 @@ class DetectionPolicy:
     mad_threshold: float = 5.0
     min_excess: float = 0.10
     min_cost_ms_per_step: float = 1.0
+    min_step_share: float = 0.01  # ... and at least this share of the step time
     min_peers: int = 4  # ranks in a peer group (the rank itself included)
     noise_floor_rel: float = 0.02  # MAD floor as a fraction of the peer median
     noise_floor_ms: float = 0.05  # ... and in ms per step

@@ -29,6 +29,7 @@ from .accumulate import (
 from .model import SpanKind, comm_function, kind_function
 from .policy import DetectionPolicy
 
+FUTURE_SLACK_MS = 1000  # an event may end at most this long after its batch's wall time
 HW_FIELDS = ("sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "util_gpu_pct",
              "pcie_gen", "pcie_width", "nvlink_errors", "ecc_uncorrected", "xid")
 
@@ -69,6 +70,7 @@ class RankSummarizer:
                                        "pending_seq": -1, "last_event_ms": 0}
         self.health = {"dropped_events": 0, "lost_batches": 0, "bytes_received": 0}
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
+        self._batch_wall_ms = 0
 
     # ---- input -------------------------------------------------------------------------
     def add_events(self, batch: dict, now_wall_ms: int | None = None) -> None:
@@ -83,6 +85,7 @@ class RankSummarizer:
                                  str(batch["host"]), int(batch["gpu"]))
             self.health["dropped_events"] = int(batch.get("dropped_events", 0))
             offset_ns = int(batch["wall_ns"]) - int(batch["mono_ns"])
+            self._batch_wall_ms = int(batch["wall_ns"]) // 1_000_000
             names = list(batch["names"])
             comm_iv = self._add_comms(batch, names, offset_ns)
             self._add_spans(batch["spans"], names, offset_ns, comm_iv)
@@ -103,6 +106,8 @@ class RankSummarizer:
         return True
 
     def _window_for(self, wall_ms: int) -> WindowAcc | None:
+        if not self._plausible(wall_ms):
+            return None
         wid = wall_ms // self.policy.window_ms
         if self.next_window is not None and wid < self.next_window:
             self.skipped["late_event"] += 1
@@ -113,6 +118,15 @@ class RankSummarizer:
                 return None
             self.windows[wid] = WindowAcc()
         return self.windows[wid]
+
+    def _plausible(self, wall_ms: int) -> bool:
+        """Events happen before their batch is sent, and not hours before (a corrupt
+        timestamp must not open far-away windows or close the current ones early)."""
+        ref = self._batch_wall_ms
+        if ref and not (ref - self.policy.max_duration_s * 1000 <= wall_ms <= ref + FUTURE_SLACK_MS):
+            self.skipped["bad_timestamp"] += 1
+            return False
+        return True
 
     def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
         arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)
@@ -128,6 +142,9 @@ class RankSummarizer:
         return False
 
     def _note_event(self, wall_ms: int, function: str) -> None:
+        ref = self._batch_wall_ms
+        if ref and not (ref - self.policy.max_duration_s * 1000 <= wall_ms <= ref + FUTURE_SLACK_MS):
+            return
         if wall_ms >= self.sticky["last_event_ms"]:
             self.sticky["last_event_ms"] = wall_ms
             self.sticky["last_function"] = function
@@ -209,6 +226,8 @@ class RankSummarizer:
             if self._bad_dur(dur):
                 continue
             wall_ms = int((offset_ns + start + dur) // 1_000_000)
+            if not self._plausible(wall_ms):
+                continue
             self.data_ms = max(self.data_ms, wall_ms)
             if self.next_window is None:
                 self.next_window = wall_ms // self.policy.window_ms

@@ -36,10 +36,16 @@ from .policy import DetectionPolicy
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
 
-def step_ms(rank_windows: dict[int, dict]) -> float:
-    """Job's step time (ms): median over ranks of each rank's median step."""
-    meds = [float(np.median(rw["step_time_ns"])) for rw in rank_windows.values() if rw.get("step_time_ns")]
-    return float(np.median(meds)) / 1e6 if meds else 0.0
+def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
+    """Job's step time (ms): median over ranks of each rank's ``quantile`` step time
+    (nearest rank; plain Python: a rank has a handful of steps per window)."""
+    per_rank = []
+    for rw in rank_windows.values():
+        steps = rw.get("step_time_ns")
+        if steps:
+            ordered = sorted(steps)
+            per_rank.append(ordered[int(round(quantile / 100 * (len(ordered) - 1)))])
+    return float(np.median(per_rank)) / 1e6 if per_rank else 0.0
 
 
 def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
@@ -51,7 +57,7 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
             continue
         for o in c["outliers"]:
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
-    stragglers, victims = _stragglers(comparisons)
+    stragglers, victims = _stragglers(comparisons, policy.late_p_value)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
     findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows)
@@ -61,19 +67,42 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
     return sorted(findings, key=lambda f: -f.impact_ms)
 
 
-def _stragglers(comparisons: list[dict]) -> tuple[dict[int, list[dict]], set[int]]:
-    """Late arrivers of peer collectives, and the ranks that waited for someone."""
+def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list[dict]], set[int]]:
+    """Late arrivers of peer collectives, and the ranks that only propagate someone else's
+    delay: members other than the late arriver of any collective (pipeline send/recv
+    included), and late arrivers that themselves waited, in another collective, at least
+    half as long as the wait they caused."""
     late: dict[int, list[dict]] = defaultdict(list)
     victims: set[int] = set()
     for c in comparisons:
-        if c["kind"] != SpanKind.COLLECTIVE or c["mixed_signatures"]:
+        if c["kind"] != SpanKind.COLLECTIVE:
             continue
         names = {s["rank"] for s in c["stragglers"]}
-        for s in c["stragglers"]:
-            late[s["rank"]].append({**s, "function": c["function"]})
+        for s in c["stragglers"] if not c["mixed_signatures"] else []:
+            if s["p_value"] <= p_value:
+                late[s["rank"]].append({**s, "function": c["function"]})
         if names:
             victims.update(r for r in c["members"] if r not in names)
+    waited = _waits_of(comparisons, set(late))
+    for rank, entries in late.items():
+        caused = max(s["caused_ms_per_step"] for s in entries)
+        own = {s["function"] for s in entries}
+        if any(w >= 0.5 * caused for fn, w in waited.get(rank, []) if fn not in own):
+            victims.add(rank)
     return late, victims
+
+
+def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
+    """(collective, wait ms per step) of each of ``ranks`` in every group it belongs to."""
+    out: dict[int, list[tuple[str, float]]] = defaultdict(list)
+    if not ranks:
+        return out
+    for c in comparisons:
+        waits = c.get("member_wait_ms_per_step") or []
+        for r, w in zip(c.get("members", []), waits, strict=False):
+            if r in ranks:
+                out[r].append((c["function"], float(w)))
+    return out
 
 
 def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
@@ -93,7 +122,7 @@ def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[di
         if cause in HOST_LEVEL:
             key: tuple = (cause, outs[0]["host"])
         elif cause == Cause.DATA_IMBALANCE:
-            key = (cause, top_function(outs)["function"])
+            key = (cause, top_function(outs, cause)["function"])
         else:
             key = (cause, rank)
         groups[key].append((rank, cause, outs, hw))
@@ -282,6 +311,7 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
                    f"{c['function']} (expected under {limit:.0%}): a shared inefficiency, no single culprit; "
                    f"~{cost:.1f} ms per step to gain")
         evidence = {"share_of_step": round(share, 4), "expected_max_share": limit,
+                    "explains_ms": round(c["median_ms_per_step"], 3),
                     "median_ms_per_step": round(c["median_ms_per_step"], 3), "step_ms": round(job_step_ms, 3),
                     "ranks": c["ranks_seen"]}
         out.append(Finding(Kind.EXPECTATION, Cause.SHARED_INEFFICIENCY, f"shared|{c['function']}", (), (), (),

@@ -1,0 +1,89 @@
+import numpy as np
+from perftracker.streams.detect import DetectionPolicy, FunctionComparator
+
+from .synth import comm_pattern, pattern
+
+POL = DetectionPolicy()
+
+
+def evaluate(function, patterns, policy=POL):
+    c = FunctionComparator("job", function, policy)
+    for p in patterns:
+        c.add(p, now_wall_ms=1000)
+    assert c.poll(1000 + policy.grace_ms) == []  # grace not over yet
+    (rec,) = c.poll(1001 + policy.grace_ms)
+    return rec, c
+
+
+def test_slow_rank_is_an_outlier_with_evidence():
+    rng = np.random.default_rng(1)
+    pats = [pattern(r, "Model.forward", 100 * rng.lognormal(0, 0.02)) for r in range(16)]
+    pats[5] = pattern(5, "Model.forward", 140.0)
+    rec, _ = evaluate("Model.forward", pats)
+    (o,) = rec["outliers"]
+    assert o["rank"] == 5 and 1.3 < o["ratio"] < 1.5 and o["robust_z"] > 5 and o["cost_ms_per_step"] > 30
+
+
+def test_legitimate_group_difference_is_not_an_outlier():
+    pats = [pattern(r, "kind:forward", 100.0 if r < 8 else 150.0, signature="a" if r < 8 else "b")
+            for r in range(16)]
+    rec, _ = evaluate("kind:forward", pats)
+    assert rec["outliers"] == [] and rec["peer_groups"] == 2
+    assert sorted(g["median_ms_per_step"] for g in rec["groups"]) == [100.0, 150.0]
+
+
+def test_configured_peer_groups_override_signatures():
+    pol = DetectionPolicy(peer_groups="a=0-7;b=8-15")
+    pats = [pattern(r, "f", 100.0 if r < 8 else 150.0, signature="same") for r in range(16)]
+    rec, _ = evaluate("f", pats, pol)
+    assert rec["outliers"] == [] and {g["key"] for g in rec["groups"]} == {"a", "b"}
+
+
+def test_too_few_peers_and_bad_patterns_are_counted():
+    pats = [pattern(r, "f", 10.0) for r in range(3)] + [pattern(3, "f", 10.0, steps=0),
+                                                         dict(pattern(4, "f", 1.0), total_ns=float("nan")),
+                                                         dict(pattern(5, "f", 1.0), total_ns=-5),
+                                                         dict(pattern(6, "f", 1.0), total_ns=10**20)]
+    rec, c = evaluate("f", pats)
+    assert rec["outliers"] == [] and rec["ranks_scored"] == 0
+    assert rec["skipped"] == {"too_few_peers": 3, "no_steps": 1, "bad_duration": 2, "absurd_duration": 1}
+    assert c.skipped["bad_duration"] == 2
+
+
+def test_one_slow_step_in_a_window_is_transient_not_an_outlier():
+    pats = [pattern(r, "f", 100.0) for r in range(16)]
+    pats[3] = pattern(3, "f", 130.0, p50_ms=100.0)  # one long step; typical call unchanged
+    rec, _ = evaluate("f", pats)
+    assert rec["outliers"] == [] and rec["skipped"]["transient_outlier"] == 1
+
+
+def test_collective_culprit_is_the_shortest_time_inside_not_the_longest():
+    members = list(range(8))
+    seqs = list(range(100, 110))
+    pats = []
+    for r in members:
+        # rank 6 arrives 30 ms late every call: its own time inside is only the 5 ms transfer
+        durs = [5.0 if r == 6 else 35.0 + (r % 3) for _ in seqs]
+        pats.append(comm_pattern(r, "dp0", seqs, durs, members))
+    rec, _ = evaluate("comm:all_reduce:dp0", pats)
+    (s,) = rec["stragglers"]
+    assert s["rank"] == 6 and s["late_fraction"] == 1.0 and s["caused_ms_per_step"] > 25
+    assert rec["outliers"] == []  # victims' long waits are never outliers
+    assert abs(rec["transfer_ms_median"] - 5.0) < 1e-6
+    waits = dict(zip(rec["members"], rec["member_wait_ms_per_step"], strict=True))
+    assert waits[6] == 0 and waits[0] > 25
+
+
+def test_collective_seqs_missing_at_window_edges_are_left_out():
+    members = [0, 1, 2, 3]
+    pats = [comm_pattern(r, "g", list(range(10 + (r == 0), 20)), [5.0 if r == 2 else 15.0] * (10 - (r == 0)),
+                         members) for r in members]
+    rec, _ = evaluate("comm:all_reduce:g", pats)
+    assert rec["seqs_compared"] == 9 and rec["stragglers"][0]["rank"] == 2
+
+
+def test_late_patterns_for_evaluated_windows_are_counted():
+    pats = [pattern(r, "f", 10.0) for r in range(8)]
+    rec, c = evaluate("f", pats)
+    c.add(pattern(9, "f", 10.0), now_wall_ms=99999)
+    assert c.skipped["late_pattern"] == 1

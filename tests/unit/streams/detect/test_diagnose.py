@@ -1,0 +1,161 @@
+import json
+
+from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
+
+from benchmarks.simulate.events import EventFault, EventJob, EventSimulator
+from benchmarks.simulate.pipeline import Pipeline
+
+from .synth import T0_WINDOW, W_MS, rank_window
+
+POL = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
+
+
+def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, magnitude=10.0):
+    """All three real stages on a simulated gloo-like data-parallel job."""
+    sim = EventSimulator(EventJob(ranks=ranks), EventFault(kind, culprit, magnitude, start_s, end_s), seed=3)
+    pl = Pipeline("job", POL)
+    t0 = sim.t0_ns // 1_000_000
+    for tick in range(1, seconds * 2 + 1):
+        t_ns = tick * 0.5e9
+        while sim.clock.min() < t_ns:
+            sim.run_step()
+        if tick % 2 == 0:
+            for r in range(ranks):
+                pl.add_events(sim.batch(r, t_ns), t0 + tick * 500)
+        pl.tick(t0 + tick * 500)
+    return pl
+
+
+def opened(pl):
+    return [a for _, a in pl.anomalies if a["status"] == "OPEN"]
+
+
+def test_culprit_not_victims_slow_dataloader():
+    pl = run_events("slow-dataloader")
+    (a,) = opened(pl)
+    assert a["ranks"] == [2] and a["cause"] == "slow_dataloader" and a["function"] == "DataLoader.__next__"
+    ev = json.loads(a["evidence_json"])
+    assert ev["ratio"] > 2 and ev["peer_median_ms"] > 0 and a["impact_ms_per_step"] > 5
+    assert "rank 2" in a["summary"] and "ms" in a["summary"]
+
+
+def test_late_collective_entry_names_the_late_rank():
+    (a,) = opened(run_events("slow-collective"))
+    assert a["ranks"] == [2] and a["kind"] == "straggler"
+
+
+def test_gc_storm_and_cpu_contention_causes():
+    assert [(a["ranks"], a["cause"]) for a in opened(run_events("gc-storm"))] == [([2], "gc_pause")]
+    assert [(a["ranks"], a["cause"]) for a in opened(run_events("cpu-contention"))] == [
+        ([2], "host_cpu_contention")]
+
+
+def test_no_fault_no_anomaly():
+    assert opened(run_events("none")) == []
+
+
+def test_one_window_fault_is_not_raised_and_a_fault_clears():
+    assert opened(run_events("slow-dataloader", start_s=6.2, end_s=7.6)) == []
+    pl = run_events("slow-dataloader", start_s=6.0, end_s=14.0, seconds=30)
+    statuses = [a["status"] for _, a in pl.anomalies]
+    assert statuses[0] == "OPEN" and statuses[-1] == "RESOLVED"
+    assert len({a["incident_id"] for _, a in pl.anomalies}) == 1  # one incident, stable id
+
+
+def test_hang_names_the_rank_that_never_reached_the_collective():
+    pol = DetectionPolicy(window_s=5.0, hang_floor_s=20.0)
+    d = JobDiagnoser("job", pol)
+    now = T0_WINDOW * W_MS
+    anomalies = []
+    for i in range(12):
+        w = T0_WINDOW + i
+        hung = i >= 4
+        rws = []
+        for r in range(8):
+            seq = 200 if not hung else (200 if r == 5 else 201)
+            rws.append(rank_window(r, window=w, world=8, steps=0 if hung else 10, pending_seq=seq,
+                                   last_function="Model.backward" if r == 5 else "comm:all_reduce:dp"))
+        for rw in rws:
+            d.add("RankWindow", rw, now_wall_ms=now + i * W_MS)
+        anomalies += d.poll(now + i * W_MS + 8000)[0]
+    (a,) = [x for x in anomalies if x["status"] == "OPEN"]
+    assert a["cause"] == "hang" and a["ranks"] == [5] and "Model.backward" in a["summary"]
+
+
+def test_regression_raises_finding_and_profile_request():
+    d = JobDiagnoser("job", DetectionPolicy(window_s=5.0))
+    now = T0_WINDOW * W_MS
+    out, controls = [], []
+    for i in range(10):
+        step = 100.0 if i < 4 else 130.0
+        for r in range(8):
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=8, step_ms=step), now + i * W_MS)
+        a, c = d.poll(now + i * W_MS + 8000)
+        out += a
+        controls += c
+    assert [x["cause"] for x in out if x["status"] == "OPEN"] == ["regression"]
+    (ctl,) = controls
+    assert ctl["command"] == "PROFILE" and ctl["start_step"] > 110 and ctl["duration_s"] > 0
+
+
+def test_unknown_ranks_and_other_jobs_are_skipped():
+    d = JobDiagnoser("job", DetectionPolicy())
+    d.add("RankWindow", rank_window(99, world=8), 0)
+    d.add("RankWindow", dict(rank_window(1), job="other"), 0)
+    d.add("Nonsense", {"job": "job", "window_id": 1}, 0)
+    d.add("RankWindow", {"bad": True}, 0)
+    assert d.skipped == {"unknown_rank": 1, "wrong_job": 1, "unknown_record": 1, "bad_record": 1}
+    assert d.poll(10**9) == ([], [])
+
+
+def run_patterns(faults, layout, windows=10, moe=False):
+    from benchmarks.simulate.layout import Layout
+    from benchmarks.simulate.patterns import PatternSim
+    from benchmarks.simulate.records import T0_MS
+    pol = DetectionPolicy()
+    sim = PatternSim(Layout(*layout), tuple(faults), seed=11, moe=moe, spike_prob=0.0)
+    pl = Pipeline("job", pol)
+    for w, recs in sim.windows(windows):
+        now = T0_MS + (w + 1) * pol.window_ms + 500
+        pl.add_records(recs, now)
+        pl.tick(now + pol.grace_ms + 100)
+        pl.tick(now + 2 * pol.grace_ms)
+    return opened(pl)
+
+
+def test_3d_slow_gpu_names_the_culprit_not_its_tensor_or_pipeline_peers():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("slow_gpu", (5,), magnitude=1.3, start_window=3)], (8, 2, 2))
+    assert a["ranks"] == [5] and a["cause"] == "slow_gpu"
+
+
+def test_throttled_gpu_uses_hardware_evidence():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("gpu_throttle", (9,), magnitude=1.3, start_window=3)], (16, 1, 1))
+    ev = json.loads(a["evidence_json"])
+    assert a["cause"] == "gpu_throttle" and ev["hardware"]["9"]["temp_c_max"] > 87
+
+
+def test_pipeline_stage_imbalance_is_imbalance_not_a_faulty_rank():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=3)], (4, 2, 4))
+    assert a["kind"] == "imbalance" and a["cause"] == "stage_imbalance" and a["ranks"] == list(range(8, 16))
+
+
+def test_moe_imbalance_is_data_imbalance():
+    from benchmarks.simulate.faults import Fault
+    (a,) = run_patterns([Fault("data_imbalance", (3, 12), magnitude=2.0, start_window=3)], (16, 1, 1), moe=True)
+    assert a["kind"] == "imbalance" and a["cause"] == "data_imbalance" and a["ranks"] == [3, 12]
+
+
+def test_rank_that_stops_reporting_is_not_a_culprit():
+    d = JobDiagnoser("job", DetectionPolicy(window_s=5.0))
+    now = T0_WINDOW * W_MS
+    out = []
+    for i in range(8):
+        for r in range(8):
+            silent = r == 3 and i >= 3
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=8, steps=0 if silent else 10),
+                  now + i * W_MS)
+        out += d.poll(now + i * W_MS + 8000)[0]
+    assert out == [] and d.skipped["silent_rank"] == 5
