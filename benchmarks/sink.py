@@ -7,6 +7,9 @@
   realistic job (``perftracker.sinks.samples.job_records``): per rank and
   5 s window, 5 function patterns and one RankWindow carrying 50 iterations;
   per window, two FunctionComparisons (the all-reduce, the data loader).
+  ``sink_cpu_s`` is the CPU time this process (the sink's threads, librdkafka,
+  chDB) spent meanwhile, and ``load_avg_1m`` the machine's load: on a shared
+  machine the wall-clock rate depends on both.
 * ``alert_latency_ms_p50``: from an Anomaly produced on pt.anomalies to the
   signed webhook received by a local HTTP server, through the same sink.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -131,7 +135,9 @@ def run(ranks: int, windows: int, alerts: int) -> dict:
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         t0 = _wait(lambda: service.stats.consumed > 0, 60, 0.001)
+        c0 = time.process_time()
         t1 = _wait(lambda: service.stats.rows_written >= expected, 300)
+        cpu_s = time.process_time() - c0
         consumed = service.stats.consumed
         latencies = _alert_latency(conf, topics, rx, alerts)
     finally:
@@ -145,7 +151,8 @@ def run(ranks: int, windows: int, alerts: int) -> dict:
         "alert_latency_ms_p50": round(statistics.median(latencies), 1),
         "alert_latency_ms_p90": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 1),
         "rows": expected, "messages": consumed, "messages_per_s": round(consumed / secs),
-        "seconds": round(secs, 2), "ranks": ranks, "windows": windows, "alert_samples": len(latencies),
+        "seconds": round(secs, 2), "sink_cpu_s": round(cpu_s, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(), "ranks": ranks, "windows": windows, "alert_samples": len(latencies),
     }
 
 
