@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from ..schemas.errors import PerftrackerError
@@ -12,13 +13,23 @@ class KafkaUnreachable(PerftrackerError):
     """No Kafka-protocol broker answered at the configured address."""
 
 
+def _quiet_logger() -> logging.Logger:
+    """librdkafka logs every failed connect on stderr; route them to Python logging at DEBUG."""
+    logger = logging.getLogger("perftracker.kafka.admin")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
 def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float = 10.0) -> list[str]:
     """Create the missing topics; return the names created. Existing topics are left alone."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(dict(conf))
+    admin = AdminClient({**conf, "logger": _quiet_logger()})
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
+        existing = set(admin.list_topics(timeout=min(timeout_s, 5.0)).topics)
     except Exception as exc:
         raise KafkaUnreachable(
             f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc}. "

@@ -58,6 +58,8 @@ class KafkaSettings:
     ssl_ca_location: str = field(default="", metadata={"doc": "CA bundle path for TLS"})
     profile: str = field(default="auto", metadata={"doc": "'tansu' (local broker quirks), 'kafka', or 'auto' (tansu when embedded)"})
     schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL; empty = single-object encoding"})
+    schema_registry_username: str = field(default="", metadata={"doc": "basic-auth user of the schema registry"})
+    schema_registry_password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "basic-auth password of the schema registry (env or *_file only)"})
 
     def client_conf(self) -> dict[str, str]:
         """librdkafka properties shared by producers, consumers and admin clients."""

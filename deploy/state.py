@@ -17,6 +17,7 @@ class StackState:
     bootstrap: str
     broker_pid: int
     worker_pids: list[int] = field(default_factory=list)
+    worker_ports: list[int] = field(default_factory=list)
     sink_pid: int = 0
     query_url: str = ""  # the sink's local query API (chDB owner)
     store_url: str = ""

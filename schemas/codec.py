@@ -219,7 +219,9 @@ class MultiCodec:
             raise SchemaError("not an Avro single-object message")
         any_codec = next(iter(self.codecs.values()))
         writer = any_codec.schemas.by_fingerprint(data[2:_HEADER_LEN])
-        if writer is None or writer.name not in self.codecs:
+        if writer is None:
             raise SchemaError(f"unknown schema fingerprint {data[2:_HEADER_LEN][::-1].hex()} "
                               f"(expected one of {sorted(self.codecs)})")
+        if writer.name not in self.codecs:
+            raise SchemaError(f"message holds a {writer.name} record, expected one of {sorted(self.codecs)}")
         return writer.name, self.codecs[writer.name].decode(data)

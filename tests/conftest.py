@@ -6,7 +6,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 from perftracker.deploy.tansu import LocalBroker, start_broker
 
 

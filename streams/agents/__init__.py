@@ -1,1 +1,1 @@
-"""perftracker.streams.agents"""
+"""One module per Faust agent; each exposes ``register(app, ctx)``."""

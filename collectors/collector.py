@@ -1,0 +1,161 @@
+"""The per-process collector: wires recorder, hooks, sender and the optional parts.
+
+Only :func:`perftracker.collectors.attach` creates one. Torch hooks go in as
+soon as ``torch`` is imported (immediately if it already is), so a bootstrap
+that attaches before the user's script runs never imports torch itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any
+
+from ..deploy.topics import TopicNames
+from ..schemas import EVENT_BATCH, Codec
+from .batch import BatchBuilder
+from .config import AttachSettings
+from .identity import RankIdentity
+from .iteration import IterationDetector
+from .patching import Patches, PostImportHook
+from .recorder import Recorder
+from .safety import ErrorBudget
+from .transport import KafkaSink, NullSink, SendCounters, Sender
+
+log = logging.getLogger("perftracker.collectors")
+
+
+@dataclass(frozen=True)
+class CollectorStats:
+    """The collector's own health, readable in-process with :func:`stats`."""
+
+    job: str
+    rank: int
+    events_buffered: int
+    events_sent: int
+    events_dropped: int
+    batches_sent: int
+    batches_failed: int
+    bytes_sent: int
+    bytes_per_s: float
+    errors_caught: int
+    gc_short_pauses: int
+    step: int
+    iteration_pattern: tuple[str, ...]
+    torch_hooks: bool
+    profile_windows: int
+
+
+class Collector:
+    def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str):
+        cfg = settings.collector
+        self.settings = settings
+        self.identity = identity
+        self.errors = ErrorBudget(cfg.log_every_s)
+        detector = IterationDetector(cfg.iteration_repeats, cfg.iteration_relearn)
+        self.recorder = Recorder(cfg.buffer_events, detector, self.errors)
+        self.patches = Patches()
+        self.imports = PostImportHook()
+        self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
+        self.counters = SendCounters()
+        self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+        self.sink = self._make_sink(bootstrap)
+        codec = Codec(EVENT_BATCH)
+        self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
+                             identity.key)
+        self.torch_hooks = False
+        self.gc_timer: Any = None
+        self.windows: Any = None  # ProfileWindows once torch is imported
+        self.extras: list[Any] = []  # optional parts with a close(): control, profiler, nvml
+        self._removers: list[Any] = []
+        self._pid = os.getpid()
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
+        on_lost = self._lost
+        if not bootstrap:
+            log.warning("perftracker: no Kafka broker configured (PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS "
+                        "or `perftracker up`); events are counted, not sent")
+            return NullSink(self.counters, on_lost)
+        try:
+            return KafkaSink(self.kafka_conf, self.topics.events, self.counters, on_lost, self.errors)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("kafka producer", exc)
+            return NullSink(self.counters, on_lost)
+
+    def _lost(self, n_events: int) -> None:
+        self.recorder.dropped += n_events
+
+    def start(self) -> None:
+        from .hooks_python import GcTimer
+        cfg = self.settings.collector
+        if cfg.gc:
+            gc_timer = self.gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
+            gc_timer.install()
+            self._removers.append(gc_timer.remove)
+        self.imports.when_imported("torch", self._on_torch)
+        self.sender.start()
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _on_torch(self, torch: ModuleType) -> None:
+        try:
+            from .torch_hooks import install_torch_hooks
+            install_torch_hooks(self, torch)
+            self.torch_hooks = True
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("torch hooks", exc)
+
+    def _after_fork_child(self) -> None:
+        self.recorder.silence()
+        self._closed = True  # the child has no sender thread; never flush from it
+
+    def stats(self) -> CollectorStats:
+        rec = self.recorder
+        pattern = rec.detector.pattern or ()
+        return CollectorStats(
+            job=self.identity.job, rank=self.identity.rank, events_buffered=len(rec.events),
+            events_sent=self.counters.events_sent, events_dropped=rec.dropped,
+            batches_sent=self.counters.batches_sent, batches_failed=self.counters.batches_failed,
+            bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
+            errors_caught=self.errors.count, step=rec.step,
+            gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
+            iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
+            profile_windows=self.windows.windows_done if self.windows is not None else 0)
+
+    def close(self) -> None:
+        """Stop everything and flush for at most ``exit_flush_s``. Idempotent, never raises."""
+        with self._close_lock:
+            if self._closed or os.getpid() != self._pid:
+                return
+            self._closed = True
+        try:
+            for extra in self.extras:
+                extra.close()
+            self.sender.close(self.settings.collector.exit_flush_s)
+            if self.settings.collector.stats_file:
+                self._write_stats(self.settings.collector.stats_file)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("close", exc)
+
+    def _write_stats(self, template: str) -> None:
+        path = template.format(rank=self.identity.rank, pid=os.getpid(), job=self.identity.job)
+        with open(path, "w") as f:
+            json.dump(asdict(self.stats()), f)
+
+    def remove_hooks(self) -> None:
+        """Undo every patch (tests and :func:`detach`)."""
+        for remove in self._removers:
+            try:
+                remove()
+            except Exception as exc:  # noqa: BLE001
+                self.errors.caught("remove", exc)
+        self._removers.clear()
+        self.patches.undo()
+        self.imports.remove()

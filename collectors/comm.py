@@ -1,0 +1,230 @@
+"""Timing of torch.distributed collectives and point-to-point calls.
+
+Every public collective and p2p function of ``torch.distributed`` is wrapped
+(in both ``torch.distributed`` and ``distributed_c10d``). The ``*_object``
+helpers are not wrapped themselves: the tensor collectives they make inside
+c10d resolve to the wrappers and are recorded, in the same order on every
+member. Each call records op, group, per-group sequence number, bytes and duration:
+
+* CPU tensors (gloo): wall time inside the call; for ``async_op=True`` and
+  ``isend``/``irecv``, until the Work's future completes.
+* CUDA tensors: device time between two CUDA events recorded around the call on
+  the current stream, read back by the sender thread (see :mod:`.cuda_timing`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from time import perf_counter_ns
+from typing import Any
+
+from .cuda_timing import CudaCommTimer
+from .groups import GroupRegistry, GroupState
+from .patching import Patches
+from .recorder import Recorder
+
+
+class P2P(Enum):
+    NONE = 0
+    SEND = 1
+    RECV = 2
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    byte_params: tuple[str, ...] = ()
+    p2p: P2P = P2P.NONE
+    always_async: bool = False
+
+
+OP_SPECS: tuple[OpSpec, ...] = (
+    OpSpec("all_reduce", ("tensor",)),
+    OpSpec("all_reduce_coalesced", ("tensors",)),
+    OpSpec("all_gather", ("tensor",)),
+    OpSpec("all_gather_into_tensor", ("input_tensor",)),
+    OpSpec("all_gather_coalesced", ("input_tensor_list",)),
+    OpSpec("reduce_scatter", ("input_list",)),
+    OpSpec("reduce_scatter_tensor", ("input",)),
+    OpSpec("all_to_all", ("input_tensor_list",)),
+    OpSpec("all_to_all_single", ("input",)),
+    OpSpec("broadcast", ("tensor",)),
+    OpSpec("reduce", ("tensor",)),
+    OpSpec("gather", ("tensor",)),
+    OpSpec("scatter", ("tensor",)),
+    OpSpec("barrier"),
+    OpSpec("monitored_barrier"),
+    OpSpec("send", ("tensor",), P2P.SEND),
+    OpSpec("recv", ("tensor",), P2P.RECV),
+    OpSpec("isend", ("tensor",), P2P.SEND, always_async=True),
+    OpSpec("irecv", ("tensor",), P2P.RECV, always_async=True),
+)
+
+
+def nbytes_of(value: Any) -> int:
+    """Bytes of a tensor or a (nested) list of tensors; 0 for anything else."""
+    if isinstance(value, (list, tuple)):
+        return sum(nbytes_of(v) for v in value)
+    try:
+        return value.nbytes  # type: ignore[no-any-return]
+    except AttributeError:
+        return 0
+
+
+@dataclass(frozen=True)
+class _Params:
+    """Positions of the parameters a wrapper reads, computed once from the signature."""
+
+    group: int
+    async_op: int
+    peer: int
+    group_peer: int
+    byte_params: tuple[tuple[int, str], ...]
+
+    @classmethod
+    def of(cls, spec: OpSpec, fn: Callable) -> _Params:
+        names = tuple(inspect.signature(fn).parameters)
+
+        def index(name: str) -> int:
+            return names.index(name) if name in names else -1
+
+        peer = "dst" if spec.p2p is P2P.SEND else "src"
+        return cls(index("group"), index("async_op"), index(peer), index("group_" + peer),
+                   tuple((index(n), n) for n in spec.byte_params))
+
+
+def _arg(args: tuple, kwargs: dict, idx: int, name: str) -> Any:
+    if 0 <= idx < len(args):
+        return args[idx]
+    return kwargs.get(name)
+
+
+class CommTimer:
+    """Builds the wrappers and records comm events."""
+
+    def __init__(self, dist: Any, rec: Recorder, cuda: CudaCommTimer | None):
+        self.dist = dist
+        self.rec = rec
+        self.registry = GroupRegistry(dist)
+        self.cuda = cuda
+
+    def install(self, patches: Patches) -> list[str]:
+        from torch.distributed import distributed_c10d as c10d
+
+        done = []
+        for spec in OP_SPECS:
+            if patches.replace(c10d, spec.name, lambda orig, s=spec: self.wrap(s, orig)):
+                done.append(spec.name)
+            if getattr(self.dist, spec.name, None) is not getattr(c10d, spec.name, None):
+                patches.add_undo(self.dist, spec.name, getattr(self.dist, spec.name, None))
+                setattr(self.dist, spec.name, getattr(c10d, spec.name))
+        patches.replace(c10d, "destroy_process_group", self._wrap_destroy)
+        if getattr(self.dist, "destroy_process_group", None) is not c10d.destroy_process_group:
+            patches.add_undo(self.dist, "destroy_process_group", self.dist.destroy_process_group)
+            self.dist.destroy_process_group = c10d.destroy_process_group
+        return done
+
+    def _wrap_destroy(self, orig: Callable) -> Callable:
+        @functools.wraps(orig)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self.registry.reset()
+        return destroy_process_group
+
+    def wrap(self, spec: OpSpec, orig: Callable) -> Callable:
+        params = _Params.of(spec, orig)
+        errors = self.rec.errors
+        record = self._record
+        cuda_begin = self._cuda_begin
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ev = cuda_begin(spec, params, args, kwargs) if self.cuda is not None else None
+            t0 = perf_counter_ns()
+            result = orig(*args, **kwargs)
+            t1 = perf_counter_ns()
+            try:
+                record(spec, params, args, kwargs, result, t0, t1, ev)
+            except Exception as exc:  # noqa: BLE001
+                errors.caught(spec.name, exc)
+            return result
+
+        return wrapper
+
+    def _cuda_begin(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> Any:
+        try:
+            if not spec.byte_params:
+                return None
+            idx, name = params.byte_params[0]
+            first = _arg(args, kwargs, idx, name)
+            assert self.cuda is not None
+            return self.cuda.begin(first)
+        except Exception as exc:  # noqa: BLE001
+            self.rec.errors.caught("cuda event", exc)
+            return None
+
+    def _record(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict, result: Any,
+                t0: int, t1: int, cuda_ev: Any) -> None:
+        """Sequence number, bytes, then one event (now, at completion, or from CUDA events)."""
+        if spec.p2p is P2P.NONE:
+            group = args[params.group] if 0 <= params.group < len(args) else kwargs.get("group")
+            state = self.registry.resolve(group)
+        else:
+            state = self._state(spec, params, args, kwargs)
+        state.seq += 1
+        seq = state.seq
+        nbytes = 0
+        for idx, name in params.byte_params:
+            value = args[idx] if 0 <= idx < len(args) else kwargs.get(name)
+            try:
+                nbytes += value.nbytes
+            except AttributeError:
+                nbytes += nbytes_of(value)
+        rec = self.rec
+        if spec.always_async or (args[params.async_op] if 0 <= params.async_op < len(args)
+                                 else kwargs.get("async_op")):
+            if result is not None and _on_completion(result, spec.name, state, seq, nbytes,
+                                                     rec.step, t0, rec):
+                return
+        elif cuda_ev is not None:
+            assert self.cuda is not None
+            self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, rec.step, t0))
+            return
+        rec.comm(spec.name, state.ref, seq, nbytes, rec.step, t0, t1 - t0)
+
+    def _state(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> GroupState:
+        group = _arg(args, kwargs, params.group, "group")
+        if spec.p2p is P2P.NONE:
+            return self.registry.resolve(group)
+        peer_name = "dst" if spec.p2p is P2P.SEND else "src"
+        peer = _arg(args, kwargs, params.peer, peer_name)
+        if peer is None:
+            group_peer = _arg(args, kwargs, params.group_peer, "group_" + peer_name)
+            if group_peer is not None:
+                peer = self.dist.get_global_rank(group, group_peer)
+        return self.registry.pair(group, peer, spec.p2p is P2P.SEND)
+
+
+def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int, step: int,
+                   t0: int, rec: Recorder) -> bool:
+    """Record the comm event when an async Work completes; False if it has no future."""
+    try:
+        fut = work.get_future()
+    except Exception:  # noqa: BLE001 - some backends/ops have no future
+        return False
+    ref = state.ref
+
+    def done(_fut: Any) -> None:
+        try:
+            rec.comm(op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+        except Exception as exc:  # noqa: BLE001
+            rec.errors.caught(op, exc)
+
+    fut.add_done_callback(done)
+    return True

@@ -1,0 +1,89 @@
+"""Process-group identity and per-group sequence numbers that match across members.
+
+A group's id is built from what every member knows identically: c10d's group
+name (assigned by a creation counter that advances in the same order on every
+rank, since ``new_group`` is collective) and a CRC of the sorted member ranks.
+Collectives advance one counter per group; point-to-point calls advance one
+counter per (group, sender, receiver), so a send and its matching recv carry
+the same number on both sides.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from .events import GroupRef
+
+
+@dataclass
+class GroupState:
+    ref: GroupRef
+    seq: int = -1  # last sequence number handed out
+
+
+def group_ref(group_name: str, ranks: list[int]) -> GroupRef:
+    ordered = tuple(sorted(ranks))
+    crc = zlib.crc32(",".join(map(str, ordered)).encode())
+    return GroupRef(f"pg{group_name}-{len(ordered)}-{crc:08x}", ordered)
+
+
+def pair_ref(parent: GroupRef, src: int, dst: int) -> GroupRef:
+    return GroupRef(f"{parent.group_id}:p2p:{src}>{dst}", (src, dst))
+
+
+class GroupRegistry:
+    """Caches group ids and hands out sequence numbers (training thread)."""
+
+    def __init__(self, dist: Any):
+        self._dist = dist
+        self._groups: dict[Any, GroupState] = {}
+        self._pairs: dict[tuple[str, int, int], GroupState] = {}
+        self._rank = -1
+        self._default: GroupState | None = None
+
+    def resolve(self, group: Any) -> GroupState:
+        if group is None:
+            if self._default is not None:
+                return self._default
+            group = self._dist.distributed_c10d._get_default_group()
+            self._default = self.resolve(group)
+            return self._default
+        state = self._groups.get(group)
+        if state is None:
+            state = self._groups[group] = GroupState(self._describe(group))
+        return state
+
+    def _describe(self, group: Any) -> GroupRef:
+        ranks = list(self._dist.get_process_group_ranks(group))
+        name = getattr(group, "group_name", "") or "?"
+        return group_ref(str(name), ranks)
+
+    def next_seq(self, state: GroupState) -> int:
+        state.seq += 1
+        return state.seq
+
+    def pair(self, group: Any, peer: int | None, sending: bool) -> GroupState:
+        """The (sender, receiver) pair state of a p2p call; ``peer`` is a global rank or None."""
+        parent = self.resolve(group).ref
+        me = self.my_rank()
+        peer = -1 if peer is None else peer
+        src, dst = (me, peer) if sending else (peer, me)
+        key = (parent.group_id, src, dst)
+        state = self._pairs.get(key)
+        if state is None:
+            state = self._pairs[key] = GroupState(pair_ref(parent, src, dst))
+        return state
+
+    def my_rank(self) -> int:
+        if self._rank < 0:
+            self._rank = int(self._dist.get_rank())
+        return self._rank
+
+    def reset(self) -> None:
+        """After ``destroy_process_group``: groups and counters start afresh."""
+        self._groups.clear()
+        self._pairs.clear()
+        self._rank = -1
+        self._default = None

@@ -1,0 +1,239 @@
+"""Built-in Python-level spans: data loading, optimizer step, forward, backward,
+checkpoint save/load, ``torch.cuda.synchronize``, GC pauses, and extra functions.
+
+Each hook takes two clock reads and one :meth:`Recorder.span`; any exception of
+ours is caught and counted, never raised into the training loop. The user's own
+exceptions pass through untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib
+from collections.abc import Callable
+from time import perf_counter_ns
+from typing import Any
+
+from .events import SpanKind
+from .patching import Patches
+from .recorder import Recorder
+
+FETCH_NAME = "torch.utils.data.DataLoader.__next__"
+
+
+def timed_callable(fn: Callable, name: str, kind: int, rec: Recorder) -> Callable:
+    """Wrap ``fn`` so every call records one span named ``name``."""
+    errors = rec.errors
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = perf_counter_ns()
+            try:
+                rec.span(kind, name, t0, t1 - t0)
+            except Exception as exc:  # noqa: BLE001
+                errors.caught(name, exc)
+
+    return wrapper
+
+
+def install_dataloader(torch: Any, rec: Recorder, patches: Patches) -> None:
+    from torch.utils.data import dataloader
+
+    errors = rec.errors
+
+    def make(orig: Callable) -> Callable:
+        def __next__(self: Any) -> Any:
+            t0 = perf_counter_ns()
+            item = orig(self)  # StopIteration passes through unrecorded
+            t1 = perf_counter_ns()
+            try:
+                rec.fetch(FETCH_NAME, t0, t1)
+            except Exception as exc:  # noqa: BLE001
+                errors.caught("dataloader", exc)
+            return item
+        return __next__
+
+    patches.replace(dataloader._BaseDataLoaderIter, "__next__", make)
+
+
+class OptimizerTimer:
+    """Global optimizer step hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``)."""
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self._t0 = 0
+        self._names: dict[type, str] = {}
+        self.handles: list[Any] = []
+
+    def install(self, torch: Any) -> None:
+        from torch.optim import optimizer
+        self.handles.append(optimizer.register_optimizer_step_pre_hook(self._pre))
+        self.handles.append(optimizer.register_optimizer_step_post_hook(self._post))
+
+    def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._t0 = perf_counter_ns()
+
+    def _post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        t1 = perf_counter_ns()
+        try:
+            cls = type(opt)
+            name = self._names.get(cls)
+            if name is None:
+                name = self._names[cls] = f"{cls.__module__}.{cls.__qualname__}.step"
+            self.rec.optimizer_step(name, self._t0, t1)
+        except Exception as exc:  # noqa: BLE001
+            self.rec.errors.caught("optimizer", exc)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+
+class ForwardTimer:
+    """Times the root module's forward.
+
+    Global module hooks find the outermost module (depth 0) for the first
+    ``DISCOVER_CALLS`` root calls; then per-module hooks go on the roots found
+    and the global hooks are removed, so inner modules keep their fast path.
+    """
+
+    DISCOVER_CALLS = 3
+
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self._depth = 0
+        self._t0: list[int] = []
+        self._seen: dict[int, Any] = {}
+        self._root_calls = 0
+        self._global: list[Any] = []
+        self.handles: list[Any] = []
+        self._names: dict[int, str] = {}
+
+    def install(self, torch: Any) -> None:
+        from torch.nn.modules import module as m
+        self._global = [m.register_module_forward_pre_hook(self._gpre),
+                        m.register_module_forward_hook(self._gpost, always_call=True)]
+
+    def _gpre(self, module: Any, args: Any) -> None:
+        if self._depth == 0:
+            self._t0.append(perf_counter_ns())
+        self._depth += 1
+
+    def _gpost(self, module: Any, args: Any, out: Any) -> None:
+        self._depth -= 1
+        if self._depth != 0:
+            return
+        try:
+            self._record(module, self._t0.pop())
+            self._seen[id(module)] = module
+            self._root_calls += 1
+            if self._root_calls >= self.DISCOVER_CALLS:
+                self._switch_to_roots()
+        except Exception as exc:  # noqa: BLE001
+            self.rec.errors.caught("forward", exc)
+
+    def _switch_to_roots(self) -> None:
+        for handle in self._global:
+            handle.remove()
+        self._global = []
+        for module in self._seen.values():
+            self.handles.append(module.register_forward_pre_hook(self._pre))
+            self.handles.append(module.register_forward_hook(self._post, always_call=True))
+        self._seen = {}
+
+    def _pre(self, module: Any, args: Any) -> None:
+        self._t0.append(perf_counter_ns())
+
+    def _post(self, module: Any, args: Any, out: Any) -> None:
+        try:
+            self._record(module, self._t0.pop())
+        except Exception as exc:  # noqa: BLE001
+            self.rec.errors.caught("forward", exc)
+
+    def _record(self, module: Any, t0: int) -> None:
+        t1 = perf_counter_ns()
+        name = self._names.get(id(module))
+        if name is None:
+            inner = getattr(module, "module", module)  # DDP/FSDP wrappers: name the model
+            cls = type(inner)
+            name = self._names[id(module)] = f"{cls.__module__}.{cls.__qualname__}.forward"
+        self.rec.span(SpanKind.FORWARD, name, t0, t1 - t0)
+
+    def remove(self) -> None:
+        for handle in self._global + self.handles:
+            handle.remove()
+        self._global, self.handles = [], []
+
+
+def install_torch_functions(torch: Any, rec: Recorder, patches: Patches) -> None:
+    """backward, checkpoint save/load and cuda synchronize."""
+    import torch.autograd
+
+    def wrap(name: str, kind: int) -> Callable[[Callable], Callable]:
+        return lambda orig: timed_callable(orig, name, kind, rec)
+
+    patches.replace(torch.autograd, "backward", wrap("torch.autograd.backward", SpanKind.BACKWARD))
+    patches.replace(torch, "save", wrap("torch.save", SpanKind.CHECKPOINT))
+    patches.replace(torch, "load", wrap("torch.load", SpanKind.CHECKPOINT))
+    patches.replace(torch.cuda, "synchronize", wrap("torch.cuda.synchronize", SpanKind.SYNCHRONIZE))
+
+
+class GcTimer:
+    """GC pauses through ``gc.callbacks``."""
+
+    NAMES = ("gc.gen0", "gc.gen1", "gc.gen2")
+
+    def __init__(self, rec: Recorder, min_ns: int = 0):
+        self.rec = rec
+        self.min_ns = min_ns
+        self._t0 = 0
+        self.short_pauses = 0
+        self.short_ns = 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = perf_counter_ns()
+            return
+        try:
+            t1 = perf_counter_ns()
+            if t1 - self._t0 < self.min_ns:
+                self.short_pauses += 1
+                self.short_ns += t1 - self._t0
+                return
+            self.rec.span(SpanKind.GC, self.NAMES[info.get("generation", 2) % 3], self._t0, t1 - self._t0)
+        except Exception as exc:  # noqa: BLE001
+            self.rec.errors.caught("gc", exc)
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+def install_extra_functions(specs: list[str], rec: Recorder, patches: Patches) -> list[str]:
+    """Wrap ``module:qualname`` functions that can be resolved now; return the others."""
+    pending = []
+    for spec in specs:
+        module_name, _, qualname = spec.partition(":")
+        try:
+            owner: Any = importlib.import_module(module_name)
+            *path, attr = qualname.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            if not hasattr(owner, attr):
+                pending.append(spec)
+                continue
+            name = f"{module_name}.{qualname}"
+            patches.replace(owner, attr, lambda orig, n=name: timed_callable(orig, n, SpanKind.PYTHON, rec))
+        except Exception:  # noqa: BLE001 - not importable yet (e.g. __main__ still running)
+            pending.append(spec)
+    return pending

@@ -1,0 +1,57 @@
+"""Who this process is: job, rank, local rank, world size, host, GPU, pid."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    gpu: int  # CUDA device index on the host, -1 when none
+    gpu_uuid: str
+    pid: int
+
+    @property
+    def key(self) -> bytes:
+        """Kafka message key of events and hardware batches: ``job|rank``."""
+        return f"{self.job}|{self.rank}".encode()
+
+    def with_gpu(self, gpu: int, gpu_uuid: str) -> RankIdentity:
+        return RankIdentity(self.job, self.rank, self.local_rank, self.world_size, self.host,
+                            gpu, gpu_uuid, self.pid)
+
+
+def default_job(env: Mapping[str, str]) -> str:
+    """The launcher's run id (torchrun ``--rdzv-id``), else a generated id."""
+    for name in ("PERFTRACKER_COLLECTOR_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        value = env.get(name, "")
+        if value and value != "none":
+            return value
+    return "job-" + uuid.uuid4().hex[:10]
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env.get(name, default))
+    except ValueError:
+        return default
+
+
+def identity_from_env(job: str, env: Mapping[str, str] | None = None) -> RankIdentity:
+    """Rank fields from torchrun/SLURM variables; GPU from LOCAL_RANK when CUDA is visible."""
+    env = os.environ if env is None else env
+    rank = _int(env, "RANK", _int(env, "SLURM_PROCID", 0))
+    local_rank = _int(env, "LOCAL_RANK", _int(env, "SLURM_LOCALID", 0))
+    world = _int(env, "WORLD_SIZE", _int(env, "SLURM_NTASKS", 1))
+    return RankIdentity(job=job or default_job(env), rank=rank, local_rank=local_rank,
+                        world_size=world, host=socket.gethostname(), gpu=-1, gpu_uuid="",
+                        pid=os.getpid())

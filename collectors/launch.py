@@ -1,0 +1,110 @@
+"""``perftracker launch -- <command>``: run an unmodified command with collectors in every rank."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from .bootstrap import ATTACH_ENV, ATTACHED_PID_ENV, LAUNCHER_PID_ENV, SITECUSTOMIZE
+
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def job_from_command(command: Sequence[str], env: Mapping[str, str]) -> str:
+    """``--rdzv-id``/``--rdzv_id`` of a torchrun command, else TORCHELASTIC_RUN_ID, else generated."""
+    for i, arg in enumerate(command):
+        for flag in ("--rdzv-id", "--rdzv_id"):
+            if arg == flag and i + 1 < len(command):
+                return command[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return run_id
+    return "job-" + uuid.uuid4().hex[:10]
+
+
+def child_env(base: Mapping[str, str], job: str, bootstrap_dir: Path, settings: Any) -> dict[str, str]:
+    """The command's environment: bootstrap on PYTHONPATH, job, and the Kafka settings."""
+    env = dict(base)
+    env.pop(ATTACHED_PID_ENV, None)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(bootstrap_dir) + (os.pathsep + path if path else "")
+    env[ATTACH_ENV] = "1"
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
+    env["PERFTRACKER_COLLECTOR_JOB"] = job
+    env.update(_kafka_env(settings))
+    return env
+
+
+def _kafka_env(settings: Any) -> dict[str, str]:
+    from ..deploy.state import resolve_bootstrap
+
+    kafka = settings.kafka
+    out = {
+        "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": resolve_bootstrap(settings),
+        "PERFTRACKER_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
+        "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": kafka.security_protocol,
+    }
+    for name in ("sasl_mechanism", "sasl_username", "ssl_ca_location", "schema_registry_url"):
+        if getattr(kafka, name):
+            out["PERFTRACKER_KAFKA_" + name.upper()] = str(getattr(kafka, name))
+    if kafka.sasl_password:
+        out["PERFTRACKER_KAFKA_SASL_PASSWORD"] = kafka.sasl_password.reveal()
+    return out
+
+
+def _forward_signals(proc: subprocess.Popen) -> dict[int, Any]:
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {}
+    signals = list(FORWARDED)
+    if not _interactive():
+        signals.append(signal.SIGINT)  # a terminal's Ctrl-C already reaches the whole group
+    for sig in signals:
+        previous[sig] = signal.signal(sig, forward)
+    if signal.SIGINT not in previous:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)
+    return previous
+
+
+def _interactive() -> bool:
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run(command: list[str], job: str | None, settings: Any) -> int:
+    """Run ``command`` with collectors injected; return its exit code (128+N if killed by N)."""
+    if not command:
+        raise ValueError("launch needs a command, e.g. perftracker launch -- torchrun ... train.py")
+    job = job or job_from_command(command, os.environ)
+    with tempfile.TemporaryDirectory(prefix="perftracker-boot-") as tmp:
+        boot_dir = Path(tmp)
+        (boot_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        env = child_env(os.environ, job, boot_dir, settings)
+        target = env["PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"] or "no broker (events counted, not sent)"
+        print(f"perftracker: job {job} -> {target}", file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            print(f"perftracker: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
+            return 127
+        previous = _forward_signals(proc)
+        try:
+            code = proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,148 @@
+"""Synchronized profiling windows with torch.profiler, summarized per op (never raw traces).
+
+A window starts at an iteration boundary: the ``start_step`` of a ``pt.control``
+PROFILE request (identical on every rank, so all ranks profile the same
+iterations), or, for the low duty cycle, the first boundary after each multiple
+of ``profile_every_s`` of wall time (ranks' clocks agree to well under one
+iteration). It stops at the first boundary after ``duration_s``. Starting and
+stopping run on the training thread (cheap); turning the trace into per-op
+summaries (count, total, p50, p99, max) runs on the sender thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .events import OpKind, OpSummary
+from .safety import ErrorBudget
+
+log = logging.getLogger("perftracker.collectors")
+
+MAX_OPS_PER_WINDOW = 200
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    request_id: str
+    start_step: int
+    duration_s: float
+
+
+@dataclass
+class _Active:
+    profiler: Any
+    request_id: str
+    stop_at: float
+
+
+class ProfileWindows:
+    def __init__(self, torch: Any, emit: Callable[[list[OpSummary]], None], errors: ErrorBudget,
+                 every_s: float, duration_s: float,
+                 on_change: Callable[[bool], None] = lambda active: None):
+        self.torch = torch
+        self.emit = emit
+        self.errors = errors
+        self.every_s = every_s
+        self.duration_s = duration_s
+        self.on_change = on_change
+        self.windows_done = 0
+        self._requests: deque[ProfileRequest] = deque(maxlen=16)
+        self._stop_requested = threading.Event()
+        self._active: _Active | None = None
+        self._finished: deque[tuple[str, Any]] = deque(maxlen=4)
+        self._next_duty = self._next_duty_after(time.time()) if every_s > 0 else math.inf
+
+    def _next_duty_after(self, wall_s: float) -> float:
+        return (math.floor(wall_s / self.every_s) + 1) * self.every_s
+
+    # -- any thread -----------------------------------------------------------------------
+    def request(self, req: ProfileRequest) -> None:
+        self._requests.append(req)
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    # -- training thread (a step listener) -----------------------------------------------
+    def on_step(self, step: int) -> None:
+        if self._active is not None:
+            if time.monotonic() >= self._active.stop_at or self._stop_requested.is_set():
+                self._stop()
+            return
+        self._stop_requested.clear()
+        if self._requests and step >= self._requests[0].start_step:
+            req = self._requests.popleft()
+            self._start(req.request_id, req.duration_s)
+        elif time.time() >= self._next_duty:
+            period = int(self._next_duty // self.every_s)
+            self._next_duty = self._next_duty_after(time.time())
+            self._start(f"duty-{period}", self.duration_s)
+
+    def _start(self, request_id: str, duration_s: float) -> None:
+        prof = self.torch.profiler
+        activities = [prof.ProfilerActivity.CPU]
+        if self.torch.cuda.is_available():
+            activities.append(prof.ProfilerActivity.CUDA)
+        profiler = prof.profile(activities=activities, record_shapes=False, with_stack=False)
+        profiler.start()
+        self._active = _Active(profiler, request_id, time.monotonic() + duration_s)
+        self.on_change(True)
+
+    def _stop(self) -> None:
+        active, self._active = self._active, None
+        if active is None:
+            return
+        active.profiler.stop()
+        self._finished.append((active.request_id, active.profiler))
+        self.on_change(False)
+
+    def close(self) -> None:
+        try:
+            self._stop()
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("profiler stop", exc)
+
+    # -- sender thread --------------------------------------------------------------------
+    def summarize_finished(self) -> None:
+        while self._finished:
+            request_id, profiler = self._finished.popleft()
+            ops = summarize_events(profiler.events(), request_id)
+            self.windows_done += 1
+            self.emit(ops)
+
+
+def classify(name: str, is_device: bool) -> OpKind:
+    lowered = name.lower()
+    if "nccl" in lowered:
+        return OpKind.COMM_KERNEL
+    if not is_device:
+        return OpKind.CPU_OP
+    if "memcpy" in lowered:
+        return OpKind.MEMCPY
+    if "memset" in lowered:
+        return OpKind.MEMSET
+    return OpKind.CUDA_KERNEL
+
+
+def summarize_events(events: Any, request_id: str) -> list[OpSummary]:
+    """Per (kind, name): count, total, p50, p99, max in ns; the costliest ops first."""
+    import numpy as np
+
+    durations: dict[tuple[OpKind, str], list[int]] = {}
+    for evt in events:
+        is_device = "CUDA" in str(getattr(evt, "device_type", "CPU"))
+        dur_ns = int(evt.time_range.elapsed_us() * 1000)
+        durations.setdefault((classify(evt.name, is_device), evt.name), []).append(dur_ns)
+    out = []
+    for (kind, name), durs in durations.items():
+        arr = np.asarray(durs, dtype=np.int64)
+        out.append(OpSummary(kind, name, request_id, len(durs), int(arr.sum()),
+                             int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max())))
+    out.sort(key=lambda s: s.total_ns, reverse=True)
+    return out[:MAX_OPS_PER_WINDOW]

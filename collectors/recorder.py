@@ -1,0 +1,107 @@
+"""The hot path: constant-time recording of events into a bounded buffer.
+
+Every method here runs on the training thread (or a communication thread for
+async completions). Each one does a few attribute reads, one tuple and one
+``deque.append``; the deque has ``maxlen``, so when it is full the oldest event
+falls out and ``dropped`` counts it. Nothing formats, encodes or blocks here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from .events import COMM, ITER, SPAN, GroupRef, SpanKind
+from .iteration import ExplicitSteps, Iteration, IterationDetector, Token
+from .safety import ErrorBudget
+
+StepListener = Callable[[int], None]
+
+
+class Recorder:
+    """Bounded event buffer plus the iteration state spans are tagged with."""
+
+    def __init__(self, capacity: int, detector: IterationDetector, errors: ErrorBudget):
+        self.capacity = capacity
+        self.events: deque[tuple] = deque(maxlen=capacity)
+        self.dropped = 0  # events lost: buffer overflow + undeliverable batches
+        self.step = -1
+        self.detector = detector
+        self.explicit: ExplicitSteps | None = None
+        self.errors = errors
+        self.step_listeners: list[StepListener] = []
+
+    # -- events ---------------------------------------------------------------------------
+    def span(self, kind: int, name: str, start_ns: int, dur_ns: int) -> None:
+        events = self.events
+        if len(events) >= self.capacity:
+            self.dropped += 1
+        events.append((SPAN, kind, name, self.step, start_ns, dur_ns))
+
+    def comm(self, op: str, group: GroupRef, seq: int, nbytes: int, step: int,
+             start_ns: int, dur_ns: int) -> None:
+        events = self.events
+        if len(events) >= self.capacity:
+            self.dropped += 1
+        events.append((COMM, op, group, seq, nbytes, step, start_ns, dur_ns))
+
+    def _iteration(self, it: Iteration) -> None:
+        events = self.events
+        if len(events) >= self.capacity:
+            self.dropped += 1
+        events.append((ITER, it.step, it.start_ns, it.dur_ns))
+
+    # -- iteration marks ------------------------------------------------------------------
+    def fetch(self, name: str, start_ns: int, end_ns: int) -> None:
+        """A data fetch: a dataloader span and a FETCH token for iteration detection."""
+        self.span(SpanKind.DATALOADER, name, start_ns, end_ns - start_ns)
+        if self.explicit is None:
+            self._feed(Token.FETCH, start_ns, end_ns)
+
+    def optimizer_step(self, name: str, start_ns: int, end_ns: int) -> None:
+        self.span(SpanKind.OPTIMIZER, name, start_ns, end_ns - start_ns)
+        if self.explicit is None:
+            self._feed(Token.OPT, start_ns, end_ns)
+
+    def _feed(self, token: int, start_ns: int, end_ns: int) -> None:
+        before = self.step
+        for it in self.detector.feed(token, start_ns, end_ns):
+            self._iteration(it)
+        self.step = self.detector.step
+        if self.step != before and self.step >= 0:
+            self._notify(self.step)
+
+    def mark_step(self, now_ns: int) -> None:
+        """Explicit ``step()``: ends the running iteration, starts the next one."""
+        if self.explicit is None:
+            self.explicit = ExplicitSteps(max(self.detector._next_step, self.step + 1))
+        done = self.explicit.mark(now_ns)
+        if done is not None:
+            self._iteration(done)
+        self.step = self.explicit.step
+        self._notify(self.step)
+
+    def _notify(self, step: int) -> None:
+        for listener in tuple(self.step_listeners):
+            try:
+                listener(step)
+            except Exception as exc:  # noqa: BLE001 - never into the training loop
+                self.errors.caught("step listener", exc)
+
+    # -- draining (sender thread) ---------------------------------------------------------
+    def drain(self, limit: int) -> list[tuple]:
+        """Pop up to ``limit`` events, oldest first (thread-safe: deque pops are atomic)."""
+        out = []
+        pop = self.events.popleft
+        try:
+            for _ in range(limit):
+                out.append(pop())
+        except IndexError:
+            pass
+        return out
+
+    def silence(self) -> None:
+        """In a forked child (e.g. a DataLoader worker): keep recording harmlessly, send nothing."""
+        self.capacity = 1
+        self.events = deque(maxlen=1)
+        self.step_listeners = []

@@ -1,0 +1,34 @@
+"""Errors inside instrumentation are caught, counted, and logged at most once a minute."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger("perftracker.collectors")
+
+
+class ErrorBudget:
+    """Counts exceptions caught in instrumentation; logs one line per ``log_every_s``."""
+
+    def __init__(self, log_every_s: float = 60.0):
+        self.count = 0
+        self._log_every_s = log_every_s
+        self._last_log = -1e18
+        self._lock = threading.Lock()
+
+    def caught(self, where: str, exc: BaseException) -> None:
+        """Record one swallowed exception. Never raises."""
+        try:
+            with self._lock:
+                self.count += 1
+                now = time.monotonic()
+                if now - self._last_log < self._log_every_s:
+                    return
+                self._last_log = now
+                total = self.count
+            log.warning("perftracker: instrumentation error in %s (%s: %s); %d caught so far, "
+                        "training continues", where, type(exc).__name__, exc, total)
+        except Exception:  # noqa: BLE001 - logging must never reach training
+            pass

@@ -1,0 +1,75 @@
+"""Installs every torch-side hook once ``torch`` is importable (thin adapter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hooks_python import (
+    ForwardTimer,
+    OptimizerTimer,
+    install_dataloader,
+    install_extra_functions,
+    install_torch_functions,
+)
+
+
+def install_torch_hooks(collector: Any, torch: Any) -> None:
+    cfg = collector.settings.collector
+    rec = collector.recorder
+    patches = collector.patches
+    _guarded(collector, "dataloader", lambda: install_dataloader(torch, rec, patches))
+    opt = OptimizerTimer(rec)
+    _guarded(collector, "optimizer", lambda: opt.install(torch))
+    collector._removers.append(opt.remove)
+    if cfg.forward:
+        fwd = ForwardTimer(rec)
+        _guarded(collector, "forward", lambda: fwd.install(torch))
+        collector._removers.append(fwd.remove)
+    _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
+    if cfg.comms:
+        _guarded(collector, "collectives", lambda: _install_comms(collector, torch))
+    if cfg.functions:
+        specs = [s.strip() for s in cfg.functions.split(",") if s.strip()]
+        pending = install_extra_functions(specs, rec, patches)
+        if pending:
+            _retry_at_first_step(collector, pending)
+    from .optional_parts import start_optional_parts
+    _guarded(collector, "optional parts", lambda: start_optional_parts(collector, torch))
+
+
+def _install_comms(collector: Any, torch: Any) -> None:
+    import torch.distributed as dist
+    if not dist.is_available():
+        return
+    from .comm import CommTimer
+    from .cuda_timing import CudaCommTimer
+    rec = collector.recorder
+    cuda = CudaCommTimer(torch, rec) if CudaCommTimer.available(torch) else None
+    timer = CommTimer(dist, rec, cuda)
+    timer.install(collector.patches)
+    if cuda is not None:
+        collector.sender.tasks.append(cuda.poll)
+    if collector.settings.collector.ddp_hook:
+        from .ddp import install_ddp
+        install_ddp(torch, collector.patches, collector.errors)
+
+
+def _retry_at_first_step(collector: Any, pending: list[str]) -> None:
+    """Functions of ``__main__`` exist only once the script runs: retry at the first step."""
+    rec = collector.recorder
+
+    def retry(step: int) -> None:
+        if retry in rec.step_listeners:
+            rec.step_listeners.remove(retry)
+        left = install_extra_functions(pending, rec, collector.patches)
+        if left:
+            collector.errors.caught("functions", LookupError(f"cannot resolve {left}"))
+
+    rec.step_listeners.append(retry)
+
+
+def _guarded(collector: Any, what: str, install: Any) -> None:
+    try:
+        install()
+    except Exception as exc:  # noqa: BLE001 - a hook that cannot go in is skipped, not fatal
+        collector.errors.caught(what, exc)

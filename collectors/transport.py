@@ -1,0 +1,185 @@
+"""Asynchronous send: a background thread builds batches and produces them to Kafka.
+
+The training thread never waits for Kafka. librdkafka keeps its own bounded
+queue and reconnects by itself; a batch it cannot deliver (queue full, broker
+down past ``message.timeout.ms``) is counted as dropped events, and the
+cumulative drop count travels in every batch header.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .batch import BatchBuilder, event_count
+from .config import CollectorConfig
+from .events import OpSummary
+from .recorder import Recorder
+from .safety import ErrorBudget
+
+log = logging.getLogger("perftracker.collectors")
+
+HEARTBEAT_S = 5.0  # an empty batch at least this often, so a silent rank is told from a dead one
+
+
+@dataclass
+class SendCounters:
+    batches_sent: int = 0
+    events_sent: int = 0
+    bytes_sent: int = 0
+    batches_failed: int = 0
+    events_in_flight: int = 0  # produced, delivery not yet reported
+
+
+class KafkaSink:
+    """confluent-kafka producer; counts delivered and failed messages."""
+
+    def __init__(self, conf: Mapping[str, str], topic: str, counters: SendCounters,
+                 on_lost: Callable[[int], None], errors: ErrorBudget):
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.counters = counters
+        self._on_lost = on_lost
+        self._errors = errors
+        self.producer = Producer({
+            **conf,
+            "linger.ms": 50, "compression.type": "lz4",
+            "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
+            "reconnect.backoff.max.ms": 5_000, "log.connection.close": False, "log_level": 3,
+            "error_cb": self._on_error, "logger": _quiet_logger(),
+        })
+
+    def send(self, key: bytes, payload: bytes, n_events: int) -> None:
+        def delivered(err: object, _msg: object) -> None:
+            self.counters.events_in_flight -= n_events
+            if err is None:
+                self.counters.batches_sent += 1
+                self.counters.events_sent += n_events
+                self.counters.bytes_sent += len(payload)
+            else:
+                self.counters.batches_failed += 1
+                self._on_lost(n_events)
+
+        try:
+            self.producer.produce(self.topic, payload, key, on_delivery=delivered)
+            self.counters.events_in_flight += n_events
+        except BufferError:
+            self.counters.batches_failed += 1
+            self._on_lost(n_events)
+        self.producer.poll(0)
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+
+    def send_to(self, topic: str, key: bytes, payload: bytes) -> None:
+        """Another record type (e.g. HardwareBatch) on another topic; losses are not events."""
+        try:
+            self.producer.produce(topic, payload, key)
+        except BufferError:
+            self.counters.batches_failed += 1
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for delivery; return messages still queued."""
+        return int(self.producer.flush(max(0.0, timeout_s)))
+
+    def _on_error(self, err: object) -> None:
+        self._errors.caught("kafka", RuntimeError(str(err)))
+
+
+class NullSink:
+    """No broker configured: every batch is counted as lost."""
+
+    def __init__(self, counters: SendCounters, on_lost: Callable[[int], None]):
+        self.counters = counters
+        self._on_lost = on_lost
+
+    def send(self, key: bytes, payload: bytes, n_events: int) -> None:
+        self.counters.batches_failed += 1
+        self._on_lost(n_events)
+
+    def poll(self) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> int:
+        return 0
+
+
+def _quiet_logger() -> logging.Logger:
+    """librdkafka's log lines go here instead of the job's stderr (errors reach error_cb)."""
+    lg = logging.getLogger("perftracker.collectors.librdkafka")
+    lg.propagate = False
+    lg.addHandler(logging.NullHandler())
+    return lg
+
+
+class Sender(threading.Thread):
+    """Every ``flush_interval_s``: run periodic tasks, drain the buffer, encode, send."""
+
+    def __init__(self, recorder: Recorder, builder: BatchBuilder, encode: Callable[[dict], bytes],
+                 sink: KafkaSink | NullSink, config: CollectorConfig, key: bytes):
+        super().__init__(name="perftracker-sender", daemon=True)
+        self.recorder = recorder
+        self.builder = builder
+        self.encode = encode
+        self.sink = sink
+        self.config = config
+        self.key = key
+        self.tasks: list[Callable[[], None]] = []
+        self.kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self.started_ns = time.monotonic_ns()
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._last_send = 0.0
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.config.flush_interval_s):
+            self.flush_once()
+
+    def flush_once(self, final: bool = False) -> None:
+        """One send cycle; never raises."""
+        with self._lock:
+            try:
+                for task in self.tasks:
+                    task()
+                self._send_available(final)
+                self.sink.poll()
+            except Exception as exc:  # noqa: BLE001 - the sender thread must survive
+                self.recorder.errors.caught("sender", exc)
+
+    def _send_available(self, final: bool) -> None:
+        limit = self.config.max_batch_events
+        while True:
+            events = self.recorder.drain(limit)
+            kernels = self.kernels.popleft() if self.kernels else []
+            now = time.monotonic()
+            if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
+                return
+            record = self.builder.build(events, self.recorder.dropped, kernels)
+            self.sink.send(self.key, self.encode(record), event_count(record))
+            self._last_send = now
+            final = False
+            if len(events) < limit and not self.kernels:
+                return
+
+    def close(self, timeout_s: float) -> None:
+        """Stop the thread, send what is left, wait for delivery at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(max(0.0, min(0.5, deadline - time.monotonic())))
+        self.flush_once(final=True)
+        left = self.sink.flush(deadline - time.monotonic())
+        if left:
+            lost = self.sink.counters.events_in_flight
+            self.recorder.dropped += lost
+            self.sink.counters.events_in_flight = 0
+            log.warning("perftracker: %d batches (%d events) undelivered at exit", left, lost)
+
+    def bytes_per_s(self) -> float:
+        elapsed_s = max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)
+        return self.sink.counters.bytes_sent / elapsed_s

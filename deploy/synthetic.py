@@ -1,0 +1,134 @@
+"""A synthetic data-parallel job: realistic EventBatches of N ranks sent to Kafka.
+
+Used by the walking-skeleton test and by `perftracker synth` to try the
+pipeline without torch. Each step of each rank: data loader, forward,
+backward, one gradient all_reduce (gloo-like: a rank waits inside the call
+until the last member arrives), optimizer step. One rank's function can be
+made slower; its peers then wait in the all_reduce (the victims), while the
+slow rank's own all_reduce gets shorter (the culprit arrives last).
+Times are generated, not slept: ``seconds`` of job time are produced at once,
+ending now, one batch per rank per simulated second.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+SPAN_KIND = {"dataloader": 1, "optimizer": 2, "forward": 3, "backward": 4}
+BASE_MS = {"dataloader": 2.0, "forward": 12.0, "backward": 20.0, "optimizer": 3.0}
+NAMES = {"dataloader": "torch.utils.data.DataLoader.__next__", "forward": "forward",
+         "backward": "backward", "optimizer": "torch.optim.SGD.step"}
+
+
+@dataclass(frozen=True)
+class SyntheticJob:
+    job: str
+    ranks: int = 8
+    seconds: float = 30.0
+    slow_rank: int = -1
+    slow_function: str = "forward"
+    slowdown: float = 1.4
+    jitter: float = 0.03
+    seed: int = 0
+    ranks_per_host: int = 8
+
+
+def _step_durations(cfg: SyntheticJob, rng: random.Random) -> list[dict[str, float]]:
+    steps = []
+    for rank in range(cfg.ranks):
+        d = {f: BASE_MS[f] * rng.lognormvariate(0, cfg.jitter) for f in BASE_MS}
+        if rank == cfg.slow_rank:
+            d[cfg.slow_function] *= cfg.slowdown
+        steps.append(d)
+    return steps
+
+
+def batches(cfg: SyntheticJob) -> Iterator[tuple[int, dict]]:
+    """Yield (rank, EventBatch record) in time order, one batch per rank per simulated second."""
+    rng = random.Random(cfg.seed)
+    group = {"group_id": f"g:{cfg.ranks}:0", "ranks": list(range(cfg.ranks))}
+    names = [NAMES[f] for f in BASE_MS] + ["all_reduce"]
+    index = {f: i for i, f in enumerate(BASE_MS)}
+    wall0 = time.time_ns() - int(cfg.seconds * 1e9)
+    mono0 = [rng.randrange(10**12, 10**13) for _ in range(cfg.ranks)]  # unrelated clocks per rank
+    skew = [rng.randint(-50, 50) * 1_000_000 for _ in range(cfg.ranks // cfg.ranks_per_host + 1)]
+    t_ns = 0  # job time of the synchronous step start (all ranks leave the all_reduce together)
+    step = 0
+    pending = [_empty(cfg, r, names, group) for r in range(cfg.ranks)]
+    next_flush = 1_000_000_000
+    while t_ns < cfg.seconds * 1e9:
+        durs = _step_durations(cfg, rng)
+        pre = [d["dataloader"] + d["forward"] + d["backward"] for d in durs]
+        arrive_last = max(pre)
+        for r, d in enumerate(durs):
+            cols = pending[r]
+            cursor = t_ns
+            for f in ("dataloader", "forward", "backward"):
+                _span(cols, SPAN_KIND[f], index[f], step, mono0[r] + cursor, d[f])
+                cursor += int(d[f] * 1e6)
+            wait_ms = arrive_last - pre[r] + 1.5  # 1.5 ms transfer once everyone arrived
+            c = cols["comms"]
+            for k, v in (("op", len(names) - 1), ("group", 0), ("seq", step), ("bytes", 4 << 20),
+                         ("step", step), ("start_ns", mono0[r] + cursor), ("dur_ns", int(wait_ms * 1e6))):
+                c[k].append(v)
+            cursor += int(wait_ms * 1e6)
+            _span(cols, SPAN_KIND["optimizer"], index["optimizer"], step, mono0[r] + cursor, d["optimizer"])
+        step_ms = arrive_last + 1.5 + max(d["optimizer"] for d in durs)
+        for r in range(cfg.ranks):
+            it = pending[r]["iterations"]
+            it["step"].append(step)
+            it["start_ns"].append(mono0[r] + t_ns)
+            it["dur_ns"].append(int(step_ms * 1e6))
+        t_ns += int(step_ms * 1e6)
+        step += 1
+        if t_ns >= next_flush:
+            for r in range(cfg.ranks):
+                rec = pending[r]
+                rec["mono_ns"] = mono0[r] + t_ns
+                rec["wall_ns"] = wall0 + t_ns + skew[r // cfg.ranks_per_host]
+                yield r, rec
+                pending[r] = _empty(cfg, r, names, group, seq=rec["seq"] + 1)
+            next_flush += 1_000_000_000
+
+
+def _span(cols: dict, kind: int, name: int, step: int, start_ns: int, dur_ms: float) -> None:
+    s = cols["spans"]
+    for k, v in (("kind", kind), ("name", name), ("path", -1), ("step", step),
+                 ("start_ns", start_ns), ("dur_ns", int(dur_ms * 1e6))):
+        s[k].append(v)
+
+
+def _empty(cfg: SyntheticJob, rank: int, names: list[str], group: dict, seq: int = 0) -> dict:
+    return {
+        "job": cfg.job, "rank": rank, "local_rank": rank % cfg.ranks_per_host, "world_size": cfg.ranks,
+        "host": f"node{rank // cfg.ranks_per_host:03d}", "gpu": rank % cfg.ranks_per_host, "gpu_uuid": "",
+        "pid": 1000 + rank, "seq": seq, "dropped_events": 0, "wall_ns": 0, "mono_ns": 0,
+        "names": list(names), "groups": [group],
+        "iterations": {"step": [], "start_ns": [], "dur_ns": []},
+        "spans": {k: [] for k in ("kind", "name", "path", "step", "start_ns", "dur_ns")},
+        "comms": {k: [] for k in ("op", "group", "seq", "bytes", "step", "start_ns", "dur_ns")},
+        "kernels": [],
+    }
+
+
+def produce(cfg: SyntheticJob, conf: dict[str, str], topic: str) -> int:
+    """Send the job's batches to ``topic`` keyed job|rank; returns the number sent."""
+    from confluent_kafka import Producer
+
+    from ..schemas import EVENT_BATCH, Codec
+
+    codec = Codec(EVENT_BATCH)
+    producer = Producer({**conf, "linger.ms": 20, "compression.type": "lz4"})
+    sent = 0
+    for rank, record in batches(cfg):
+        producer.produce(topic, key=f"{cfg.job}|{rank}".encode(), value=codec.encode(record))
+        producer.poll(0)
+        sent += 1
+    remaining = producer.flush(15)
+    if remaining:
+        from ..schemas.errors import PerftrackerError
+        raise PerftrackerError(f"{remaining} synthetic batches were not delivered to {conf.get('bootstrap.servers')}")
+    return sent

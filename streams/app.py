@@ -1,0 +1,79 @@
+"""Faust app factory: ``create_app(settings, bootstrap)`` builds one worker's app.
+
+The agents (one module each in :mod:`.agents`) only decode, call the pure
+detection core in :mod:`.detect` and hand results on; no business logic here.
+Consumer-group and producer settings are tuned for real Kafka and keep the
+local tansu broker happy (see DESIGN.md): short session timeout so a joining
+worker gets partitions fast, at-least-once (no transactions), no tables.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import faust
+
+from ..deploy.config import Settings
+from ..deploy.topics import TopicNames
+from .agents import compare, diagnose, summarize
+from .context import StreamContext
+from .detect import DetectionPolicy
+from .web import register_views
+
+
+def _credentials(settings: Settings) -> Any:
+    k = settings.kafka
+    if k.sasl_mechanism:
+        return faust.SASLCredentials(username=k.sasl_username, password=k.sasl_password.reveal(),
+                                     mechanism=k.sasl_mechanism,
+                                     ssl_context=_ssl(k.ssl_ca_location) if "SSL" in k.security_protocol else None)
+    if k.security_protocol == "SSL":
+        return faust.SSLCredentials(_ssl(k.ssl_ca_location))
+    return None
+
+
+def _ssl(ca: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=ca or None)
+
+
+def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) -> faust.App:
+    """A Faust app with the summarize, compare and diagnose agents registered."""
+    names = TopicNames.for_prefix(settings.kafka.topic_prefix)
+    brokers = ";".join(f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip())
+    app = faust.App(
+        settings.streams.app_id,
+        broker=brokers,
+        broker_credentials=_credentials(settings),
+        store="memory://",
+        processing_guarantee="at_least_once",
+        topic_partitions=settings.kafka.partitions,
+        topic_allow_declare=False,
+        broker_session_timeout=10,
+        broker_heartbeat_interval=1,
+        broker_rebalance_timeout=10,
+        broker_commit_interval=1.0,
+        producer_linger=0.01,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        web_enabled=True,
+        web_host="127.0.0.1",
+        web_port=settings.streams.web_port if web_port is None else web_port,
+        worker_redirect_stdouts=False,
+    )
+    ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw",
+           "internal": False}
+    ctx.topics = {
+        "inputs": app.topic(names.events, names.hardware, **raw),
+        "patterns": app.topic(names.patterns, **raw),
+        "findings": app.topic(names.findings, **raw),
+        "anomalies": app.topic(names.anomalies, **raw),
+        "control": app.topic(names.control, **raw),
+        "deadletter": app.topic(names.deadletter, **raw),
+    }
+    summarize.register(app, ctx)
+    compare.register(app, ctx)
+    diagnose.register(app, ctx)
+    register_views(app, ctx)
+    return app

@@ -1,0 +1,176 @@
+"""Run parsed traces of many ranks through the same detection core the stream workers use.
+
+Pipeline (all in process, no Kafka): each trace -> :func:`.kineto.parse_trace` ->
+EventBatch dict -> ``RankSummarizer.add_events`` -> FunctionPattern/RankWindow ->
+``FunctionComparator`` per function -> ``JobDiagnoser`` -> Anomaly records -> rows shaped
+like ``perftracker diagnose --json``.
+
+Offline policy (:func:`import_policy`): a profiler trace covers a few steps, not a stream
+of windows, so the whole import is **one window** (its length rounded up to whole
+seconds, at least 60 s, and the events re-based so the earliest lands on a window start),
+findings need **one** window to persist, and the clocks the core waits on (grace, close
+lag) are driven synthetically. Everything else (MAD threshold, excess, cost floors,
+late-arriver statistics) is the caller's policy; only the fields named in
+:data:`OFFLINE_OVERRIDES` are replaced. Without a caller policy the default is
+``DetectionPolicy(**OFFLINE_DEFAULTS)`` (a looser late-arriver p-value, see there). ``first_seen``/``last_seen``
+are the real trace times, not the re-based window edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+from .kineto import parse_trace_with_skips
+from .load import RawTrace, Skip, TraceError, read_traces
+
+MIN_WINDOW_S = 60
+# statistical thresholds used when the caller passes no policy: a one-step trace has a handful
+# of calls per collective, so the stream default late_p_value (1e-4) is out of reach unless a
+# rank is last in every call (8 members, 5 calls: 4 of 5 late is p = 0.0011); see docs/trace-import.md
+OFFLINE_DEFAULTS: dict[str, Any] = {"late_p_value": 0.01}
+OFFLINE_OVERRIDES = ("window_s", "window_grace_s", "close_lag_ms", "persist_windows", "clear_windows",
+                     "max_open_windows")
+
+
+@dataclass
+class ImportReport:
+    """What an import used and left out (for the CLI's summary line and the tests)."""
+
+    batches: dict[int, dict] = field(default_factory=dict)  # rank -> EventBatch dict
+    sources: dict[int, str] = field(default_factory=dict)  # rank -> file
+    skipped_files: list[Skip] = field(default_factory=list)
+    skipped_events: Counter = field(default_factory=Counter)  # "file: reason" -> count
+    core_skipped: Counter = field(default_factory=Counter)
+    anomalies: list[dict] = field(default_factory=list)
+    policy: DetectionPolicy | None = None
+
+
+def batch_span_ns(batch: dict) -> tuple[int, int]:
+    """Earliest start and latest end (ns, trace clock) of a batch's spans, comms and steps."""
+    starts, ends = [], []
+    for cols in (batch["spans"], batch["comms"], batch["iterations"]):
+        for s, d in zip(cols["start_ns"], cols["dur_ns"], strict=True):
+            starts.append(s)
+            ends.append(s + d)
+    if not starts:
+        return batch["mono_ns"], batch["mono_ns"]
+    return min(starts), max(ends)
+
+
+def import_policy(base: DetectionPolicy | None, span_ns: int) -> DetectionPolicy:
+    """``base`` with the offline overrides: one window covering ``span_ns``, persistence 1."""
+    base = base or DetectionPolicy(**OFFLINE_DEFAULTS)
+    window_s = max(MIN_WINDOW_S, math.ceil(span_ns / 1e9) + 1)
+    return dataclasses.replace(base, window_s=float(window_s), window_grace_s=1.0, close_lag_ms=0,
+                               persist_windows=1, clear_windows=1, max_open_windows=max(2, base.max_open_windows))
+
+
+def load_batches(path: Path, job: str) -> ImportReport:
+    """Parse every trace under ``path``; bad files are recorded in the report, not raised."""
+    report = ImportReport()
+    for item in read_traces(path):
+        if isinstance(item, Skip):
+            report.skipped_files.append(item)
+            continue
+        _add_trace(report, item, job)
+    if not report.batches:
+        why = "; ".join(f"{s.source}: {s.reason}" for s in report.skipped_files[:5]) or "no trace files found"
+        raise TraceError(f"{path}: no usable PyTorch profiler trace ({why})")
+    return report
+
+
+def _add_trace(report: ImportReport, item: RawTrace, job: str) -> None:
+    try:
+        batch, skipped = parse_trace_with_skips(item.data, job, item.source)
+    except TraceError as exc:
+        report.skipped_files.append(Skip(item.source, str(exc).removeprefix(f"{item.source}: ")))
+        return
+    rank = batch["rank"]
+    if rank in report.batches:
+        report.skipped_files.append(Skip(item.source, f"rank {rank} already imported from {report.sources[rank]}"))
+        return
+    for reason, n in skipped.items():
+        report.skipped_events[f"{item.source}: {reason}"] += n
+    report.batches[rank] = batch
+    report.sources[rank] = item.source
+
+
+def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None) -> list[dict]:
+    """Feed the report's batches through the three stages; Anomaly records, most costly first."""
+    spans = [batch_span_ns(b) for b in report.batches.values()]
+    t0, t1 = min(s for s, _ in spans), max(e for _, e in spans)
+    policy = report.policy = import_policy(base_policy, t1 - t0)
+    wms = policy.window_ms
+    shift_ns = -((t0 // 1_000_000) % wms) * 1_000_000  # earliest event lands on a window start
+    now = (t1 + shift_ns) // 1_000_000 + wms + 1  # past the window's end: it closes
+    records: list[tuple[str, dict]] = []
+    for rank, batch in sorted(report.batches.items()):
+        s = RankSummarizer(job, rank, policy)
+        s.add_events({**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
+        records += s.poll(now, flush=True)
+        report.core_skipped.update({f"summarize:{k}": v for k, v in s.skipped.items()})
+    comparators: dict[str, FunctionComparator] = {}
+    diagnoser = JobDiagnoser(job, policy)
+    for name, rec in records:
+        if name == "FunctionPattern":
+            fn = rec["function"]
+            comparators.setdefault(fn, FunctionComparator(job, fn, policy)).add(rec, now)
+        else:
+            diagnoser.add(name, rec, now)
+    later = now + policy.grace_ms + 1
+    for comp in comparators.values():
+        for rec in comp.poll(later):
+            diagnoser.add("FunctionComparison", rec, later)
+    anomalies, _controls = diagnoser.poll(later + 2 * policy.grace_ms + 2000)
+    report.core_skipped.update({f"diagnose:{k}": v for k, v in diagnoser.skipped.items()})
+    report.anomalies = anomalies
+    return anomalies
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat()
+
+
+def diagnosis_rows(anomalies: list[dict], report: ImportReport) -> list[dict]:
+    """Anomaly records -> the ``perftracker diagnose --json`` row shape, most costly first."""
+    spans = [batch_span_ns(b) for b in report.batches.values()]
+    first, last = _iso(min(s for s, _ in spans)), _iso(max(e for _, e in spans))
+    rows = []
+    for a in anomalies:
+        try:
+            evidence = json.loads(a.get("evidence_json") or "{}")
+        except ValueError:
+            evidence = {"raw": a.get("evidence_json")}
+        rows.append({
+            "incident_id": a["incident_id"], "job": a["job"], "status": a["status"],
+            "kind": a["kind"], "cause": a["cause"], "ranks": list(a["ranks"]),
+            "hosts": [h for h in a["hosts"] if h], "gpus": list(a.get("gpus", [])),
+            "function": a["function"], "score": float(a["score"]),
+            "impact_ms_per_step": float(a["impact_ms_per_step"]),
+            "step_time_ms": float(a.get("step_time_ms", 0.0)), "first_seen": first, "last_seen": last,
+            "windows": int(a["windows"]), "summary": a["summary"], "evidence": evidence,
+        })
+    return sorted(rows, key=lambda r: -r["impact_ms_per_step"])
+
+
+def import_traces_with_report(path: Path, job: str, policy: DetectionPolicy | None = None
+                              ) -> tuple[list[dict], ImportReport]:
+    """:func:`import_traces` plus the :class:`ImportReport` (skips, batches, policy used)."""
+    report = load_batches(Path(path), job)
+    anomalies = run_core(report, job, policy)
+    return diagnosis_rows(anomalies, report), report
+
+
+def import_traces(path: Path, job: str, policy: DetectionPolicy | None = None) -> list[dict]:
+    """Diagnosis rows (``perftracker diagnose --json`` shape) for the traces under ``path``.
+
+    Raises :class:`TraceError` (a :class:`PerftrackerError`) when nothing can be imported."""
+    return import_traces_with_report(path, job, policy)[0]

@@ -1,0 +1,30 @@
+"""`perftracker worker`: one production stream worker (a Faust worker in the consumer group)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..deploy.admin import ensure_topics
+from ..deploy.config import Settings
+from ..deploy.state import resolve_bootstrap
+from ..deploy.topics import all_topics
+from ..schemas.errors import ConfigError
+
+
+def run_worker(settings: Settings) -> None:
+    """Check the broker, create missing topics, then run the Faust worker until stopped."""
+    bootstrap = resolve_bootstrap(settings)
+    if not bootstrap:
+        raise ConfigError("no Kafka to connect to: set kafka.bootstrap_servers (or "
+                          "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS), or start the embedded stack with `perftracker up`")
+    conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+    ensure_topics(conf, all_topics(settings.kafka.topic_prefix, settings.kafka.partitions))
+
+    import faust  # imported after the broker check: a wrong address fails fast and clearly
+
+    from .app import create_app
+
+    app = create_app(settings, bootstrap)
+    logging.getLogger("perftracker").setLevel(settings.log_level.upper())
+    worker = faust.Worker(app, loglevel=settings.log_level.lower(), redirect_stdouts=False)
+    worker.execute_from_commandline()

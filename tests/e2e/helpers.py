@@ -1,0 +1,85 @@
+"""Helpers of the e2e suite: run a script under `perftracker launch`, read what arrived."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from perftracker.deploy.config import load_settings
+from perftracker.schemas import EVENT_BATCH, Codec
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def torchrun(script: str, nproc: int = 4) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", str(SCRIPTS / script)]
+
+
+def launch(command: list[str], job: str, env: dict[str, str]) -> tuple[int, float]:
+    """``perftracker launch --job JOB -- command`` in-process; returns (exit code, seconds)."""
+    from perftracker.collectors.launch import run
+
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        started = time.monotonic()
+        code = run(command, job, load_settings(env=os.environ))
+        return code, time.monotonic() - started
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def consume_events(bootstrap: str, topic: str, job: str, quiet_s: float = 3.0,
+                   limit_s: float = 30.0) -> list[dict]:
+    """Every EventBatch of ``job`` on ``topic``, reading until nothing new for ``quiet_s``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{job}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    codec = Codec(EVENT_BATCH)
+    records: list[dict] = []
+    deadline = time.monotonic() + limit_s
+    last_new = time.monotonic()
+    try:
+        while time.monotonic() < deadline and time.monotonic() - last_new < quiet_s:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            record = codec.decode(msg.value())
+            if record["job"] == job:
+                records.append(record)
+                last_new = time.monotonic()
+    finally:
+        consumer.close()
+    return records
+
+
+def by_rank(records: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for record in sorted(records, key=lambda r: r["seq"]):
+        out.setdefault(record["rank"], []).append(record)
+    return out
+
+
+def comm_rows(records: list[dict]) -> list[tuple[str, str, int, int]]:
+    """(op, group_id, seq, bytes) of every comm event, in batch order."""
+    rows = []
+    for r in records:
+        c = r["comms"]
+        for op, g, seq, nbytes in zip(c["op"], c["group"], c["seq"], c["bytes"], strict=True):
+            rows.append((r["names"][op], r["groups"][g]["group_id"], seq, nbytes))
+    return rows
+
+
+def span_names(records: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in records:
+        for name in r["spans"]["name"]:
+            counts[r["names"][name]] = counts.get(r["names"][name], 0) + 1
+    return counts

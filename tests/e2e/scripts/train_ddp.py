@@ -1,0 +1,56 @@
+"""A plain 4-rank gloo DDP training script with no perftracker code in it.
+
+Environment knobs (all optional): TRAIN_STEPS (default 60), TRAIN_EPOCHS (1),
+TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes its
+mean step time, training seconds and peak RSS there as JSON).
+"""
+
+import json
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    steps = int(os.environ.get("TRAIN_STEPS", "60"))
+    hidden = int(os.environ.get("TRAIN_HIDDEN", "256"))
+    batch = int(os.environ.get("TRAIN_BATCH", "32"))
+    data = TensorDataset(torch.randn(steps * batch, 64), torch.randn(steps * batch, 8))
+    loader = DataLoader(data, batch_size=batch, shuffle=False)
+    model = DDP(nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                              nn.ReLU(), nn.Linear(hidden, 8)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    times = []
+    for _epoch in range(int(os.environ.get("TRAIN_EPOCHS", "1"))):
+        last = time.perf_counter()
+        for x, y in loader:
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+    dist.barrier()
+    report = os.environ.get("TRAIN_REPORT")
+    if report and rank == 0:
+        warm = times[len(times) // 5:] or times
+        with open(report, "w") as f:
+            json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times),
+                       "train_s": sum(times),
+                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Safety: training is unaffected by a missing broker or by a failing hook."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from perftracker.deploy.tansu import free_port
+
+from .helpers import launch, torchrun
+
+pytestmark = pytest.mark.e2e
+
+
+def test_training_finishes_with_broker_down_and_drops_are_counted(tmp_path):
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens here
+    env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": dead, "TRAIN_STEPS": "30",
+           "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0",
+           "PERFTRACKER_COLLECTOR_STATS_FILE": str(tmp_path / "stats-{rank}.json"),
+           "TRAIN_REPORT": str(tmp_path / "report.json")}
+    code, seconds = launch(torchrun("train_ddp.py"), "job-down", env)
+    assert code == 0
+    assert json.loads((tmp_path / "report.json").read_text())["steps"] == 30
+    for rank in range(4):
+        stats = json.loads((tmp_path / f"stats-{rank}.json").read_text())
+        assert stats["events_sent"] == 0
+        assert stats["events_buffered"] == 0
+        # every iteration, span and collective recorded was lost, and said so
+        assert stats["events_dropped"] >= 30 * 6
+        assert stats["step"] == 29
+
+
+def _train_one_process(steps: int, tmp_path) -> float:
+    """A small single-process gloo DDP loop (DataLoader, forward, backward, step, save, GC)."""
+    import gc
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(steps * 4, 8), torch.randn(steps * 4, 1)),
+                            batch_size=4)
+        loss = torch.zeros(())
+        for x, y in loader:
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            gc.collect()
+        dist.all_reduce(torch.ones(4))
+        torch.save(model.state_dict(), tmp_path / "ckpt.pt")
+        return float(loss.detach())
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def attached(tmp_path, monkeypatch):
+    import torch  # noqa: F401 - hooks go in when torch is imported
+    from perftracker.collectors import api
+
+    monkeypatch.setenv("PERFTRACKER_DATA_DIR", str(tmp_path / "no-stack"))
+    monkeypatch.setenv("PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS", "")
+    monkeypatch.setenv("PERFTRACKER_COLLECTOR_PROFILE_EVERY_S", "0")
+    monkeypatch.setenv("PERFTRACKER_COLLECTOR_GC_MIN_US", "0")
+    collector = api.attach("job-inproc", iteration_repeats=3, flush_interval_s=3600.0)
+    assert collector is not None and collector.torch_hooks
+    yield collector
+    api.detach()
+
+
+def test_exception_planted_in_every_hook_never_reaches_training(attached, tmp_path):
+    def boom(*_args, **_kwargs):
+        raise RuntimeError("planted")
+
+    attached.recorder.span = boom
+    attached.recorder.comm = boom
+    attached.recorder._feed = boom
+    loss = _train_one_process(steps=8, tmp_path=tmp_path)
+    assert loss == loss  # training ran to the end
+    assert attached.stats().errors_caught >= 8 * 4
+
+
+def test_in_process_hooks_see_the_loop(attached, tmp_path):
+    _train_one_process(steps=8, tmp_path=tmp_path)
+    events = list(attached.recorder.events)
+    kinds = {ev[1] for ev in events if ev[0] == 0}
+    assert {1, 2, 3, 4, 5, 6} <= kinds  # dataloader, optimizer, forward, backward, gc, checkpoint
+    ops = [ev[1] for ev in events if ev[0] == 1]
+    assert ops.count("all_reduce") == 8 + 1  # DDP's bucket all_reduce per step + the explicit one
+    iterations = [ev[1] for ev in events if ev[0] == 2]
+    assert iterations == list(range(8))
+    assert attached.stats().errors_caught == 0

@@ -1,0 +1,54 @@
+"""A real embedded stack (`perftracker up`) per module, on a temp data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"perftracker {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def state(self) -> dict:
+        return json.loads((self.data_dir / "stack.json").read_text())
+
+    def diagnose(self, job: str) -> list[dict]:
+        return json.loads(self.cli("diagnose", "--job", job, "--json").stdout)
+
+
+def stack_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
+    env.update({"PERFTRACKER_DATA_DIR": str(data_dir), "PERFTRACKER_STREAMS_WINDOW_S": "5",
+                "PERFTRACKER_STREAMS_WINDOW_GRACE_S": "2", **extra})
+    return env
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    data_dir = tmp_path_factory.mktemp("stack")
+    s = Stack(data_dir, stack_env(data_dir))
+    s.cli("up", timeout=180)
+    try:
+        yield s
+    finally:
+        s.cli("down", check=False)
+        for log in sorted((data_dir / "logs").glob("*.log")):
+            tail = log.read_text(errors="replace")[-3000:]
+            print(f"----- {log.name} (tail) -----\n{tail}")

@@ -1,0 +1,88 @@
+from perftracker.collectors.batch import BatchBuilder, event_count
+from perftracker.collectors.config import CollectorConfig
+from perftracker.collectors.events import GroupRef, OpKind, OpSummary, SpanKind
+from perftracker.collectors.identity import RankIdentity
+from perftracker.collectors.iteration import IterationDetector
+from perftracker.collectors.recorder import Recorder
+from perftracker.collectors.safety import ErrorBudget
+from perftracker.collectors.transport import NullSink, SendCounters, Sender
+from perftracker.schemas import EVENT_BATCH, Codec
+
+IDENT = RankIdentity("j", 2, 2, 4, "h", -1, "", 123)
+WORLD = GroupRef("pg0-4-x", (0, 1, 2, 3))
+
+
+def recorder(capacity=100):
+    return Recorder(capacity, IterationDetector(), ErrorBudget())
+
+
+def test_batch_is_columnar_dictionary_encoded_and_decodes():
+    rec = recorder()
+    rec.span(SpanKind.FORWARD, "M.forward", 10, 5)
+    rec.span(SpanKind.FORWARD, "M.forward", 20, 6)
+    rec.comm("all_reduce", WORLD, 0, 4096, 3, 30, 7)
+    rec.mark_step(0)
+    rec.mark_step(100)
+    kernels = [OpSummary(OpKind.CPU_OP, "aten::mm", "p1", 3, 30, 10, 12, 12)]
+    record = BatchBuilder(IDENT).build(rec.drain(100), dropped=5, kernels=kernels)
+    decoded = Codec(EVENT_BATCH).decode(Codec(EVENT_BATCH).encode(record))
+    assert decoded["names"] == ["M.forward", "all_reduce", "aten::mm"]
+    assert decoded["spans"]["name"] == [0, 0] and decoded["spans"]["path"] == [-1, -1]
+    assert decoded["comms"] == {"op": [1], "group": [0], "seq": [0], "bytes": [4096], "step": [3],
+                                "start_ns": [30], "dur_ns": [7]}
+    assert decoded["groups"] == [{"group_id": "pg0-4-x", "ranks": [0, 1, 2, 3]}]
+    assert decoded["iterations"] == {"step": [0], "start_ns": [0], "dur_ns": [100]}
+    assert decoded["kernels"][0]["name"] == 2
+    assert decoded["dropped_events"] == 5 and decoded["rank"] == 2
+    assert event_count(record) == 4
+
+
+def test_batch_sequence_numbers_count_up():
+    builder = BatchBuilder(IDENT)
+    assert [builder.build([], 0)["seq"] for _ in range(3)] == [0, 1, 2]
+
+
+def test_full_buffer_drops_oldest_and_counts():
+    rec = recorder(capacity=3)
+    for i in range(5):
+        rec.span(SpanKind.USER, "x", i, 1)
+    assert rec.dropped == 2
+    assert [ev[4] for ev in rec.drain(10)] == [2, 3, 4]
+
+
+def test_lost_batches_are_counted_and_the_count_travels_in_the_next_header():
+    rec = recorder()
+    counters = SendCounters()
+    sent = []
+
+    class FlakySink(NullSink):
+        def send(self, key, payload, n_events):
+            sent.append(Codec(EVENT_BATCH).decode(payload))
+            if len(sent) == 1:
+                super().send(key, payload, n_events)  # the first batch is lost
+
+    def lost(n):
+        rec.dropped += n
+
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, FlakySink(counters, lost),
+                    CollectorConfig(), b"j|2")
+    for i in range(4):
+        rec.span(SpanKind.USER, "x", i, 1)
+    sender.flush_once()
+    rec.span(SpanKind.USER, "x", 9, 1)
+    sender.flush_once()
+    assert sent[0]["dropped_events"] == 0 and sent[1]["dropped_events"] == 4
+    assert counters.batches_failed == 1
+
+
+def test_sender_survives_an_exception():
+    rec = recorder()
+    rec.span(SpanKind.USER, "x", 0, 1)
+
+    def broken(_record):
+        raise ValueError("boom")
+
+    sender = Sender(rec, BatchBuilder(IDENT), broken, NullSink(SendCounters(), lambda n: None),
+                    CollectorConfig(), b"k")
+    sender.flush_once()
+    assert rec.errors.count == 1

@@ -1,0 +1,66 @@
+import datetime as dt
+import time
+
+import pytest
+from perftracker.collectors.control import ControlFollower
+from perftracker.collectors.events import OpKind
+from perftracker.collectors.profiling import ProfileRequest, ProfileWindows, classify
+from perftracker.collectors.safety import ErrorBudget
+
+
+def test_classify():
+    assert classify("aten::mm", False) is OpKind.CPU_OP
+    assert classify("Memcpy HtoD (Pageable -> Device)", True) is OpKind.MEMCPY
+    assert classify("ncclDevKernel_AllReduce", True) is OpKind.COMM_KERNEL
+    assert classify("sm90_gemm", True) is OpKind.CUDA_KERNEL
+
+
+def test_window_starts_on_the_requested_step_and_summarizes_cpu_ops():
+    torch = pytest.importorskip("torch")
+    emitted = []
+    changes = []
+    windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
+                             on_change=changes.append)
+    windows.request(ProfileRequest("req-1", start_step=5, duration_s=0.0))
+    windows.on_step(4)
+    assert changes == []
+    windows.on_step(5)
+    assert changes == [True]
+    a = torch.randn(64, 64)
+    for _ in range(3):
+        a = a @ a
+    windows.on_step(6)
+    assert changes == [True, False]
+    windows.summarize_finished()
+    ops = emitted[0]
+    mm = [o for o in ops if o.name == "aten::mm"]
+    assert mm and mm[0].count == 3 and mm[0].profile_id == "req-1" and mm[0].kind is OpKind.CPU_OP
+    assert mm[0].p50_ns <= mm[0].p99_ns <= mm[0].max_ns <= mm[0].total_ns
+
+
+def test_control_messages_filtered_by_job_age_and_id():
+    requests = []
+
+    class Windows:
+        def request(self, req):
+            requests.append(req)
+
+        def request_stop(self):
+            requests.append("stop")
+
+    follower = ControlFollower({}, "pt.control", "j1", Windows(), ErrorBudget())
+    now = dt.datetime.now(dt.timezone.utc)
+    msg = {"job": "j1", "request_id": "r1", "command": "PROFILE", "start_step": 100,
+           "duration_s": 5.0, "reason": "regression", "issued_ms": now}
+    follower.handle(msg)
+    follower.handle(msg)  # duplicate
+    follower.handle({**msg, "request_id": "r2", "job": "other"})
+    follower.handle({**msg, "request_id": "r3", "issued_ms": now - dt.timedelta(hours=1)})
+    follower.handle({**msg, "request_id": "r4", "command": "STOP_PROFILE"})
+    assert requests == [ProfileRequest("r1", 100, 5.0), "stop"]
+
+
+def test_duty_cycle_window_is_aligned_on_wall_clock():
+    torch = pytest.importorskip("torch")
+    windows = ProfileWindows(torch, lambda ops: None, ErrorBudget(), every_s=3600, duration_s=1)
+    assert windows._next_duty % 3600 == 0 and windows._next_duty > time.time()

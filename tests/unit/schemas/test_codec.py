@@ -1,0 +1,103 @@
+"""Codec: round trips, evolution in both directions, and bad bytes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.schemas import (
+    ANOMALY,
+    CONTROL,
+    EVENT_BATCH,
+    Codec,
+    MultiCodec,
+    SchemaError,
+    bundled_schemas,
+)
+
+
+def event_batch() -> dict:
+    _, record = next(iter(batches(SyntheticJob("job-1", ranks=2, seconds=2))))
+    return record
+
+
+def test_event_batch_round_trip_keeps_every_column():
+    codec = Codec(EVENT_BATCH)
+    record = event_batch()
+    decoded = codec.decode(codec.encode(record))
+    assert decoded["spans"] == record["spans"]
+    assert decoded["comms"] == record["comms"]
+    assert decoded["iterations"] == record["iterations"]
+    assert decoded["names"] == record["names"] and decoded["schema_version"] == codec.version
+
+
+def test_single_object_header_carries_writer_fingerprint():
+    codec = Codec(EVENT_BATCH)
+    data = codec.encode(event_batch())
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == codec.writer.fingerprint
+
+
+def test_old_reader_reads_record_with_new_optional_field():
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 1))
+    assert (new.version, old.version) == (2, 1)
+    record = event_batch()
+    record["kernels"] = [{"kind": 0, "name": 0, "profile_id": "p1", "count": 3, "total_ns": 30,
+                          "p50_ns": 10, "p99_ns": 12, "max_ns": 12, "bytes": 0}]
+    decoded = old.decode(new.encode(record))
+    assert "kernels" not in decoded
+    assert decoded["spans"] == record["spans"] and decoded["rank"] == record["rank"]
+
+
+def test_new_reader_fills_default_for_field_missing_in_old_record():
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 1))
+    decoded = new.decode(old.encode(event_batch()))
+    assert decoded["kernels"] == [] and decoded["schema_version"] == 1
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (b"", "not an Avro single-object"),
+    (b"garbage bytes that are not avro", "not an Avro single-object"),
+    (b"\xc3\x01" + b"\x00" * 8 + b"\x02", "unknown schema fingerprint"),
+])
+def test_garbage_is_a_schema_error_naming_the_problem(data, fragment):
+    with pytest.raises(SchemaError, match=fragment):
+        Codec(EVENT_BATCH).decode(data)
+
+
+def test_truncated_body_is_a_schema_error():
+    data = Codec(EVENT_BATCH).encode(event_batch())
+    with pytest.raises(SchemaError, match="corrupt EventBatch"):
+        Codec(EVENT_BATCH).decode(data[: len(data) // 2])
+
+
+def test_record_of_another_type_is_refused():
+    control = Codec(CONTROL).encode({"job": "j", "request_id": "r", "command": "PROFILE", "start_step": 3,
+                                     "duration_s": 5.0, "reason": "test",
+                                     "issued_ms": datetime.now(timezone.utc)})
+    with pytest.raises(SchemaError, match="holds a Control record"):
+        Codec(EVENT_BATCH).decode(control)
+
+
+def test_record_not_matching_schema_names_the_record():
+    with pytest.raises(SchemaError, match="EventBatch record does not match"):
+        Codec(EVENT_BATCH).encode({"job": "j"})
+
+
+def test_multicodec_dispatches_on_fingerprint():
+    multi = MultiCodec([EVENT_BATCH, ANOMALY])
+    name, record = multi.decode(Codec(EVENT_BATCH).encode(event_batch()))
+    assert name == EVENT_BATCH and record["job"] == "job-1"
+    with pytest.raises(SchemaError):
+        multi.decode(Codec(CONTROL).encode({"job": "j", "request_id": "r", "command": "PING", "start_step": 0,
+                                            "duration_s": 0.0, "reason": "",
+                                            "issued_ms": datetime.now(timezone.utc)}))
+
+
+def test_every_bundled_schema_has_schema_version_first():
+    schemas = bundled_schemas()
+    for name in schemas.names():
+        assert schemas.latest(name).raw["fields"][0]["name"] == "schema_version", name
