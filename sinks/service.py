@@ -162,13 +162,14 @@ class SinkService:
 
     # -- data path ---------------------------------------------------------
     def poll_once(self, timeout_s: float = 0.2) -> None:
-        for msg in self._consumer.consume(num_messages=5000, timeout=timeout_s):
+        msgs = self._consumer.consume(num_messages=5000, timeout=timeout_s)
+        for msg in msgs:
             if msg.error():
                 log.warning("kafka: %s", msg.error())
                 continue
             self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
         self._producer.poll(0)
-        self._maybe_flush()
+        self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         self.stats.consumed += 1
@@ -202,12 +203,16 @@ class SinkService:
         except BufferError:
             log.warning("dead-letter queue full; message %s[%d]@%d not forwarded", topic, partition, offset)
 
-    def _maybe_flush(self) -> None:
+    def _maybe_flush(self, caught_up: bool = False) -> None:
+        """Flush when the buffer is full or old, or when the consumer has caught up with a
+        sizable buffer (>= 1/10 of flush_rows: after a burst, write now instead of waiting
+        for the interval; a trickle still goes out once per interval, in few parts)."""
         assert self.sink is not None and self.flusher is not None
         done = self.flusher.reap()
         if done is not None:
             self._flushed(done)
-        if not self.flusher.busy and self.sink.due():
+        idle_flush = caught_up and self.sink.buffered >= self.sink.flush_rows // 10
+        if not self.flusher.busy and (self.sink.due() or idle_flush):
             self.flusher.submit(self.sink.take(), dict(self._offsets))
         self.stats.rows_dropped = self.sink.dropped_rows
         self.stats.flush_failures = self.flusher.failures
