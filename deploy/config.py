@@ -82,6 +82,7 @@ class StoreSettings:
     flush_interval_s: float = field(default=1.0, metadata={"doc": "... or after this long"})
     max_backlog_rows: int = field(default=2_000_000, metadata={"doc": "rows kept while the store is down; older ones are dropped and counted"})
     query_port: int = field(default=0, metadata={"doc": "port of the sink's local query API (chDB); 0 = any free port"})
+    raw_ingest: bool = field(default=True, metadata={"doc": "let ClickHouse decode FunctionPattern and RankWindow (Avro + materialized views); false = decode in Python"})
 
 
 @dataclass(frozen=True)

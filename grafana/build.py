@@ -109,9 +109,12 @@ def fleet() -> dict:
                      "All jobs: who is slow, what it costs, what is open.")
 
 
-def job_view() -> dict:
-    tf = "$__timeFilter(window_start)"
-    panels = [
+TF = "$__timeFilter(window_start)"
+
+
+def _job_rank_panels(tf: str = TF) -> list[dict]:
+    """Step time, rank x function slowdown, collective late arrivals: who is slow, where."""
+    return [
         panel(1, "Step time per rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    median(step_time_ms) AS step_time_median_ms
@@ -140,6 +143,12 @@ def job_view() -> dict:
                    sum(wait_caused_ms_per_step) AS wait_caused_ms_per_step_total
             FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
             GROUP BY time, series ORDER BY time""", (0, 18, 12, 8), {"wait_caused_ms_per_step_total": "ms"}),
+    ]
+
+
+def _job_health_panels(tf: str = TF) -> list[dict]:
+    """GPU health, incidents with evidence, collector health: why, and can we trust it."""
+    return [
         panel(5, "GPU SM clock", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    avg(sm_clock_mhz) AS sm_clock_avg_mhz
@@ -172,6 +181,10 @@ def job_view() -> dict:
             GROUP BY rank ORDER BY rank""", (0, 43, 24, 8),
               {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"}),
     ]
+
+
+def job_view() -> dict:
+    panels = _job_rank_panels() + _job_health_panels()
     variables = [
         variable("job", "SELECT DISTINCT job FROM rank_windows WHERE $__timeFilter(window_start)"
                  " ORDER BY job", False, "Job"),

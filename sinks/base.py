@@ -110,5 +110,5 @@ class BatchingSink(Sink):
         return written
 
     @abstractmethod
-    def write(self, table: str, columns: list[str], rows: list[Sequence[Any]]) -> None:
+    def write(self, table: str, columns: list[str], rows: Sequence[Sequence[Any]]) -> None:
         """Insert one table's buffered rows (each in ``columns`` order)."""

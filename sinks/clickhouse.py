@@ -1,25 +1,110 @@
-"""The ClickHouse sink: batched, column-oriented inserts into the store's tables."""
+"""The ClickHouse sink: batched, column-oriented inserts, and raw Avro containers (:mod:`.raw`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..deploy.config import StoreSettings
+from ..schemas import MultiCodec, SchemaError
 from .base import BatchingSink
+from .errors import StoreUnavailable
+from .raw import RAW_TABLES, RawMessage, container
+from .rows import ROW_BUILDERS
 from .schema import TABLES, migrate
 from .store import Store
 
+log = logging.getLogger(__name__)
+
+RAW_PREFIX = "raw:"
+OnBad = Callable[[RawMessage, str], None]
+
 
 class ClickHouseSink(BatchingSink):
-    def __init__(self, store: Store, settings: StoreSettings):
+    def __init__(self, store: Store, settings: StoreSettings, on_bad: OnBad | None = None):
         super().__init__({name: t.column_names for name, t in TABLES.items()},
                          settings.flush_rows, settings.flush_interval_s, settings.max_backlog_rows)
         self.store = store
         self.settings = settings
+        self._raw: dict[str, list[RawMessage]] = {name: [] for name in RAW_TABLES}
+        self._on_bad = on_bad or (lambda m, reason: log.warning("bad record dropped: %s", reason))
+        self._codec = MultiCodec(list(RAW_TABLES))
 
     def setup(self) -> None:
         migrate(self.store, self.settings.retention_days, self.settings.incident_retention_days)
 
-    def write(self, table: str, columns: list[str], rows: list[Sequence[Any]]) -> None:
+    def write(self, table: str, columns: list[str], rows: Sequence[Sequence[Any]]) -> None:
         self.store.insert(table, columns, list(zip(*rows, strict=True)))  # column-oriented: fastest
+
+    # -- raw containers ----------------------------------------------------
+    def add_raw(self, name: str, message: RawMessage) -> None:
+        """Buffer an undecoded message of a raw-ingested type (counts as one row)."""
+        raw = self._raw[name]
+        raw.append(message)
+        self.buffered += 1
+        if self.buffered > self.max_backlog_rows and raw:
+            del raw[0]
+            self.buffered -= 1
+            self.dropped_rows += 1
+
+    def take(self) -> dict[str, list]:
+        batch: dict[str, list] = {RAW_PREFIX + n: msgs for n, msgs in self._raw.items() if msgs}
+        self._raw = {name: [] for name in RAW_TABLES}
+        batch.update(super().take())
+        return batch
+
+    def write_batch(self, batch: dict[str, list]) -> int:
+        written = 0
+        for key in [k for k in batch if k.startswith(RAW_PREFIX)]:
+            messages = batch[key]
+            self._write_raw(key[len(RAW_PREFIX):], messages)
+            del batch[key]
+            written += len(messages)
+        return written + super().write_batch(batch)
+
+    def flush(self) -> int:
+        """Synchronous flush; on failure what was not written goes back into the buffers."""
+        batch = self.take()
+        try:
+            written = self.write_batch(batch)
+        except StoreUnavailable:
+            self._restore(batch)
+            raise
+        self.written_rows += written
+        return written
+
+    def _restore(self, batch: dict[str, list]) -> None:
+        for key, items in batch.items():
+            if key.startswith(RAW_PREFIX):
+                name = key[len(RAW_PREFIX):]
+                self._raw[name] = items + self._raw[name]
+            else:
+                self._rows[key] = items + self._rows[key]
+            self.buffered += len(items)
+
+    def _write_raw(self, name: str, messages: list[RawMessage]) -> None:
+        try:
+            self.store.raw_insert(RAW_TABLES[name], container(name, messages), "Avro")
+            return
+        except StoreUnavailable as exc:
+            if not self.store.ping():
+                raise
+            log.warning("store refused a %s container (%s); decoding its %d records one by one",
+                        name, exc, len(messages))
+        self._write_decoded(messages)
+
+    def _write_decoded(self, messages: list[RawMessage]) -> None:
+        """The slow path for a refused container: decode in Python, dead-letter what fails."""
+        tables: dict[str, list[Sequence[Any]]] = {}
+        for m in messages:
+            try:
+                rec_name, record = self._codec.decode(m.value)
+                batches = ROW_BUILDERS[rec_name](record)
+            except (SchemaError, KeyError, TypeError, ValueError) as exc:
+                self._on_bad(m, f"undecodable: {exc}")
+                continue
+            for table, rows in batches:
+                tables.setdefault(table, []).extend(rows)
+        for table, table_rows in tables.items():
+            self.write(table, self._columns[table], table_rows)

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +51,12 @@ class BackgroundFlusher:
         self._inflight = (self._pool.submit(self._write, batch), offsets)
 
     def _write(self, batch: dict[str, list[Sequence[Any]]]) -> int:
-        delay, written = 0.5, 0
+        delay = min(0.5, self._max_backoff_s)
+        total = sum(len(rows) for rows in batch.values())  # tables written before a failure count
         while True:
             try:
-                return written + self.sink.write_batch(batch)
+                self.sink.write_batch(batch)
+                return total
             except StoreUnavailable as exc:
                 self.failures += 1
                 pending = sum(len(rows) for rows in batch.values())
@@ -74,7 +77,7 @@ class BackgroundFlusher:
         try:
             rows = future.result(timeout=wait_s) if wait_s else (
                 future.result() if future.done() else None)
-        except TimeoutError:
+        except FutureTimeout:  # distinct from the builtin before Python 3.11
             return None
         except StoreUnavailable:
             self._inflight = None

@@ -128,8 +128,16 @@ class Migration:
     statements: tuple[str, ...] = ()
 
 
+def _raw_ingest_statements() -> tuple[str, ...]:
+    from .raw import migration_statements
+
+    return migration_statements()
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial tables", tables=tuple(TABLES)),
+    Migration(2, "raw Avro ingestion: Null tables and materialized views",
+              statements=_raw_ingest_statements()),
 )
 
 

@@ -35,6 +35,7 @@ from .clickhouse import ClickHouseSink
 from .decode import RecordDecoder
 from .errors import SinkError, StoreUnavailable
 from .flusher import BackgroundFlusher, Flushed
+from .raw import RawMessage, raw_fingerprints
 from .rows import ROW_BUILDERS
 from .store import Store, StoreTarget, parse_store_url
 
@@ -74,6 +75,7 @@ class SinkService:
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
         self.codec = RecordDecoder(names)
+        self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
         self.stats = SinkStats()
         self.dispatcher = dispatcher or build_dispatcher(settings.alerts)
         self._stop = threading.Event()
@@ -95,7 +97,7 @@ class SinkService:
         while not self._stop.is_set():
             try:
                 self.store = self._open_store_fn(target)
-                self.sink = ClickHouseSink(self.store, self.settings.store)
+                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw)
                 self.sink.setup()
                 self.flusher = BackgroundFlusher(self.sink, self._stop)
                 return
@@ -162,18 +164,24 @@ class SinkService:
 
     # -- data path ---------------------------------------------------------
     def poll_once(self, timeout_s: float = 0.2) -> None:
-        for msg in self._consumer.consume(num_messages=5000, timeout=timeout_s):
+        msgs = self._consumer.consume(num_messages=5000, timeout=timeout_s)
+        for msg in msgs:
             if msg.error():
                 log.warning("kafka: %s", msg.error())
                 continue
             self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
         self._producer.poll(0)
-        self._maybe_flush()
+        self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         self.stats.consumed += 1
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
+        raw_name = self._raw_fps.get(value[2:10]) if value and value[:2] == b"\xc3\x01" else None
+        if raw_name is not None:
+            self.sink.add_raw(raw_name, RawMessage(value, topic, partition, offset))  # type: ignore[arg-type]
+            self.stats.rows_buffered += 1
+            return
         try:
             name, record = self.codec.decode(value or b"")
             batches = ROW_BUILDERS[name](record)
@@ -189,6 +197,14 @@ class SinkService:
         if name == "Anomaly":
             self.dispatcher.submit(record)
 
+    def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
+        self._dead_letter(m.topic, m.partition, m.offset, m.value, reason)
+
+    def idle(self) -> bool:
+        """Everything consumed so far is in the store (or dead-lettered)."""
+        return self.sink is not None and self.flusher is not None and (
+            not self.sink.buffered and not self.flusher.busy)
+
     def _dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None,
                      reason: str) -> None:
         self.stats.dead_lettered += 1
@@ -202,12 +218,16 @@ class SinkService:
         except BufferError:
             log.warning("dead-letter queue full; message %s[%d]@%d not forwarded", topic, partition, offset)
 
-    def _maybe_flush(self) -> None:
+    def _maybe_flush(self, caught_up: bool = False) -> None:
+        """Flush when the buffer is full or old, or when the consumer has caught up with a
+        sizable buffer (>= 1/10 of flush_rows: after a burst, write now instead of waiting
+        for the interval; a trickle still goes out once per interval, in few parts)."""
         assert self.sink is not None and self.flusher is not None
         done = self.flusher.reap()
         if done is not None:
             self._flushed(done)
-        if not self.flusher.busy and self.sink.due():
+        idle_flush = caught_up and self.sink.buffered >= self.sink.flush_rows // 10
+        if not self.flusher.busy and (self.sink.due() or idle_flush):
             self.flusher.submit(self.sink.take(), dict(self._offsets))
         self.stats.rows_dropped = self.sink.dropped_rows
         self.stats.flush_failures = self.flusher.failures

@@ -128,6 +128,24 @@ class Store:
             except Exception as exc:
                 raise StoreUnavailable(f"insert into {table} failed: {_scrub(exc, self.target)}") from None
 
+    def raw_insert(self, table: str, data: bytes, fmt: str) -> int:
+        """``INSERT INTO table FORMAT fmt`` with ``data``; returns the rows ClickHouse read."""
+        with self._lock:
+            try:
+                summary = self._client.raw_insert(table, None, data, fmt=fmt)
+            except Exception as exc:
+                raise StoreUnavailable(f"insert into {table} failed: {_scrub(exc, self.target)}") from None
+        return int(getattr(summary, "written_rows", 0) or 0)
+
+    def ping(self) -> bool:
+        """True when the store answers a trivial query (tells a refused batch from a dead store)."""
+        with self._lock:
+            try:
+                self._client.command("SELECT 1")
+                return True
+            except Exception:  # any failure means: not answering
+                return False
+
     def close(self) -> None:
         with self._lock:
             try:
