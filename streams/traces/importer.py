@@ -37,7 +37,7 @@ MIN_WINDOW_S = 60
 # rank is last in every call (8 members, 5 calls: 4 of 5 late is p = 0.0011); see docs/trace-import.md
 OFFLINE_DEFAULTS: dict[str, Any] = {"late_p_value": 0.01}
 OFFLINE_OVERRIDES = ("window_s", "window_grace_s", "close_lag_ms", "persist_windows", "clear_windows",
-                     "max_open_windows")
+                     "min_step_share", "max_open_windows")
 
 
 @dataclass
@@ -66,11 +66,15 @@ def batch_span_ns(batch: dict) -> tuple[int, int]:
 
 
 def import_policy(base: DetectionPolicy | None, span_ns: int) -> DetectionPolicy:
-    """``base`` with the offline overrides: one window covering ``span_ns``, persistence 1."""
+    """``base`` with the offline overrides: one window covering ``span_ns``, persistence 1.
+
+    The window is padded far past the traced steps, so the core's estimate of step time as
+    window length / steps means nothing here: its step-share cost floor is switched off and the
+    absolute floor (``min_cost_ms_per_step``) applies alone."""
     base = base or DetectionPolicy(**OFFLINE_DEFAULTS)
     window_s = max(MIN_WINDOW_S, math.ceil(span_ns / 1e9) + 1)
     return dataclasses.replace(base, window_s=float(window_s), window_grace_s=1.0, close_lag_ms=0,
-                               persist_windows=1, clear_windows=1, max_open_windows=max(2, base.max_open_windows))
+                               persist_windows=1, clear_windows=1, min_step_share=0.0, max_open_windows=max(2, base.max_open_windows))
 
 
 def load_batches(path: Path, job: str) -> ImportReport:
