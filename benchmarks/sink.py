@@ -124,14 +124,14 @@ def _alert_latency(conf: dict, topics: TopicNames, rx: _Receiver, samples_n: int
     return out
 
 
-def run(ranks: int, windows: int, alerts: int) -> dict:
+def run(ranks: int, windows: int, alerts: int, raw_ingest: bool = True) -> dict:
     broker = start_broker()
     rx = _Receiver()
     tmp = Path(tempfile.mkdtemp(prefix="pt-bench-"))
     settings = Settings(
         data_dir=tmp, kafka=KafkaSettings(bootstrap_servers=broker.bootstrap, topic_prefix="bench", partitions=8),
         streams=StreamSettings(app_id="bench"),
-        store=StoreSettings(),  # defaults: flush at 50k rows or 1 s
+        store=StoreSettings(raw_ingest=raw_ingest),  # defaults: flush at 50k rows or 1 s
         alerts=AlertSettings(webhook_url=rx.url, webhook_secret=Secret("bench")))
     topics = TopicNames.for_prefix("bench")
     conf = {"bootstrap.servers": broker.bootstrap}
@@ -163,7 +163,8 @@ def run(ranks: int, windows: int, alerts: int) -> dict:
         "alert_latency_ms_p90": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 1),
         "rows": stored, "rows_expected": expected, "messages": consumed, "messages_per_s": round(consumed / secs),
         "seconds": round(secs, 2), "sink_cpu_s": round(cpu_s, 2),
-        "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(), "ranks": ranks, "windows": windows, "alert_samples": len(latencies),
+        "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(), "ranks": ranks, "windows": windows,
+        "alert_samples": len(latencies), "raw_ingest": raw_ingest,
     }
 
 
@@ -173,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=256)
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--alerts", type=int, default=21)
+    ap.add_argument("--python-decode", action="store_true",
+                    help="decode every record in Python (store.raw_ingest = false), for comparison")
     args = ap.parse_args(argv)
-    result = run(args.ranks, args.windows, args.alerts)
+    result = run(args.ranks, args.windows, args.alerts, raw_ingest=not args.python_decode)
     if args.json:
         print(json.dumps(result))
     else:

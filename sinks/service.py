@@ -29,6 +29,7 @@ from ..deploy.config import Settings
 from ..deploy.state import resolve_bootstrap
 from ..deploy.topics import TopicNames, all_topics
 from ..schemas import SchemaError, bundled_schemas
+from ..schemas.codec import SINGLE_OBJECT_MAGIC
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
@@ -177,7 +178,7 @@ class SinkService:
         self.stats.consumed += 1
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
-        raw_name = self._raw_fps.get(value[2:10]) if value and value[:2] == b"\xc3\x01" else None
+        raw_name = self._raw_fps.get(value[2:10]) if value and value[:2] == SINGLE_OBJECT_MAGIC else None
         if raw_name is not None:
             self.sink.add_raw(raw_name, RawMessage(value, topic, partition, offset))  # type: ignore[arg-type]
             self.stats.rows_buffered += 1

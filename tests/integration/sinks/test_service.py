@@ -39,7 +39,10 @@ def read_one(conf, topic, group):
         c.close()
 
 
-def test_records_reach_the_store_and_diagnose(sink_settings, start_sink, produce, unique, kafka_conf):
+@pytest.mark.parametrize("raw_ingest", [True, False], ids=["raw-avro", "python-decode"])
+def test_records_reach_the_store_and_diagnose(sink_settings, start_sink, produce, unique, kafka_conf,
+                                              raw_ingest):
+    sink_settings = replace(sink_settings, store=replace(sink_settings.store, raw_ingest=raw_ingest))
     job = f"job-{unique}"
     sink = start_sink(sink_settings)
     ready = json.loads(sink.ready.read_text())
