@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from ..schemas.errors import PerftrackerError
 from .topics import Topic
@@ -27,7 +28,8 @@ def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float
     """Create the missing topics; return the names created. Existing topics are left alone."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({**conf, "logger": _quiet_logger()})
+    admin_conf: dict[str, Any] = {**conf, "logger": _quiet_logger()}
+    admin = AdminClient(admin_conf)
     try:
         existing = set(admin.list_topics(timeout=min(timeout_s, 5.0)).topics)
     except Exception as exc:

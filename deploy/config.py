@@ -183,7 +183,7 @@ def _build(cls: type, section: str, file_values: Mapping[str, Any], env: Mapping
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         typ = hints[f.name]
-        if is_dataclass(typ):
+        if isinstance(typ, type) and is_dataclass(typ):
             sub = file_values.get(f.name, {})
             if not isinstance(sub, Mapping):
                 raise ConfigError(f"[{f.name}] must be a table")
@@ -239,7 +239,7 @@ def describe_settings() -> list[tuple[str, str, str, str]]:
         hints = get_type_hints(cls)
         for f in fields(cls):
             typ = hints[f.name]
-            if is_dataclass(typ):
+            if isinstance(typ, type) and is_dataclass(typ):
                 walk(typ, f.name)
                 continue
             default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]

@@ -37,7 +37,9 @@ class UpResult:
 
 
 def stack_running(state: StackState | None) -> bool:
-    return bool(state) and pid_alive(state.broker_pid) and pid_alive(state.sink_pid) and \
+    if state is None:
+        return False
+    return pid_alive(state.broker_pid) and pid_alive(state.sink_pid) and \
         all(pid_alive(p) for p in state.worker_pids)
 
 
@@ -83,8 +85,8 @@ def up(settings: Settings, workers: int | None = None, port: int | None = None,
     """Start the stack unless it already runs; idempotent. Stops what it started if a step fails."""
     data_dir = settings.data_dir.resolve()
     state = read_state(data_dir)
-    if stack_running(state):
-        return UpResult(state, True)  # type: ignore[arg-type]
+    if state is not None and stack_running(state):
+        return UpResult(state, True)
     if state:  # half up: stop the leftovers first
         down(settings)
     logs = data_dir / "logs"

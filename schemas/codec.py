@@ -161,8 +161,8 @@ class Codec:
             raise SchemaError(f"message holds a {writer.name} record, expected {self.name}")
         try:
             if writer.fingerprint == self.writer.fingerprint:
-                return fastavro.schemaless_reader(body, self.writer.parsed, None)
-            return fastavro.schemaless_reader(body, writer.parsed, self.writer.parsed)
+                return _as_record(fastavro.schemaless_reader(body, self.writer.parsed, None))
+            return _as_record(fastavro.schemaless_reader(body, writer.parsed, self.writer.parsed))
         except Exception as exc:
             raise SchemaError(f"corrupt {self.name} body: {exc}") from exc
 
@@ -174,12 +174,18 @@ class Codec:
                 f"unknown schema fingerprint {fp[::-1].hex()} for {self.name} "
                 f"(writer version {version}); not a schema this reader knows")
         try:
-            record = fastavro.schemaless_reader(body, self.writer.parsed, None)
+            record = _as_record(fastavro.schemaless_reader(body, self.writer.parsed, None))
         except Exception as exc:
             raise SchemaError(
                 f"{self.name} v{version} body could not be read with v{self.writer.version}: {exc}"
             ) from exc
         return record
+
+
+def _as_record(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise SchemaError(f"decoded a {type(value).__name__}, expected a record")
+    return value
 
 
 def _peek_leading_int(raw: bytes) -> int | None:

@@ -62,15 +62,17 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         worker_redirect_stdouts=False,
     )
     ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw",
-           "internal": False}
+    def raw_topic(*topic_names: str) -> Any:
+        return app.topic(*topic_names, key_type=bytes, value_type=bytes, key_serializer="raw",
+                         value_serializer="raw", internal=False)
+
     ctx.topics = {
-        "inputs": app.topic(names.events, names.hardware, **raw),
-        "patterns": app.topic(names.patterns, **raw),
-        "findings": app.topic(names.findings, **raw),
-        "anomalies": app.topic(names.anomalies, **raw),
-        "control": app.topic(names.control, **raw),
-        "deadletter": app.topic(names.deadletter, **raw),
+        "inputs": raw_topic(names.events, names.hardware),
+        "patterns": raw_topic(names.patterns),
+        "findings": raw_topic(names.findings),
+        "anomalies": raw_topic(names.anomalies),
+        "control": raw_topic(names.control),
+        "deadletter": raw_topic(names.deadletter),
     }
     summarize.register(app, ctx)
     compare.register(app, ctx)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ["collectors", "schemas", "streams", "sinks", "grafana", "deploy"]
 
 
 def ensure_chromium() -> None:
@@ -30,6 +31,10 @@ def main() -> int:
     lint = subprocess.call([sys.executable, "-m", "ruff", "check", "."])
     if lint:
         print("tests: ruff found problems", flush=True)
+    types = subprocess.call([sys.executable, "-m", "mypy", *PACKAGES])
+    if types:
+        print("tests: mypy found problems", flush=True)
+    lint = lint or types
     args = sys.argv[1:] or ["tests", "-q", "-rs", "--durations=15"]
     suite = subprocess.call([sys.executable, "-m", "pytest", *args])
     return lint or suite
