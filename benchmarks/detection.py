@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from perftracker.streams.detect import DetectionPolicy
 
-from .scenarios import Scenario, event_scenarios, pattern_scenarios
+from .scenarios import Scenario, event_scenarios, pattern_scenarios, stress_scenarios
 from .simulate.events import EventFault, EventJob, EventSimulator
 from .simulate.patterns import PatternSim
 from .simulate.pipeline import Pipeline
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     ap.add_argument("--quick", action="store_true", help="skip the 16,384-rank scenarios")
     ap.add_argument("--only", default="", help="run scenarios whose name contains this")
+    ap.add_argument("--stress", action="store_true",
+                    help="also run the stress cases past the documented limits (reported under 'stress')")
     ap.add_argument("--seed", type=int, default=0, help="re-draw positions and noise (0 = the reference suite)")
     args = ap.parse_args(argv)
     policy = DetectionPolicy()
@@ -152,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sc.name:45s} {time.perf_counter() - t:6.1f}s  " +
                   ", ".join(f"{i.cause}{list(i.ranks[:4])}@w{i.window}" for i in incs), file=sys.stderr)
     out = score(results)
+    if args.stress:
+        stress = [(sc, run_patterns(sc, policy)) for sc in stress_scenarios()]
+        out["stress"] = {sc.name: score([(sc, incs)])["wrong"] or "ok" for sc, incs in stress}
     out["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=None if args.json else 2))
     return 0

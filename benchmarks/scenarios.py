@@ -128,3 +128,29 @@ def event_scenarios(seed_offset: int = 0) -> list[Scenario]:
                                 event_fault=fault, event_ranks=ranks, magnitude=mag, windows=12))
             n += 1
     return out
+
+
+def stress_scenarios() -> list[Scenario]:
+    """Beyond the reference suite: cases at or past the engine's documented limits
+    (docs/detection.md, "Known failure cases"). Reported separately, not in the score."""
+    out = []
+    lay = Layout(32, 1, 1)
+
+    def one(name, family, layout, fault, truth):
+        out.append(Scenario(name, family, layout, (fault,), (truth,), 3000 + len(out)))
+
+    f = Fault("slow_gpu", (9,), magnitude=1.08)
+    one("stress-slow_gpu-1.08x", "slow_gpu", lay, f, Truth("slow_gpu", (9,), f.start_window))
+    f = Fault("slow_dataloader", (9,), magnitude=90.0, every=3)
+    one("stress-intermittent-dataloader-1in3", "slow_dataloader", lay, f, Truth("slow_dataloader", (9,), 4))
+    f = Fault("slow_dataloader", (9,), magnitude=4.0)
+    one("stress-slow_dataloader-4ms", "slow_dataloader", lay, f, Truth("slow_dataloader", (9,), 4))
+    f = Fault("slow_link", (9,), magnitude=3.0, hw_evidence=False)
+    one("stress-slow_link-dp-only-nohw", "slow_link", Layout(64, 1, 1), f, Truth("slow_link", (9,), 4))
+    f = Fault("slow_link", (9,), magnitude=3.0, hw_evidence=False)
+    one("stress-slow_link-tp-nohw-nopp", "slow_link", Layout(16, 4, 1), f, Truth("slow_link", (9,), 4))
+    ranks = tuple(range(8, 16))
+    f = Fault("cpu_contention", ranks, magnitude=1.5)
+    one("stress-cpu_contention-half-of-job", "cpu_contention", Layout(16, 1, 1), f,
+        Truth("host_cpu_contention", ranks, 4))
+    return out

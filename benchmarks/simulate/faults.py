@@ -22,6 +22,7 @@ class Fault:
     start_window: int = 4
     end_window: int = 9
     hw_evidence: bool = True
+    every: int = 1  # apply on one step in ``every`` (intermittent faults)
 
     def active(self, window: float) -> bool:
         return self.start_window <= window < self.end_window

@@ -88,7 +88,7 @@ class PatternSim:
             v["bwd"][spike] *= 1.6
         links = {"dp": np.ones(lay.pp * lay.tp), "pp": np.ones(lay.dp * lay.tp)}
         for f in self.faults:
-            if f.active(w_now):
+            if f.active(w_now) and self.step_no % f.every == 0:
                 apply_fault(self, f, v, links, w_now)
         v["experts"] = v["calls"] * EXPERT_MS * self._j()
         w_int = int(w_now)

@@ -20,6 +20,7 @@ from .model import NOT_COMPARED, SCHEMA_VERSION, SpanKind, finite_nonneg, to_ms
 from .policy import DetectionPolicy
 
 MAX_EVALUATED_REMEMBERED = 32
+MIN_CALLS_INTERMITTENT = 6
 INF_RATIO = 1e9  # ratio against peers that spend no time at all (finite: JSON and Avro safe)
 
 
@@ -148,13 +149,22 @@ class FunctionComparator:
                              min_cost=_min_cost(pol, good), floor_rel=pol.noise_floor_rel,
                              floor_ms=pol.noise_floor_ms)
         p50 = np.array([p.get("p50_ns", 0) for p in good], dtype=np.float64)
+        p90 = np.array([p.get("p90_ns", 0) for p in good], dtype=np.float64)
+        counts = np.array([p["count"] for p in good], dtype=np.float64)
         per_call = values / np.maximum(calls, 1e-12)
         for i in np.flatnonzero(scored.outlier[0]):
             g = peer == peer[i]
             mc = float(np.median(calls[g]))
+            intermittent = False
             if not _sustained(p50[i], float(np.median(p50[g])), calls[i], mc, pol.min_excess):
-                skipped["transient_outlier"] += 1
-                continue
+                # p50 unmoved: an intermittent slowdown (p90 up over enough calls) must persist
+                # one window longer in the diagnoser; otherwise it is one-window jitter
+                peer_p90 = float(np.median(p90[g]))
+                intermittent = counts[i] >= MIN_CALLS_INTERMITTENT and peer_p90 > 0 and \
+                    p90[i] >= peer_p90 * (1 + pol.min_excess)
+                if not intermittent:
+                    skipped["transient_outlier"] += 1
+                    continue
             med = float(scored.median[0, i])
             rec["outliers"].append({
                 "rank": int(good[i]["rank"]), "host": str(good[i].get("host", "")),
@@ -163,7 +173,8 @@ class FunctionComparator:
                 "ratio": float(values[i] / med) if med > 0 else INF_RATIO,
                 "robust_z": float(scored.z[0, i]), "cost_ms_per_step": float(scored.cost[0, i]),
                 "calls_ratio": float(calls[i] / mc) if mc > 0 else INF_RATIO,
-                "per_call_ratio": float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0})
+                "per_call_ratio": float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0,
+                "intermittent": bool(intermittent)})
 
     def _collective(self, rec: dict, good: list[dict], skipped: Counter) -> None:
         pol = self.policy

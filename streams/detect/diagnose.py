@@ -1,6 +1,8 @@
 """Stage 3: one job's RankWindows and FunctionComparisons -> Anomaly lifecycle + Control.
 
-Windows are evaluated in order. Window W is ready half a grace after its first
+Windows are evaluated in order. A regression needs one window more than other findings
+(so the root cause it comes from can open first and explain it), and only persisting
+findings or open incidents explain it. Window W is ready half a grace after its first
 FunctionComparison arrived (comparators of all functions fire within one grace of
 each other), or two graces after its first RankWindow when no comparison comes
 (a hung job produces no patterns). Each evaluation runs :func:`.window.diagnose_window`,
@@ -126,7 +128,8 @@ class JobDiagnoser:
         reg = regression(self.live, wid, step_ms(rws, quantile=25.0), self.policy)
         if reg is not None:
             controls = self._profile(wid, now, reg)
-            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings)
+            explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
+                            if self._persisting(f))
             explained += sum(t.explains_ms for i, t in self.tracks.items()
                              if t.open and i != reg.identity and i not in {f.identity for f in findings})
             if explained < 0.5 * reg.impact_ms:
@@ -138,6 +141,11 @@ class JobDiagnoser:
         wms = self.policy.window_ms
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy)
         return anomalies, controls
+
+    def _persisting(self, f: Finding) -> bool:
+        """Seen in the previous window too (a one-window candidate explains nothing)."""
+        t = self.tracks.get(f.identity)
+        return t is not None and (t.open or t.streak >= self.policy.persist_windows - 1)
 
     def _count_silent(self, rws: dict[int, dict]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)

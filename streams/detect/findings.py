@@ -41,6 +41,7 @@ class Finding:
     summary: str
     evidence: Mapping[str, Any] = field(default_factory=dict)
     immediate: bool = False  # raise without waiting for persistence (hang)
+    extra_windows: int = 0  # persist this many windows longer (intermittent slowdowns)
 
 
 def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock_ratio: float,

@@ -50,7 +50,7 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     for ident, f in seen.items():
         t = tracks.setdefault(ident, Track(first_seen_ms=window_start_ms))
         t.streak, t.misses, t.last_seen_ms = t.streak + 1, 0, window_end_ms
-        if not t.open and (t.streak >= policy.persist_windows or f.immediate):
+        if not t.open and (t.streak >= policy.persist_windows + f.extra_windows or f.immediate):
             t.open, t.incident_id = True, incident_id(job, f)
             out.append(_record(t, f, job, Status.OPEN, step_time_ms))
         elif t.open and _material(t, f, policy):

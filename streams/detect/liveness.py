@@ -63,7 +63,7 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
                 "pct": round(100 * excess / best, 2), "windows": k}
     return Finding(Kind.REGRESSION, Cause.REGRESSION, "regression", (), (), (), "iteration",
-                   float(recent / best), float(excess), summary, evidence)
+                   float(recent / best), float(excess), summary, evidence, extra_windows=1)
 
 
 def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionPolicy) -> Finding | None:

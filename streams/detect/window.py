@@ -154,8 +154,13 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     summary = (f"{who} on {', '.join(hosts[:3])}: {top['function']} takes {top['value_ms_per_step']:.1f} ms/step "
                f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({top['ratio']:.2f}x) - "
                f"{CAUSE_WORDS.get(cause, cause.value)}; costs the job ~{impact:.1f} ms per step")
+    intermittent = all(o.get("intermittent", False) for o in outs)
+    if intermittent:
+        evidence["intermittent"] = True
+        summary += " (intermittent: the slow tail, not every call)"
     return Finding(kind, cause, f"{cause.value}|{key[1]}", ranks, hosts, gpus, top["function"],
-                   float(max(o["robust_z"] for o in outs)), float(impact), summary, evidence)
+                   float(max(o["robust_z"] for o in outs)), float(impact), summary, evidence,
+                   extra_windows=1 if intermittent else 0)
 
 
 def _short(ranks: tuple[int, ...]) -> str:

@@ -15,7 +15,8 @@ def pattern(rank: int, function: str, ms_per_step: float, *, window: int = T0_WI
            "window_s": 5.0, "rank": rank, "world_size": 64, "host": host or f"host{rank // 8}", "gpu": rank % 8,
            "signature": signature, "function": function, "kind": kind, "steps": steps,
            "count": calls * steps, "total_ns": total_ns,
-           "p50_ns": int((p50_ms if p50_ms is not None else per_call) * 1e6), "p90_ns": 0, "p99_ns": 0,
+           "p50_ns": int((p50_ms if p50_ms is not None else per_call) * 1e6),
+           "p90_ns": int((p50_ms if p50_ms is not None else per_call) * 1e6), "p99_ns": 0,
            "max_ns": 0, "hist": [], "group_ranks": [], "bytes": 0, "seqs": [], "seq_dur_ns": []}
     rec.update(extra)
     return rec

@@ -87,3 +87,11 @@ def test_late_patterns_for_evaluated_windows_are_counted():
     rec, c = evaluate("f", pats)
     c.add(pattern(9, "f", 10.0), now_wall_ms=99999)
     assert c.skipped["late_pattern"] == 1
+
+
+def test_intermittent_tail_is_flagged_as_intermittent():
+    pats = [pattern(r, "f", 100.0) for r in range(16)]
+    pats[3] = pattern(3, "f", 130.0, p50_ms=100.0, p90_ns=int(250e6))  # every few calls much slower
+    rec, _ = evaluate("f", pats)
+    (o,) = rec["outliers"]
+    assert o["rank"] == 3 and o["intermittent"] is True
