@@ -63,16 +63,23 @@ def peer_scores(values: np.ndarray, peer: np.ndarray, *, min_peers: int, mad_thr
 
 
 def _quantile_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row quantiles (q40, median, q60) by nearest rank, in one introselect pass
-    (np.partition with three kth); NaN rows fall back to nanpercentile."""
+    """Row quantiles (q40, median, q60), linearly interpolated like ``np.percentile`` (so the
+    NaN path below agrees), in one introselect pass (np.partition on the bracketing ranks).
+    Interpolation matters for small groups: with 8 ranks a nearest-rank q60 is the 6th value,
+    which two slow ranks already reach, inflating the scale they are measured against."""
     n = block.shape[1]
     if np.isnan(block).any():
         q = np.nanpercentile(block, [40, 50, 60], axis=1)
         return q[0], q[1], q[2]
-    k = sorted({int(0.4 * (n - 1)), (n - 1) // 2, n // 2, int(np.ceil(0.6 * (n - 1)))})
+    pos = {q: q * (n - 1) for q in (0.4, 0.5, 0.6)}
+    k = sorted({int(np.floor(p)) for p in pos.values()} | {int(np.ceil(p)) for p in pos.values()})
     part = np.partition(block, k, axis=1)
-    med = (part[:, (n - 1) // 2] + part[:, n // 2]) / 2
-    return part[:, k[0]], med, part[:, k[-1]]
+
+    def at(p: float) -> np.ndarray:
+        lo, hi = int(np.floor(p)), int(np.ceil(p))
+        return part[:, lo] + (p - lo) * (part[:, hi] - part[:, lo])
+
+    return at(pos[0.4]), at(pos[0.5]), at(pos[0.6])
 
 
 def _median_rows(block: np.ndarray) -> np.ndarray:
