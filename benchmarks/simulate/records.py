@@ -146,6 +146,7 @@ def _rank_windows(sim, rank_base, mask, nsteps, w) -> list[tuple[str, dict]]:
             last_step=int(step_ids[idx].max()) if len(idx) else pend["last_step"][r],
             step_time_ns=[int(x * MS) for x in iters[idx, r]],
             last_event_ms=int(rank_base[r]["window_start_ms"] + sim.w_ms - 1) if len(idx) else 0,
-            dropped_events=0, lost_batches=0, bytes_received=0, **{k: v[r] for k, v in hw.items()},
+            dropped_events=0, lost_batches=0, bytes_received=0, batches=1,  # alive: heartbeats arrive
+            **{k: v[r] for k, v in hw.items()},
             **{k: v[r] for k, v in pend.items() if k != "last_step"})))
     return out

@@ -137,9 +137,10 @@ def _agg(xs: list[float], how: str) -> float:
 
 
 def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str,
-                       w: WindowAcc, sticky: dict, health: dict) -> dict:
+                       w: WindowAcc, sticky: dict, health: dict, batches: int = 0) -> dict:
     """RankWindow dict for one closed window. ``sticky``: last_step, last_function,
-    pending_group, pending_seq, last_event_ms; ``health``: dropped/lost/bytes counters."""
+    pending_group, pending_seq, last_event_ms; ``health``: dropped/lost/bytes counters;
+    ``batches``: batches that arrived since the previous window closed (sign of life)."""
     hw = w.hw
     return {
         "schema_version": SCHEMA_VERSION, "job": meta.job, "window_id": int(window_id),
@@ -165,4 +166,5 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         "nvlink_errors": int(max(0.0, _agg(hw.get("nvlink_errors", []), "max"))),
         "ecc_uncorrected": int(max(0.0, _agg(hw.get("ecc_uncorrected", []), "max"))),
         "xid": int(max(0.0, _agg(hw.get("xid", []), "max"))),
+        "batches": int(batches),
     }

@@ -139,7 +139,9 @@ class JobDiagnoser:
             findings.append(h)
         self.last_findings = findings
         wms = self.policy.window_ms
-        anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy)
+        progress = any(int(rw.get("steps", 0)) > 0 for rw in rws.values())
+        anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
+                         progress=progress)
         return anomalies, controls
 
     def _persisting(self, f: Finding) -> bool:

@@ -43,8 +43,11 @@ def incident_id(job: str, f: Finding) -> str:
 
 
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
-         window_end_ms: int, step_time_ms: float, policy: DetectionPolicy) -> list[dict]:
-    """Advance every track by one evaluated window; Anomaly records to send."""
+         window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
+         progress: bool = True) -> list[dict]:
+    """Advance every track by one evaluated window; Anomaly records to send. A window in
+    which the job made no ``progress`` (no rank completed a step) is missing data, not a
+    clean window: it never counts toward resolving an incident."""
     out = []
     seen = {f.identity: f for f in findings}
     for ident, f in seen.items():
@@ -58,7 +61,10 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     for ident in [i for i in tracks if i not in seen]:
         t = tracks[ident]
         if not t.open:
-            del tracks[ident]
+            if progress:
+                del tracks[ident]
+            continue
+        if not progress:
             continue
         t.misses += 1
         if t.misses >= policy.clear_windows:

@@ -8,8 +8,10 @@ move it); best = 25th percentile of the windows before them (the minimum would b
 biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step.
 
-Hang: consecutive windows in which no rank completed an iteration. A hang when
-they span max(hang_factor x typical step, hang_floor_s). The ranks named are
+Hang: consecutive windows in which no rank completed an iteration while the
+collectors still send batches (heartbeats): a job whose ranks all went silent has
+finished or died, it is not hung. A hang when they span max(hang_factor x typical
+step, hang_floor_s) and batches kept arriving after the first idle window. The ranks named are
 those that never reached the pending collective: in the group most ranks are
 pending in, the members whose highest seq is below the group's highest.
 """
@@ -31,6 +33,7 @@ class LivenessState:
 
     history: list[tuple[int, float]] = field(default_factory=list)  # (window, step ms)
     idle_windows: int = 0
+    idle_batches: int = 0  # batches received in idle windows after the first one
     max_last_step: int = -1
     group_seq: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> rank -> max seq
 
@@ -71,11 +74,15 @@ def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionP
     for rw in rank_windows.values():
         state.max_last_step = max(state.max_last_step, int(rw.get("last_step", -1)))
     if steps > 0 or not rank_windows:
-        state.idle_windows = 0
+        state.idle_windows = state.idle_batches = 0
         return None
     if not state.history:
         return None  # never saw progress: a job still starting is not hung
+    if state.idle_windows > 0:  # the first idle window may hold a finished job's last flush
+        state.idle_batches += sum(int(rw.get("batches", 0)) for rw in rank_windows.values())
     state.idle_windows += 1
+    if state.idle_batches == 0:
+        return None  # nobody is reporting: the job ended (or every rank died), not a hang
     typical_s = float(np.median([v for _, v in state.history])) / 1000
     stalled_s = state.idle_windows * policy.window_s
     if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):

@@ -71,6 +71,7 @@ class RankSummarizer:
         self.health = {"dropped_events": 0, "lost_batches": 0, "bytes_received": 0}
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self._batch_wall_ms = 0
+        self.batches_since_close = 0  # sign of life, heartbeats included
 
     # ---- input -------------------------------------------------------------------------
     def add_events(self, batch: dict, now_wall_ms: int | None = None) -> None:
@@ -81,6 +82,7 @@ class RankSummarizer:
                 return
             if not self._accept_seq(int(batch.get("pid", 0)), int(batch["seq"])):
                 return
+            self.batches_since_close += 1
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
                                  str(batch["host"]), int(batch["gpu"]))
             self.health["dropped_events"] = int(batch.get("dropped_events", 0))
@@ -294,7 +296,9 @@ class RankSummarizer:
             add_kind_aggregates(w)
         for name, acc in sorted(w.functions.items()):
             out.append(("FunctionPattern", pattern_record(self.meta, wid, wsec, sig, name, acc, steps)))
-        out.append(("RankWindow", rank_window_record(self.meta, wid, wsec, sig, w, self.sticky, self.health)))
+        out.append(("RankWindow", rank_window_record(self.meta, wid, wsec, sig, w, self.sticky, self.health,
+                                                     batches=self.batches_since_close)))
+        self.batches_since_close = 0
         return out
 
     def idle(self, now_wall_ms: int) -> bool:

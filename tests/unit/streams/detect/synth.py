@@ -39,6 +39,6 @@ def rank_window(rank: int, *, window: int = T0_WINDOW, steps: int = 10, step_ms:
            "dropped_events": 0, "lost_batches": 0, "bytes_received": 0, "hw_samples": 10,
            "sm_clock_mhz": 1950.0, "sm_clock_max_mhz": 1980.0, "temp_c_max": 65.0, "power_w_mean": 600.0,
            "util_gpu_pct": 95.0, "throttle_reasons": 0, "pcie_gen_min": 5, "pcie_width_min": 16,
-           "nvlink_errors": 0, "ecc_uncorrected": 0, "xid": 0}
+           "nvlink_errors": 0, "ecc_uncorrected": 0, "xid": 0, "batches": 1}
     rec.update(extra)
     return rec

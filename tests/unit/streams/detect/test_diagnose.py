@@ -1,11 +1,13 @@
 import json
 
-from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
+from perftracker.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
 
 from benchmarks.simulate.events import EventFault, EventJob, EventSimulator
 from benchmarks.simulate.pipeline import Pipeline
 
-from .synth import T0_WINDOW, W_MS, rank_window
+from .synth import T0_WINDOW, W_MS, pattern, rank_window
+
+LOADER = "torch.utils.data.DataLoader.__next__"
 
 POL = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
 
@@ -159,3 +161,31 @@ def test_rank_that_stops_reporting_is_not_a_culprit():
                   now + i * W_MS)
         out += d.poll(now + i * W_MS + 8000)[0]
     assert out == [] and d.skipped["silent_rank"] == 5
+
+
+def test_job_that_stopped_reporting_is_not_a_hang_and_keeps_its_incident():
+    """A finished job goes silent (no batches at all): no hang, and the open incident is not
+    resolved by windows that hold no data; a hung job keeps sending heartbeat batches."""
+    pol = DetectionPolicy(window_s=5.0, hang_floor_s=20.0)
+    d = JobDiagnoser("job", pol)
+    now = T0_WINDOW * W_MS
+    anomalies = []
+    for i in range(14):
+        finished = i >= 6
+        for r in range(8):
+            rw = rank_window(r, window=T0_WINDOW + i, world=8, steps=0 if finished else 10,
+                             batches=0 if finished else 1)
+            d.add("RankWindow", rw, now_wall_ms=now + i * W_MS)
+        if not finished:  # rank 2's data loader takes 20 ms per step, its peers' 1 ms
+            comp = FunctionComparator("job", LOADER, pol)
+            for r in range(8):
+                comp.add(pattern(r, LOADER, 20.0 if r == 2 else 1.0, window=T0_WINDOW + i, kind=1,
+                                 world_size=8), now + i * W_MS)
+            for rec in comp.poll(now + i * W_MS + 4000):
+                d.add("FunctionComparison", rec, now_wall_ms=now + i * W_MS)
+        anomalies += d.poll(now + i * W_MS + 8000)[0]
+    statuses = [(a["cause"], a["status"]) for a in anomalies]
+    assert ("slow_dataloader", "OPEN") in statuses
+    assert not [s for s in statuses if s[0] == "hang"], statuses
+    assert ("slow_dataloader", "RESOLVED") not in statuses
+    assert [x["cause"] for x in d.open_incidents()] == ["slow_dataloader"]
