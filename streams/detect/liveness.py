@@ -9,9 +9,9 @@ biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step.
 
 Hang: consecutive windows in which no rank completed an iteration while the
-collectors still send batches (heartbeats): a job whose ranks all went silent has
-finished or died, it is not hung. A hang when they span max(hang_factor x typical
-step, hang_floor_s) and batches kept arriving after the first idle window. The ranks named are
+collectors still send batches (heartbeats, at least every 5 s): a job whose ranks went
+silent has finished or died, it is not hung. A hang when they span max(hang_factor x
+typical step, hang_floor_s) and batches kept arriving through the stall and recently. The ranks named are
 those that never reached the pending collective: in the group most ranks are
 pending in, the members whose highest seq is below the group's highest.
 """
@@ -27,13 +27,17 @@ from .model import Cause, Kind
 from .policy import DetectionPolicy
 
 
+HEARTBEAT_S = 5.0  # collectors send a batch at least this often, heartbeats included
+
+
 @dataclass
 class LivenessState:
     """Plain, bounded state (serializable)."""
 
     history: list[tuple[int, float]] = field(default_factory=list)  # (window, step ms)
     idle_windows: int = 0
-    idle_batches: int = 0  # batches received in idle windows after the first one
+    alive_windows: int = 0  # idle windows after the first one that brought a batch
+    idle_since_alive: int = 0  # idle windows since the last one that brought a batch
     max_last_step: int = -1
     group_seq: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> rank -> max seq
 
@@ -74,20 +78,30 @@ def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionP
     for rw in rank_windows.values():
         state.max_last_step = max(state.max_last_step, int(rw.get("last_step", -1)))
     if steps > 0 or not rank_windows:
-        state.idle_windows = state.idle_batches = 0
+        state.idle_windows = state.alive_windows = state.idle_since_alive = 0
         return None
     if not state.history:
         return None  # never saw progress: a job still starting is not hung
-    if state.idle_windows > 0:  # the first idle window may hold a finished job's last flush
-        state.idle_batches += sum(int(rw.get("batches", 0)) for rw in rank_windows.values())
+    batches = sum(int(rw.get("batches", 0)) for rw in rank_windows.values())
+    if state.idle_windows > 0 and batches:  # the first idle window may hold the last flush
+        state.alive_windows += 1
+    state.idle_since_alive = 0 if batches else state.idle_since_alive + 1
     state.idle_windows += 1
-    if state.idle_batches == 0:
-        return None  # nobody is reporting: the job ended (or every rank died), not a hang
-    typical_s = float(np.median([v for _, v in state.history])) / 1000
     stalled_s = state.idle_windows * policy.window_s
+    if not _still_reporting(state, stalled_s, policy.window_s):
+        return None  # the ranks stopped reporting: the job ended (or died), it is not hung
+    typical_s = float(np.median([v for _, v in state.history])) / 1000
     if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):
         return None
     return _hang_finding(state, rank_windows, stalled_s)
+
+
+def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) -> bool:
+    """Heartbeats through the stall (at least half of those expected) and recently: a hung
+    job's collectors keep sending; a finished job's last flush, even a late one, is one batch."""
+    expected = stalled_s / HEARTBEAT_S
+    recent = state.idle_since_alive * window_s <= 1.5 * HEARTBEAT_S
+    return recent and state.alive_windows >= max(1.0, expected / 2)
 
 
 def hang_culprits(state: LivenessState, rank_windows: dict[int, dict]) -> tuple[list[int], str, int]:

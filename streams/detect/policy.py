@@ -32,7 +32,7 @@ class DetectionPolicy:
     clear_windows: int = 2
     update_change: float = 0.25  # relative impact change that re-sends an incident
     # collectives: a rank is the late arriver of a (group, seq) when its time inside is the shortest
-    late_fraction: float = 0.6  # of the compared seqs
+    late_fraction: float = 0.4  # of the compared seqs (one late call site among several in a group)
     late_p_value: float = 1e-4  # binomial tail vs chance (1 / members)
     min_seqs: int = 3
     link_excess: float = 0.25  # group transfer time above peer groups' median

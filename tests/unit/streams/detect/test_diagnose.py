@@ -189,3 +189,19 @@ def test_job_that_stopped_reporting_is_not_a_hang_and_keeps_its_incident():
     assert not [s for s in statuses if s[0] == "hang"], statuses
     assert ("slow_dataloader", "RESOLVED") not in statuses
     assert [x["cause"] for x in d.open_incidents()] == ["slow_dataloader"]
+
+
+def test_ranks_lingering_at_exit_then_silent_are_not_a_hang():
+    """Processes tearing down send one last batch long after the last step, then nothing."""
+    pol = DetectionPolicy(window_s=5.0, hang_floor_s=30.0)
+    d = JobDiagnoser("job", pol)
+    now = T0_WINDOW * W_MS
+    anomalies = []
+    for i in range(20):
+        steps = 10 if i < 4 else 0
+        batches = 1 if i < 4 or i == 8 else 0  # the exit flush arrives 20 s after the last step
+        for r in range(8):
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=8, steps=steps, batches=batches),
+                  now_wall_ms=now + i * W_MS)
+        anomalies += d.poll(now + i * W_MS + 8000)[0]
+    assert [a for a in anomalies if a["cause"] == "hang"] == []
