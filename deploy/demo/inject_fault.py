@@ -1,0 +1,134 @@
+"""DEMO ONLY: fault injection for `perftracker demo`. Not product code.
+
+perftracker never imports this module; the demo's training script
+(``train.py``) does, and it reads only these environment variables:
+
+    PERFTRACKER_DEMO_FAULT     none | slow-dataloader | cpu-contention | slow-collective | gc-storm
+    PERFTRACKER_DEMO_RANK      global rank that gets the fault (default 2)
+    PERFTRACKER_DEMO_AT_STEP   first step with the fault (default 200)
+    PERFTRACKER_DEMO_DELAY_MS  delay of slow-dataloader / slow-collective (default 15)
+    PERFTRACKER_DEMO_ONSET_FILE  where the faulty rank writes when the fault began (JSON)
+
+What each fault does on the chosen rank from the chosen step on:
+- slow-dataloader: the collate function sleeps DELAY_MS per batch (inside DataLoader.__next__);
+- cpu-contention: the rank is pinned to one core and two busy-looping competitor processes are
+  pinned to the same core (it exits by itself when the rank goes away);
+- slow-collective: the rank sleeps DELAY_MS just before entering the per-step all_reduce,
+  in code no collector times, so it simply arrives late;
+- gc-storm: the rank keeps a heap of 30k Python objects, makes cyclic garbage every step and
+  runs a full garbage collection each step (as code calling gc.collect() in a loop does).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")
+
+
+class Fault:
+    """Hooks called by train.py; they do nothing until the fault's step on the fault's rank."""
+
+    def __init__(self, kind: str, active_rank: bool, at_step: int, delay_ms: float, onset_file: str):
+        self.kind = kind if active_rank else "none"
+        self.at_step = at_step
+        self.delay_s = delay_ms / 1000.0
+        self.onset_file = onset_file
+        self.active = False
+        self._hogs: list[Any] = []
+        self._heap: list = []
+
+    def on_step(self, step: int) -> None:
+        if not self.active and self.kind != "none" and step >= self.at_step:
+            self._start(step)
+        if self.active and self.kind == "gc-storm":
+            _make_cyclic_garbage(5_000)
+            gc.collect()
+
+    def before_collective(self) -> None:
+        if self.active and self.kind == "slow-collective":
+            time.sleep(self.delay_s)
+
+    def slow_batch(self) -> None:
+        if self.active and self.kind == "slow-dataloader":
+            time.sleep(self.delay_s)
+
+    def stop(self) -> None:
+        for hog in self._hogs:
+            hog.terminate()
+            hog.join(2)
+        self._hogs = []
+
+    def _start(self, step: int) -> None:
+        self.active = True
+        if self.kind == "cpu-contention":
+            core = sorted(os.sched_getaffinity(0))[-1]
+            os.sched_setaffinity(0, {core})
+            ctx = multiprocessing.get_context("fork")
+            self._hogs = [ctx.Process(target=_busy_loop, args=(os.getpid(), core), daemon=True)
+                          for _ in range(2)]
+            for hog in self._hogs:
+                hog.start()
+        elif self.kind == "gc-storm":
+            gc.freeze()  # leave torch's own objects out, so each collection costs ~10 ms here
+            self._heap = [{"i": i, "payload": [i]} for i in range(30_000)]
+        if self.onset_file:
+            info = {"fault": self.kind, "rank": int(os.environ.get("RANK", "-1")), "step": step,
+                    "wall_time": time.time()}
+            tmp = self.onset_file + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(info, f)
+            os.replace(tmp, self.onset_file)
+        print(f"[demo] injected fault {self.kind} on rank {os.environ.get('RANK')} at step {step}",
+              flush=True)
+
+
+_current: Fault | None = None
+
+
+def from_env(rank: int, env: dict[str, str] | None = None) -> Fault:
+    """The fault this rank runs with, from PERFTRACKER_DEMO_*; also used by :func:`collate`."""
+    global _current
+    env = dict(os.environ) if env is None else env
+    kind = env.get("PERFTRACKER_DEMO_FAULT", "none") or "none"
+    if kind not in FAULTS:
+        raise SystemExit(f"PERFTRACKER_DEMO_FAULT={kind!r} is not one of {', '.join(FAULTS)}")
+    _current = Fault(kind, rank == int(env.get("PERFTRACKER_DEMO_RANK", "2")),
+                     int(env.get("PERFTRACKER_DEMO_AT_STEP", "200")),
+                     float(env.get("PERFTRACKER_DEMO_DELAY_MS", "15")),
+                     env.get("PERFTRACKER_DEMO_ONSET_FILE", ""))
+    return _current
+
+
+def collate(inner: Callable) -> Callable:
+    """Wrap the data loader's collate function: the slow-dataloader fault sleeps here."""
+
+    def collate_with_fault(batch: Any) -> Any:
+        if _current is not None:
+            _current.slow_batch()
+        return inner(batch)
+
+    return collate_with_fault
+
+
+def _make_cyclic_garbage(n: int) -> None:
+    for _ in range(n):
+        a: list = []
+        a.append(a)
+
+
+def _busy_loop(parent_pid: int, core: int) -> None:
+    """A competitor for the rank's core; exits when the rank is gone (no orphans after Ctrl-C)."""
+    os.sched_setaffinity(0, {core})
+    x = 0
+    while True:
+        for _ in range(200_000):
+            x += 1
+        if os.getppid() != parent_pid:
+            return

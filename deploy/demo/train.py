@@ -1,0 +1,92 @@
+"""A small data-parallel training job, the kind of script people run under torchrun.
+
+Nothing here knows about perftracker: `perftracker launch` attaches the
+collectors from outside. The demo's fault injection is the separate module
+``inject_fault.py`` next to this file; this script only gives it three hooks
+(``on_step``, the data loader's collate function, ``before_collective``), and
+with ``PERFTRACKER_DEMO_FAULT`` unset those hooks do nothing.
+
+    torchrun --nproc-per-node 4 train.py --steps 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data.dataloader import default_collate
+
+import inject_fault  # demo only: see inject_fault.py
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=600, help="optimizer steps to run")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--print-every-s", type=float, default=1.0)
+    return p.parse_args()
+
+
+def make_model(hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(128, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def make_loader(batch_size: int, rank: int, world: int) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(8192, 128, generator=g), torch.randint(0, 10, (8192,), generator=g))
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    return DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True,
+                      collate_fn=inject_fault.collate(default_collate))
+
+
+def main() -> None:
+    args = parse_args()
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(make_model(args.hidden).to(device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    loader = make_loader(args.batch_size, rank, world)
+    fault = inject_fault.from_env(rank)
+    step, epoch, last_print, last_step = 0, 0, time.monotonic(), 0
+    while step < args.steps:
+        loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        for x, y in loader:
+            fault.on_step(step)
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            reported = loss.detach().clone()
+            fault.before_collective()
+            dist.all_reduce(reported)  # mean loss for logging, as most training loops do
+            step += 1
+            now = time.monotonic()
+            if rank == 0 and (now - last_print >= args.print_every_s or step == args.steps):
+                print(f"step {step}/{args.steps} loss {reported.item() / world:.4f} "
+                      f"{(now - last_print) * 1000 / (step - last_step):.1f} ms/step", flush=True)
+                last_print, last_step = now, step
+            if step >= args.steps:
+                break
+        epoch += 1
+    fault.stop()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
