@@ -144,6 +144,27 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 
 
 @cli.command()
+@click.option("--fault", default="slow-dataloader", show_default=True,
+              help="slow-dataloader | cpu-contention | slow-collective | gc-storm | none")
+@click.option("--ranks", type=int, default=4, show_default=True)
+@click.option("--steps", type=int, default=600, show_default=True)
+@click.pass_context
+def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
+    """Train for real (torchrun, gloo) with a fault injected on rank 2, and watch it diagnosed."""
+    from .demo.runner import run_demo
+
+    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=click.echo)
+    click.echo(format_diagnosis(result.job, result.rows))
+    verdict = "correct" if result.culprit_correct else "NOT the injected fault"
+    detect = f" in {result.seconds_to_detect:.1f} s" if result.seconds_to_detect is not None else ""
+    click.echo(f"\ninjected {fault} on rank {result.fault_rank}: diagnosis {verdict}{detect}; "
+               f"demo took {result.seconds_total:.0f} s")
+    for label, path in (("HTML report", result.report_html), ("JSON diagnosis", result.report_json)):
+        if path:
+            click.echo(f"{label}: {path}")
+
+
+@cli.command()
 @click.option("--job", default=None, help="Job id (default: synth-<time>).")
 @click.option("--ranks", type=int, default=8, show_default=True)
 @click.option("--seconds", type=float, default=30.0, show_default=True, help="Simulated seconds of training.")

@@ -81,8 +81,9 @@ def worker_stats(port: int) -> dict | None:
 
 
 def up(settings: Settings, workers: int | None = None, port: int | None = None,
-       ready_timeout_s: float = 90.0) -> UpResult:
-    """Start the stack unless it already runs; idempotent. Stops what it started if a step fails."""
+       ready_timeout_s: float = 90.0, extra_env: dict[str, str] | None = None) -> UpResult:
+    """Start the stack unless it already runs; idempotent. Stops what it started if a step fails.
+    ``extra_env``: PERFTRACKER_* settings for the started processes only (e.g. the demo's windows)."""
     data_dir = settings.data_dir.resolve()
     state = read_state(data_dir)
     if state is not None and stack_running(state):
@@ -97,20 +98,20 @@ def up(settings: Settings, workers: int | None = None, port: int | None = None,
     try:
         conf = {**settings.kafka.client_conf(), "bootstrap.servers": broker.bootstrap}
         ensure_topics(conf, all_topics(settings.kafka.topic_prefix, settings.kafka.partitions))
-        _start_sink(settings, state, data_dir)
+        _start_sink(settings, state, data_dir, extra_env or {})
         for i in range(workers or settings.streams.workers):
-            _start_worker(settings, state, data_dir, i, ready_timeout_s)
+            _start_worker(settings, state, data_dir, i, ready_timeout_s, extra_env or {})
     except BaseException:
         down(settings)
         raise
     return UpResult(state, False)
 
 
-def _start_sink(settings: Settings, state: StackState, data_dir: Path) -> None:
+def _start_sink(settings: Settings, state: StackState, data_dir: Path, extra_env: dict[str, str]) -> None:
     ready = data_dir / "sink.ready"
     ready.unlink(missing_ok=True)
     log = data_dir / "logs" / "sink.log"
-    proc = _spawn(["sink", "--ready-file", str(ready)], _child_env(settings, state.bootstrap), log)
+    proc = _spawn(["sink", "--ready-file", str(ready)], _child_env(settings, state.bootstrap, **extra_env), log)
     state.sink_pid = proc.pid
     state.save(data_dir)
     info = _wait_for(lambda: _read_json(ready), "the sink", 60, proc, log)
@@ -120,10 +121,10 @@ def _start_sink(settings: Settings, state: StackState, data_dir: Path) -> None:
 
 
 def _start_worker(settings: Settings, state: StackState, data_dir: Path, index: int,
-                  timeout_s: float) -> None:
+                  timeout_s: float, extra_env: dict[str, str]) -> None:
     web_port = free_port()
     log = data_dir / "logs" / f"worker-{index}.log"
-    env = _child_env(settings, state.bootstrap, PERFTRACKER_STREAMS_WEB_PORT=str(web_port))
+    env = _child_env(settings, state.bootstrap, **extra_env, PERFTRACKER_STREAMS_WEB_PORT=str(web_port))
     proc = _spawn(["worker"], env, log)
     state.worker_pids.append(proc.pid)
     state.worker_ports.append(web_port)

@@ -26,7 +26,6 @@ from .findings import Finding
 from .model import Cause, Kind
 from .policy import DetectionPolicy
 
-
 HEARTBEAT_S = 5.0  # collectors send a batch at least this often, heartbeats included
 
 

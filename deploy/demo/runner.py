@@ -1,0 +1,214 @@
+"""`perftracker demo`: a real multi-process training with an injected fault, diagnosed live.
+
+The product is used exactly as a user would: the embedded stack (`up`), then
+`perftracker launch --job ID -- torchrun ... train.py` of the shipped, unmodified
+training script, while the terminal shows progress and the diagnosis as it forms.
+The fault is chosen by PERFTRACKER_DEMO_* variables read only by the demo's
+``inject_fault.py`` (never by perftracker's own code).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...schemas.errors import PerftrackerError
+from ..config import Settings
+
+TRAIN_SCRIPT = Path(__file__).with_name("train.py")
+FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none")
+EXPECTED_CAUSE = {"slow-dataloader": "slow_dataloader", "cpu-contention": "host_cpu_contention",
+                  "slow-collective": "slow_function", "gc-storm": "gc_pause", "none": None}
+# the demo's workers compare 3-second windows: a fault is named within ~10 s of its onset
+DEMO_STREAM_ENV = {"PERFTRACKER_STREAMS_WINDOW_S": "3", "PERFTRACKER_STREAMS_WINDOW_GRACE_S": "2"}
+STEP_LINE = re.compile(r"step (\d+)/(\d+) .* ([0-9.]+) ms/step")
+
+
+class DemoError(PerftrackerError):
+    """The demo cannot run as asked; the message says what to do."""
+
+
+@dataclass
+class DemoResult:
+    job: str
+    fault: str
+    fault_rank: int
+    rows: list[dict] = field(default_factory=list)
+    onset_wall: float | None = None
+    detected_wall: float | None = None
+    seconds_total: float = 0.0
+    report_html: Path | None = None
+    report_json: Path | None = None
+
+    @property
+    def seconds_to_detect(self) -> float | None:
+        if self.onset_wall is None or self.detected_wall is None:
+            return None
+        return round(max(0.0, self.detected_wall - self.onset_wall), 1)
+
+    @property
+    def culprit_correct(self) -> bool:
+        """Right rank and cause named, and nobody else blamed (for `none`: nothing at all)."""
+        cause = EXPECTED_CAUSE[self.fault]
+        if cause is None:
+            return not self.rows
+        hits = [r for r in self.rows if r["ranks"] == [self.fault_rank] and r["cause"] == cause]
+        wrong = [r for r in self.rows if set(r["ranks"]) - {self.fault_rank}]
+        return bool(hits) and not wrong
+
+
+def validate(fault: str, ranks: int, steps: int) -> None:
+    if fault not in FAULTS:
+        raise DemoError(f"unknown fault {fault!r}: choose one of {', '.join(FAULTS)}")
+    limit = max(4, 4 * (os.cpu_count() or 1))
+    if not 2 <= ranks <= limit:
+        raise DemoError(f"--ranks {ranks}: this machine ({os.cpu_count()} cores) runs 2..{limit} ranks")
+    if steps < 150:
+        raise DemoError(f"--steps {steps}: use at least 150 so the fault has time to show")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise DemoError("the demo trains with PyTorch: pip install torch==2.13.0 (CPU build)") from None
+
+
+def _matching(rows: list[dict], result: DemoResult) -> list[dict]:
+    cause = EXPECTED_CAUSE[result.fault]
+    return [r for r in rows if r["ranks"] == [result.fault_rank] and (cause is None or r["cause"] == cause)]
+
+
+def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 600,
+             echo: Callable[[str], None] = print, fault_rank: int = 2) -> DemoResult:
+    """Start the stack if needed, train with the fault injected a third of the way in, show the
+    live diagnosis, write the report. Ctrl-C stops the ranks and leaves the stack running."""
+    from ..stack import up
+
+    validate(fault, ranks, steps)
+    fault_rank = min(fault_rank, ranks - 1)
+    started = time.time()
+    state = up(settings, extra_env=DEMO_STREAM_ENV)
+    echo(f"stack {'already running' if state.already_running else 'started'}: broker "
+         f"{state.state.bootstrap}, query API {state.state.query_url}")
+    result = DemoResult(job=f"demo-{fault}-{int(started)}", fault=fault, fault_rank=fault_rank)
+    work = settings.data_dir.resolve() / "demo"
+    work.mkdir(parents=True, exist_ok=True)
+    onset_file = work / f"{result.job}.onset.json"
+    log_path = work / f"{result.job}.log"
+    proc = _start_training(settings, result, ranks, steps, onset_file, log_path)
+    echo(f"job {result.job}: {ranks} ranks, {steps} steps, fault {fault!r} on rank {fault_rank} "
+         f"from step {steps // 3}; training log {log_path}")
+    try:
+        _watch(settings, proc, result, onset_file, log_path, echo)
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise DemoError(f"interrupted: the ranks of {result.job} were stopped; the stack is still up "
+                        "(`perftracker down` stops it)") from None
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise DemoError(f"the training exited with code {proc.returncode}; last lines of {log_path}:\n{tail}")
+    _settle(settings, result, echo)
+    result.seconds_total = round(time.time() - started, 1)
+    _write_reports(settings, result, work, echo)
+    return result
+
+
+def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: int,
+                    onset_file: Path, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "PERFTRACKER_DEMO_FAULT": result.fault, "PERFTRACKER_DEMO_RANK": str(result.fault_rank),
+           "PERFTRACKER_DEMO_AT_STEP": str(steps // 3), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
+           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
+           "launch", "--job", result.job, "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+           str(TRAIN_SCRIPT), "--steps", str(steps)]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def _watch(settings: Settings, proc: subprocess.Popen, result: DemoResult, onset_file: Path,
+           log_path: Path, echo: Callable[[str], None]) -> None:
+    """Poll the training log, the onset file and the diagnosis once a second until the job ends."""
+    from ...sinks.client import diagnose
+
+    t0 = time.time()
+    shown: set[str] = set()
+    last_line = 0.0
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if result.onset_wall is None and onset_file.exists():
+            result.onset_wall = json.loads(onset_file.read_text())["wall_time"]
+            echo(f"[{time.time() - t0:5.1f}s] fault injected: {result.fault} on rank {result.fault_rank}")
+        rows = diagnose(settings, result.job)
+        for r in rows:
+            if r["incident_id"] not in shown:
+                shown.add(r["incident_id"])
+                if result.detected_wall is None and _matching([r], result):
+                    result.detected_wall = time.time()
+                since = f" {result.seconds_to_detect:.1f}s after the fault" if result.seconds_to_detect else ""
+                echo(f"[{time.time() - t0:5.1f}s] DIAGNOSED{since}: {r['summary']}")
+        if time.time() - last_line >= 5:
+            last_line = time.time()
+            echo(f"[{time.time() - t0:5.1f}s] {_progress(log_path)}; open root causes: {len(rows)}")
+    result.rows = diagnose(settings, result.job)
+
+
+def _progress(log_path: Path) -> str:
+    matches = STEP_LINE.findall(log_path.read_text(errors="replace")[-4000:]) if log_path.exists() else []
+    if not matches:
+        return "starting ranks"
+    step, total, ms = matches[-1]
+    return f"step {step}/{total}, {float(ms):.1f} ms/step"
+
+
+def _settle(settings: Settings, result: DemoResult, echo: Callable[[str], None], wait_s: float = 12.0) -> None:
+    """The last windows close a few seconds after the job ends: wait for them once."""
+    from ...sinks.client import diagnose
+
+    deadline = time.time() + wait_s
+    while time.time() < deadline and not (result.detected_wall or result.fault == "none"):
+        time.sleep(1.0)
+        result.rows = diagnose(settings, result.job)
+        if _matching(result.rows, result):
+            result.detected_wall = time.time()
+    if result.fault == "none":
+        time.sleep(min(wait_s, 6.0))
+        result.rows = diagnose(settings, result.job)
+    echo(f"training finished; {len(result.rows)} root cause(s) for {result.job}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _write_reports(settings: Settings, result: DemoResult, work: Path, echo: Callable[[str], None]) -> None:
+    result.report_json = work / f"{result.job}.json"
+    result.report_json.write_text(json.dumps(
+        {"job": result.job, "fault": result.fault, "fault_rank": result.fault_rank,
+         "culprit_correct": result.culprit_correct, "seconds_to_detect": result.seconds_to_detect,
+         "seconds_total": result.seconds_total, "diagnosis": result.rows}, indent=2, default=str))
+    try:
+        from ...sinks.report import write_report
+    except ImportError:
+        return
+    try:
+        result.report_html = write_report(settings, result.job, work / f"{result.job}.html")
+    except PerftrackerError as exc:
+        echo(f"(HTML report not written: {exc})")
