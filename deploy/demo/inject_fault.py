@@ -11,7 +11,7 @@ perftracker never imports this module; the demo's training script
 
 What each fault does on the chosen rank from the chosen step on:
 - slow-dataloader: the collate function sleeps DELAY_MS per batch (inside DataLoader.__next__);
-- cpu-contention: the rank is pinned to one core and two busy-looping competitor processes are
+- cpu-contention: the rank is pinned to one core and HOGS (4) busy-looping competitor processes are
   pinned to the same core (it exits by itself when the rank goes away);
 - slow-collective: the rank sleeps DELAY_MS just before entering the per-step all_reduce,
   in code no collector times, so it simply arrives late;
@@ -30,6 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")
+# competitors on the rank's core: enough that the rank gets clearly less CPU than its peers even
+# on a 2-core machine running 4 ranks (there the other ranks already share a core three ways)
+HOGS = 4
 
 
 class Fault:
@@ -72,7 +75,7 @@ class Fault:
             os.sched_setaffinity(0, {core})
             ctx = multiprocessing.get_context("fork")
             self._hogs = [ctx.Process(target=_busy_loop, args=(os.getpid(), core), daemon=True)
-                          for _ in range(2)]
+                          for _ in range(HOGS)]
             for hog in self._hogs:
                 hog.start()
         elif self.kind == "gc-storm":

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
+import numpy as np
+
 from .findings import Finding
 from .incidents import Track, step
 from .liveness import LivenessState, hang, note_collectives, regression
@@ -139,7 +141,7 @@ class JobDiagnoser:
             findings.append(h)
         self.last_findings = findings
         wms = self.policy.window_ms
-        progress = any(int(rw.get("steps", 0)) > 0 for rw in rws.values())
+        progress = self._full_progress(rws, job_step)
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
                          progress=progress)
         return anomalies, controls
@@ -148,6 +150,16 @@ class JobDiagnoser:
         """Seen in the previous window too (a one-window candidate explains nothing)."""
         t = self.tracks.get(f.identity)
         return t is not None and (t.open or t.streak >= self.policy.persist_windows - 1)
+
+    def _full_progress(self, rws: dict[int, dict], job_step_ms: float) -> bool:
+        """The job ran most of this window: its ranks completed at least half the steps a window
+        usually holds. Only such a window can count as clean; a job's first or last, partial
+        windows and stalls are missing data (an incident must not resolve as a job ends)."""
+        steps = float(np.median([int(rw.get("steps", 0)) for rw in rws.values()])) if rws else 0.0
+        typical_ms = float(np.median([v for _, v in self.live.history])) if self.live.history else job_step_ms
+        if steps <= 0 or typical_ms <= 0:
+            return False
+        return steps >= 0.5 * self.policy.window_ms / typical_ms
 
     def _count_silent(self, rws: dict[int, dict]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)

@@ -82,8 +82,10 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min
         return Cause.SLOW_FUNCTION
     if kinds & CPU_ONLY and kinds & COMPUTE:
         return Cause.HOST_CPU_CONTENTION
-    if gpu < 0:  # CPU job: several phases slow is the host; one phase is that function
-        return Cause.HOST_CPU_CONTENTION if len(kinds) >= 2 else Cause.SLOW_FUNCTION
+    if gpu < 0:  # CPU job: forward/backward/optimizer run on the CPU, the same code on every
+        # peer, so one of them slower on one rank means that rank gets less CPU (as a slow
+        # compute phase in a GPU job means a slow GPU); only user code alone is a slow function
+        return Cause.HOST_CPU_CONTENTION if kinds & COMPUTE or len(kinds) >= 2 else Cause.SLOW_FUNCTION
     return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
 
 

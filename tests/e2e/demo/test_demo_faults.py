@@ -1,0 +1,56 @@
+"""`perftracker demo` per fault: real torchrun (4 ranks, gloo), tansu, a Faust worker, chDB.
+
+The right rank and cause must be in `perftracker diagnose --json`, no other rank
+blamed; with no fault, nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perftracker.deploy.config import load_settings
+from perftracker.deploy.demo.runner import EXPECTED_CAUSE, run_demo
+from perftracker.deploy.stack import down
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("demo")
+    yield path
+    down(load_settings(env={"PERFTRACKER_DATA_DIR": str(path)}))
+
+
+def diagnose_json(data_dir: Path, job: str) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
+    out = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(data_dir),
+                          "diagnose", "--job", job, "--json"], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("fault", ["slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none"])
+def test_demo_names_the_injected_fault(data_dir: Path, fault: str):
+    settings = load_settings(env={"PERFTRACKER_DATA_DIR": str(data_dir)})
+    lines: list[str] = []
+    result = run_demo(settings, fault=fault, ranks=4, steps=600, echo=lines.append)
+    rows = diagnose_json(data_dir, result.job)
+    log = "\n".join(lines)
+    cause = EXPECTED_CAUSE[fault]
+    if cause is None:
+        assert rows == [], f"no fault injected, yet:\n{json.dumps(rows, indent=1)}\n{log}"
+        return
+    assert result.onset_wall is not None, f"the fault never started:\n{log}"
+    culprits = [r for r in rows if r["ranks"] == [2] and r["cause"] == cause]
+    assert culprits, f"rank 2 / {cause} not diagnosed:\n{json.dumps(rows, indent=1)}\n{log}"
+    victims = [r for r in rows if set(r["ranks"]) - {2}]
+    assert not victims, f"other ranks blamed:\n{json.dumps(victims, indent=1)}"
+    assert culprits[0]["impact_ms_per_step"] > 1.0 and culprits[0]["evidence"]
+    assert result.report_json is not None and json.loads(result.report_json.read_text())["diagnosis"]
