@@ -15,14 +15,13 @@ import argparse
 import os
 import time
 
+import inject_fault  # demo only: see inject_fault.py
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.utils.data.dataloader import default_collate
-
-import inject_fault  # demo only: see inject_fault.py
 
 
 def parse_args() -> argparse.Namespace:
