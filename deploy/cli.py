@@ -190,6 +190,18 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
     click.echo(format_diagnosis(cfg.job, rows))
 
 
+@cli.command()
+@click.option("--job", required=True, help="Job id.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="HTML file to write.")
+@click.pass_context
+def report(ctx: click.Context, job: str, out: Path) -> None:
+    """Self-contained HTML report of a job (and its JSON diagnosis beside it)."""
+    from ..sinks.report import json_path_for, write_report
+
+    path = write_report(_settings(ctx), job, out)
+    click.echo(f"HTML report: {path}\nJSON diagnosis: {json_path_for(path)}")
+
+
 @cli.command("import-traces")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--job", required=True, help="Job id to report the traces under.")

@@ -199,16 +199,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _write_reports(settings: Settings, result: DemoResult, work: Path, echo: Callable[[str], None]) -> None:
-    result.report_json = work / f"{result.job}.json"
-    result.report_json.write_text(json.dumps(
-        {"job": result.job, "fault": result.fault, "fault_rank": result.fault_rank,
-         "culprit_correct": result.culprit_correct, "seconds_to_detect": result.seconds_to_detect,
-         "seconds_total": result.seconds_total, "diagnosis": result.rows}, indent=2, default=str))
+    """The HTML report (fault onset and detection marked) and the JSON diagnosis beside it."""
+    from ...sinks.report import json_path_for, write_report
+
+    markers = [{"t": t, "kind": kind, "label": label} for t, kind, label in (
+        (result.onset_wall, "fault", f"{result.fault} injected on rank {result.fault_rank}"),
+        (result.detected_wall, "detected", "diagnosed")) if t is not None]
+    out = work / f"{result.job}.html"
     try:
-        from ...sinks.report import write_report
-    except ImportError:
-        return
-    try:
-        result.report_html = write_report(settings, result.job, work / f"{result.job}.html")
+        result.report_html = write_report(settings, result.job, out, markers=markers,
+                                          title=f"perftracker demo: {result.fault}")
+        result.report_json = json_path_for(out)
     except PerftrackerError as exc:
-        echo(f"(HTML report not written: {exc})")
+        echo(f"(report not written: {exc})")

@@ -48,7 +48,7 @@ def step_time_chart(series: dict[int, list[tuple[float, float]]], markers: list[
     points = [p for pts in series.values() for p in pts]
     if not points:
         return '<p class="empty">No step times stored for this job.</p>'
-    t_max = max(max(p[0] for p in points), *(m["t"] for m in markers if m.get("t"))) - t0
+    t_max = max([max(p[0] for p in points), *(m["t"] for m in markers if m.get("t"))]) - t0
     x_span = max(t_max, 1.0)
     y_top = nice_max(max(p[1] for p in points) * 1.1)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM

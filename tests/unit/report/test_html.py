@@ -77,3 +77,11 @@ def test_time_and_axis_helpers() -> None:
     rows = normalize_step_times([{"window_start": "1970-01-01T00:00:10+00:00", "rank": 1,
                                   "step_time_ms": "3.5", "steps": 4}])
     assert rows == [{"t": 10.0, "rank": 1, "step_time_ms": 3.5, "steps": 4}]
+
+
+def test_step_time_chart_without_markers() -> None:
+    """A job with no fault has no onset or detection marker; the chart still draws."""
+    data = report_data(incidents=[])
+    data["markers"] = []
+    page = render_html(data)
+    assert page.count('class="rank-line"') == 4 and "marker-fault" not in page
