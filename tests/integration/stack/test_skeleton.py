@@ -102,3 +102,21 @@ def test_bad_messages_are_dead_lettered_with_reason(stack: Stack):
     assert any("not an Avro single-object" in r for r in reasons)
     assert any("Control" in r for r in reasons)
     assert stack.cli("status").returncode == 0  # the worker survived
+
+
+def test_one_slow_gpu_among_64_ranks_names_it_not_its_victims(stack: Stack):
+    """64 ranks on 8 hosts; rank 37's forward 40% slower: the culprit, its function, its cause
+    (a GPU job with no throttling seen: slow_gpu), and none of the 63 ranks waiting for it."""
+    bootstrap = stack.state()["bootstrap"]
+    job = SyntheticJob(f"big-{uuid.uuid4().hex[:6]}", ranks=64, seconds=30, slow_rank=37,
+                       slow_function="forward", slowdown=1.4, seed=3)
+    produce(job, {"bootstrap.servers": bootstrap}, "pt.events")
+
+    def culprit_rows():
+        return [r for r in stack.diagnose(job.job) if r["ranks"] == [37]]
+
+    rows = wait_for(culprit_rows, DETECT_WITHIN_S)
+    assert rows, f"rank 37 not diagnosed: {stack.diagnose(job.job)}"
+    assert rows[0]["function"] == "forward" and rows[0]["cause"] == "slow_gpu"
+    assert rows[0]["hosts"] == ["node004"]
+    assert [r for r in stack.diagnose(job.job) if set(r["ranks"]) - {37}] == []
