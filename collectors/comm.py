@@ -142,6 +142,9 @@ class CommTimer:
 
     def wrap(self, spec: OpSpec, orig: Callable) -> Callable:
         params = _Params.of(spec, orig)
+        if self.cuda is None and spec.p2p is P2P.NONE and not spec.always_async \
+                and len(params.byte_params) == 1:
+            return self._wrap_sync_cpu(spec, params, orig)
         errors = self.rec.errors
         record = self._record
         cuda_begin = self._cuda_begin
@@ -156,6 +159,37 @@ class CommTimer:
                 record(spec, params, args, kwargs, result, t0, t1, ev)
             except Exception as exc:  # noqa: BLE001
                 errors.caught(spec.name, exc)
+            return result
+
+        return wrapper
+
+    def _wrap_sync_cpu(self, spec: OpSpec, params: _Params, orig: Callable) -> Callable:
+        """The common case on the hot path (a collective on one tensor, no CUDA, not p2p):
+        one inlined record for a synchronous call, the general path for anything else."""
+        rec, registry, general = self.rec, self.registry, self._record
+        name, group_idx, async_idx = spec.name, params.group, params.async_op
+        (tensor_idx, tensor_name), = params.byte_params
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = perf_counter_ns()
+            result = orig(*args, **kwargs)
+            t1 = perf_counter_ns()
+            try:
+                n = len(args)
+                if (args[async_idx] if n > async_idx >= 0 else kwargs.get("async_op")):
+                    general(spec, params, args, kwargs, result, t0, t1, None)
+                    return result
+                state = registry.resolve(args[group_idx] if n > group_idx >= 0 else kwargs.get("group"))
+                state.seq += 1
+                tensor: Any = args[tensor_idx] if n > tensor_idx >= 0 else kwargs.get(tensor_name)
+                try:
+                    nbytes = tensor.nbytes
+                except AttributeError:
+                    nbytes = nbytes_of(tensor)
+                rec.comm(name, state.ref, state.seq, nbytes, rec.step, t0, t1 - t0)
+            except Exception as exc:  # noqa: BLE001
+                rec.errors.caught(name, exc)
             return result
 
         return wrapper

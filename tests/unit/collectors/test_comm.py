@@ -79,6 +79,17 @@ def test_sync_collective_records_op_seq_bytes_and_duration():
     assert events[0][2].ranks == (0, 1) and events[0][7] >= 0
 
 
+def test_keyword_and_positional_styles_share_one_sequence():
+    t, rec = timer()
+    wrapped = t.wrap(spec("all_reduce"), all_reduce)
+    wrapped(tensor=FakeTensor(32), op="sum")
+    wrapped(FakeTensor(64), "sum", None, False)
+    work = wrapped(FakeTensor(8), "sum", None, True)  # async, positional
+    work.future.callbacks[0](work.future)
+    events = rec.drain(10)
+    assert [(e[3], e[4]) for e in events] == [(0, 32), (1, 64), (2, 8)]
+
+
 def test_async_collective_is_recorded_when_its_future_completes():
     t, rec = timer()
     wrapped = t.wrap(spec("all_reduce"), all_reduce)
