@@ -13,23 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+# the span kinds of the EventBatch schema are defined once, in the (pure) detection core
+from ..streams.detect.model import SpanKind
+
 SPAN = 0
 COMM = 1
 ITER = 2
 
-
-class SpanKind(IntEnum):
-    """Span kinds of the EventBatch schema."""
-
-    PYTHON = 0
-    DATALOADER = 1
-    OPTIMIZER = 2
-    FORWARD = 3
-    BACKWARD = 4
-    GC = 5
-    CHECKPOINT = 6
-    SYNCHRONIZE = 7
-    USER = 8
+__all__ = ["COMM", "ITER", "SPAN", "GroupRef", "OpKind", "OpSummary", "SpanKind"]
 
 
 class OpKind(IntEnum):
