@@ -14,8 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..deploy.admin import quiet_kafka_logger
 from .profiling import ProfileRequest, ProfileWindows
 from .safety import ErrorBudget
+from .transport import LIBRDKAFKA_LOGGER
 
 STALE_S = 60.0
 
@@ -42,7 +44,7 @@ class ControlFollower(threading.Thread):
         codec = Codec(CONTROL)
         consumer = Consumer({**self._conf, "group.id": f"perftracker-collector-{self.job}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 500,
-                             "session.timeout.ms": 10_000, "log_level": 3, "logger": _null_logger(),
+                             "session.timeout.ms": 10_000, "log_level": 3, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
                              "error_cb": lambda err: None})
         try:
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
@@ -78,10 +80,3 @@ class ControlFollower(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join(0.5)
-
-
-def _null_logger():  # type: ignore[no-untyped-def]
-    import logging
-    lg = logging.getLogger("perftracker.collectors.librdkafka")
-    lg.propagate = False
-    return lg

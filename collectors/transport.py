@@ -15,11 +15,14 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ..deploy.admin import quiet_kafka_logger
 from .batch import BatchBuilder, event_count
 from .config import CollectorConfig
 from .events import OpSummary
 from .recorder import Recorder
 from .safety import ErrorBudget
+
+LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
 
 log = logging.getLogger("perftracker.collectors")
 
@@ -51,7 +54,7 @@ class KafkaSink:
             "linger.ms": 50, "compression.type": "lz4",
             "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
             "reconnect.backoff.max.ms": 5_000, "log.connection.close": False, "log_level": 3,
-            "error_cb": self._on_error, "logger": _quiet_logger(),
+            "error_cb": self._on_error, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
         })
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
@@ -107,14 +110,6 @@ class NullSink:
 
     def flush(self, timeout_s: float) -> int:
         return 0
-
-
-def _quiet_logger() -> logging.Logger:
-    """librdkafka's log lines go here instead of the job's stderr (errors reach error_cb)."""
-    lg = logging.getLogger("perftracker.collectors.librdkafka")
-    lg.propagate = False
-    lg.addHandler(logging.NullHandler())
-    return lg
 
 
 class Sender(threading.Thread):

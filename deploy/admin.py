@@ -14,9 +14,10 @@ class KafkaUnreachable(PerftrackerError):
     """No Kafka-protocol broker answered at the configured address."""
 
 
-def _quiet_logger() -> logging.Logger:
-    """librdkafka logs every failed connect on stderr; route them to Python logging at DEBUG."""
-    logger = logging.getLogger("perftracker.kafka.admin")
+def quiet_kafka_logger(name: str = "perftracker.kafka") -> logging.Logger:
+    """A logger for librdkafka's ``logger`` setting: its lines (every failed connect, ...) stay
+    off the caller's stderr; errors still reach the clients' ``error_cb`` and results."""
+    logger = logging.getLogger(name)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     if not logger.handlers:
@@ -28,7 +29,7 @@ def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float
     """Create the missing topics; return the names created. Existing topics are left alone."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin_conf: dict[str, Any] = {**conf, "logger": _quiet_logger()}
+    admin_conf: dict[str, Any] = {**conf, "logger": quiet_kafka_logger("perftracker.kafka.admin")}
     admin = AdminClient(admin_conf)
     try:
         existing = set(admin.list_topics(timeout=min(timeout_s, 5.0)).topics)
