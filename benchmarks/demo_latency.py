@@ -22,15 +22,14 @@ import tempfile
 from pathlib import Path
 
 from perftracker.deploy.config import load_settings
-from perftracker.deploy.demo.runner import EXPECTED_CAUSE, FAULTS, run_demo
+from perftracker.deploy.demo.runner import FAULTS, run_demo
 from perftracker.deploy.stack import down
 
 
 def measure(fault: str, data_dir: Path, steps: int) -> dict:
     settings = load_settings(env={"PERFTRACKER_DATA_DIR": str(data_dir)})
     result = run_demo(settings, fault=fault, ranks=4, steps=steps, echo=lambda _line: None)
-    expected = EXPECTED_CAUSE[fault]
-    right = [r for r in result.rows if r["ranks"] == [result.fault_rank] and r["cause"] == expected]
+    right = result.naming_fault(result.rows)
     return {"fault": fault, "culprit_correct": result.culprit_correct,
             "cause": right[0]["cause"] if right else (result.rows[0]["cause"] if result.rows else None),
             "seconds_to_detect": result.seconds_to_detect,

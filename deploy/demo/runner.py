@@ -54,15 +54,18 @@ class DemoResult:
             return None
         return round(max(0.0, self.detected_wall - self.onset_wall), 1)
 
+    def naming_fault(self, rows: list[dict]) -> list[dict]:
+        """The rows that name the injected fault: its rank alone, with the expected cause."""
+        cause = EXPECTED_CAUSE[self.fault]
+        return [r for r in rows if cause is not None and r["ranks"] == [self.fault_rank] and r["cause"] == cause]
+
     @property
     def culprit_correct(self) -> bool:
         """Right rank and cause named, and nobody else blamed (for `none`: nothing at all)."""
-        cause = EXPECTED_CAUSE[self.fault]
-        if cause is None:
+        if EXPECTED_CAUSE[self.fault] is None:
             return not self.rows
-        hits = [r for r in self.rows if r["ranks"] == [self.fault_rank] and r["cause"] == cause]
         wrong = [r for r in self.rows if set(r["ranks"]) - {self.fault_rank}]
-        return bool(hits) and not wrong
+        return bool(self.naming_fault(self.rows)) and not wrong
 
 
 def validate(fault: str, ranks: int, steps: int) -> None:
@@ -77,11 +80,6 @@ def validate(fault: str, ranks: int, steps: int) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise DemoError("the demo trains with PyTorch: pip install torch==2.13.0 (CPU build)") from None
-
-
-def _matching(rows: list[dict], result: DemoResult) -> list[dict]:
-    cause = EXPECTED_CAUSE[result.fault]
-    return [r for r in rows if r["ranks"] == [result.fault_rank] and (cause is None or r["cause"] == cause)]
 
 
 def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 600,
@@ -150,7 +148,7 @@ def _watch(settings: Settings, proc: subprocess.Popen, result: DemoResult, onset
         for r in rows:
             if r["incident_id"] not in shown:
                 shown.add(r["incident_id"])
-                if result.detected_wall is None and _matching([r], result):
+                if result.detected_wall is None and result.naming_fault([r]):
                     result.detected_wall = time.time()
                 since = f" {result.seconds_to_detect:.1f}s after the fault" if result.seconds_to_detect else ""
                 echo(f"[{time.time() - t0:5.1f}s] DIAGNOSED{since}: {r['summary']}")
@@ -176,7 +174,7 @@ def _settle(settings: Settings, result: DemoResult, echo: Callable[[str], None],
     while time.time() < deadline and not (result.detected_wall or result.fault == "none"):
         time.sleep(1.0)
         result.rows = diagnose(settings, result.job)
-        if _matching(result.rows, result):
+        if result.naming_fault(result.rows):
             result.detected_wall = time.time()
     if result.fault == "none":
         time.sleep(min(wait_s, 6.0))
