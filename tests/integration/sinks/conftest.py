@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from perftracker.deploy.config import KafkaSettings, Settings, StoreSettings, St
 from perftracker.deploy.topics import TopicNames
 from perftracker.schemas import MultiCodec
 from perftracker.sinks.service import SinkService
+
+from ..waiting import wait_for  # noqa: F401 - re-exported for the sink tests
 
 pytestmark = pytest.mark.integration
 
@@ -30,14 +31,6 @@ def sink_settings(tmp_path: Path, kafka_conf: dict[str, str], unique: str) -> Se
     )
 
 
-def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, every_s: float = 0.1) -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"condition not met within {timeout_s}s")
 
 
 class RunningSink:

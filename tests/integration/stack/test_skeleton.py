@@ -15,21 +15,12 @@ from confluent_kafka import Consumer, Producer
 from perftracker.deploy.synthetic import SyntheticJob, produce
 from perftracker.schemas import CONTROL, Codec
 
+from ..waiting import wait_for
 from .conftest import Stack
 
 pytestmark = pytest.mark.integration
 
 DETECT_WITHIN_S = 30
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    return predicate()
 
 
 def send_bad_messages(bootstrap: str) -> None:
@@ -78,8 +69,7 @@ def test_slow_rank_diagnosed_and_healthy_job_is_not(stack: Stack):
     def culprit_rows():
         return [r for r in stack.diagnose(slow.job) if r["ranks"] == [5] and "forward" in r["function"]]
 
-    rows = wait_for(culprit_rows, DETECT_WITHIN_S)
-    assert rows, f"rank 5 / forward not diagnosed within {DETECT_WITHIN_S}s: {stack.diagnose(slow.job)}"
+    rows = wait_for(culprit_rows, DETECT_WITHIN_S, every_s=1.0, describe=lambda: stack.diagnose(slow.job))
     row = rows[0]
     assert row["hosts"] == ["node000"]
     assert row["impact_ms_per_step"] > 1.0 and row["score"] > 0
@@ -115,8 +105,7 @@ def test_one_slow_gpu_among_64_ranks_names_it_not_its_victims(stack: Stack):
     def culprit_rows():
         return [r for r in stack.diagnose(job.job) if r["ranks"] == [37]]
 
-    rows = wait_for(culprit_rows, DETECT_WITHIN_S)
-    assert rows, f"rank 37 not diagnosed: {stack.diagnose(job.job)}"
+    rows = wait_for(culprit_rows, DETECT_WITHIN_S, every_s=1.0, describe=lambda: stack.diagnose(job.job))
     assert rows[0]["function"] == "forward" and rows[0]["cause"] == "slow_gpu"
     assert rows[0]["hosts"] == ["node004"]
     assert [r for r in stack.diagnose(job.job) if set(r["ranks"]) - {37}] == []
