@@ -23,6 +23,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from .cuda_timing import CudaCommTimer
+from .events import COMM
 from .groups import GroupRegistry, GroupState
 from .patching import Patches
 from .recorder import Recorder
@@ -143,7 +144,8 @@ class CommTimer:
     def wrap(self, spec: OpSpec, orig: Callable) -> Callable:
         params = _Params.of(spec, orig)
         if self.cuda is None and spec.p2p is P2P.NONE and not spec.always_async \
-                and len(params.byte_params) == 1:
+                and len(params.byte_params) == 1 and params.byte_params[0][0] >= 0 \
+                and params.group >= 0 and params.async_op >= 0:
             return self._wrap_sync_cpu(spec, params, orig)
         errors = self.rec.errors
         record = self._record
@@ -164,8 +166,14 @@ class CommTimer:
         return wrapper
 
     def _wrap_sync_cpu(self, spec: OpSpec, params: _Params, orig: Callable) -> Callable:
-        """The common case on the hot path (a collective on one tensor, no CUDA, not p2p):
-        one inlined record for a synchronous call, the general path for anything else."""
+        """The common case on the hot path (one tensor, no CUDA, not p2p), inlined.
+
+        A synchronous call records here with no further Python call: the group
+        comes from the registry's cached default when none is given, and the
+        event tuple goes straight into the recorder's buffer (the layout and the
+        drop accounting of :meth:`Recorder.comm`). An async call takes the
+        general path, which times it until its Work completes.
+        """
         rec, registry, general = self.rec, self.registry, self._record
         name, group_idx, async_idx = spec.name, params.group, params.async_op
         (tensor_idx, tensor_name), = params.byte_params
@@ -177,17 +185,29 @@ class CommTimer:
             t1 = perf_counter_ns()
             try:
                 n = len(args)
-                if (args[async_idx] if n > async_idx >= 0 else kwargs.get("async_op")):
+                if kwargs:
+                    group = args[group_idx] if n > group_idx else kwargs.get("group")
+                    is_async = args[async_idx] if n > async_idx else kwargs.get("async_op")
+                    tensor: Any = args[tensor_idx] if n > tensor_idx else kwargs.get(tensor_name)
+                else:
+                    group = args[group_idx] if n > group_idx else None
+                    is_async = n > async_idx and args[async_idx]
+                    tensor = args[tensor_idx] if n > tensor_idx else None
+                if is_async:
                     general(spec, params, args, kwargs, result, t0, t1, None)
                     return result
-                state = registry.resolve(args[group_idx] if n > group_idx >= 0 else kwargs.get("group"))
-                state.seq += 1
-                tensor: Any = args[tensor_idx] if n > tensor_idx >= 0 else kwargs.get(tensor_name)
+                state = registry.default if group is None else None
+                if state is None:
+                    state = registry.resolve(group)
+                seq = state.seq = state.seq + 1
                 try:
                     nbytes = tensor.nbytes
                 except AttributeError:
                     nbytes = nbytes_of(tensor)
-                rec.comm(name, state.ref, state.seq, nbytes, rec.step, t0, t1 - t0)
+                events = rec.events
+                if len(events) >= rec.capacity:
+                    rec.dropped += 1
+                events.append((COMM, name, state.ref, seq, nbytes, rec.step, t0, t1 - t0))
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(name, exc)
             return result

@@ -43,13 +43,13 @@ class ControlFollower(threading.Thread):
 
         codec = Codec(CONTROL)
         consumer = Consumer({**self._conf, "group.id": f"perftracker-collector-{self.job}",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 500,
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 5000,
                              "session.timeout.ms": 10_000, "log_level": 3, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
                              "error_cb": lambda err: None})
         try:
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
             while not self._stop_event.is_set():
-                msg = consumer.poll(0.25)
+                msg = consumer.poll(1.0)
                 if msg is None or msg.error():
                     continue
                 try:

@@ -41,15 +41,15 @@ class GroupRegistry:
         self._groups: dict[Any, GroupState] = {}
         self._pairs: dict[tuple[str, int, int], GroupState] = {}
         self._rank = -1
-        self._default: GroupState | None = None
+        self.default: GroupState | None = None  # the default group's state, once resolved
 
     def resolve(self, group: Any) -> GroupState:
         if group is None:
-            if self._default is not None:
-                return self._default
+            if self.default is not None:
+                return self.default
             group = self._dist.distributed_c10d._get_default_group()
-            self._default = self.resolve(group)
-            return self._default
+            self.default = self.resolve(group)
+            return self.default
         state = self._groups.get(group)
         if state is None:
             state = self._groups[group] = GroupState(self._describe(group))
@@ -86,4 +86,4 @@ class GroupRegistry:
         self._groups.clear()
         self._pairs.clear()
         self._rank = -1
-        self._default = None
+        self.default = None

@@ -131,3 +131,17 @@ def test_user_exception_passes_through_and_nothing_is_recorded():
 
 def test_nbytes_of_lists():
     assert nbytes_of([FakeTensor(3), [FakeTensor(4)]]) == 7 and nbytes_of(None) == 0
+
+
+def test_groups_keep_their_own_sequences_and_a_full_buffer_counts_drops():
+    t, rec = timer()
+    rec.capacity = 3
+    rec.events = type(rec.events)(maxlen=3)
+    wrapped = t.wrap(spec("all_reduce"), all_reduce)
+    for _ in range(3):
+        wrapped(FakeTensor(1))                  # default group
+    wrapped(FakeTensor(2), group="tp")          # another group, keyword
+    wrapped(FakeTensor(2), None, "tp")          # the same group, positional
+    events = rec.drain(10)
+    assert rec.dropped == 2
+    assert [(e[3], e[4]) for e in events] == [(2, 1), (0, 2), (1, 2)]  # seq, bytes
