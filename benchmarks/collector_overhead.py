@@ -8,19 +8,31 @@ against a local tansu broker, and prints::
     {"step_time_ratio": ..., "events_per_step": ..., "bytes_per_rank_per_s": ..., "rss_added_mb": ...}
 
 * step_time_ratio: median step time with collectors / without (rank 0, warm-up excluded);
+  ``step_time_ratio_ci95`` is the 95% interval of the per-pair ratios (geometric mean
+  and t interval of their logs): the resolution this machine gives the ratio today;
 * events_per_step: events recorded per rank per step (sent + dropped);
 * bytes_per_rank_per_s: Avro bytes delivered per rank / training seconds;
 * rss_added_mb: peak RSS of rank 0 with collectors minus without;
-* cpu_time_ratio (extra): rank 0's CPU time per step, all threads, with / without;
-  steadier than wall time when other work shares the cores.
+* cpu_time_ratio, thread_cpu_ratio: rank 0's CPU time per step with / without, all
+  threads and the training thread alone (other runs' noise moves these too);
+* collector_cpu_share: the collectors' own CPU as a share of rank 0's CPU in the
+  training loop, from what the collectors count, not from a difference of two noisy
+  runs: ``background`` is the CPU of their threads (sender, librdkafka, control; read
+  from /proc by the collector itself), ``training_thread`` is events per step times
+  the hot-path cost per event (``benchmarks.collector_hotpath``, measured in this run),
+  over the training thread's CPU per step.
 
-Goals: ratio <= 1.005, rss_added_mb <= 50, bytes_per_rank_per_s <= 20000.
+Goals: ratio <= 1.005, rss_added_mb <= 50, bytes_per_rank_per_s <= 20000. On a
+2-core machine shared by 4 ranks the wall-time ratio of separate runs swings by
+several percent from pair to pair, so a ratio within 0.5% can only be shown by
+the CI shrinking below that, or read from the collector_cpu_share accounting.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -54,6 +66,7 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str]) ->
         result["events"] = statistics.mean(s["events_sent"] + s["events_dropped"] for s in ranks)
         result["bytes"] = statistics.mean(s["bytes_sent"] for s in ranks)
         result["dropped"] = sum(s["events_dropped"] for s in ranks)
+        result["background_cpu_s"] = ranks[0]["background_cpu_s"]
     return result
 
 
@@ -76,22 +89,50 @@ def measure(pairs: int, steps: int) -> dict:
                     (instrumented if flag else plain).append(_run(flag, Path(tmp), i, env))
     finally:
         broker.stop()
-    return _summarize(plain, instrumented, steps)
+    from .collector_hotpath import measure as hotpath
+    costs = hotpath()
+    return _summarize(plain, instrumented, steps, max(costs["python_event_ns"], costs["collective_event_ns"]))
 
 
-def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
-    base = statistics.median(r["step_ms"] for r in plain)
-    with_ms = statistics.median(r["step_ms"] for r in instrumented)
+def _ci95(ratios: list[float]) -> tuple[float, list[float]]:
+    """Geometric mean of ratios and a t-based 95% interval of it (too few pairs: none)."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), []
+    half = T95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), [round(math.exp(mean - half), 4), round(math.exp(mean + half), 4)]
+
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+       10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09}
+
+
+def _summarize(plain: list[dict], instrumented: list[dict], steps: int, hotpath_ns: float) -> dict:
+    def median(runs: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    base, with_ms = median(plain, "step_ms"), median(instrumented, "step_ms")
+    pair_ratios = [a["step_ms"] / b["step_ms"] for a, b in zip(instrumented, plain, strict=True)]
+    geo, ci = _ci95(pair_ratios)
+    events_per_step = statistics.mean(r["events"] / r["steps"] for r in instrumented)
+    background = statistics.median(r["background_cpu_s"] / r["cpu_s"] for r in instrumented
+                                   if r["background_cpu_s"] >= 0) if instrumented else -1.0
+    training_thread = events_per_step * hotpath_ns / 1e6 / median(plain, "thread_ms_per_step")
     return {
         "step_time_ratio": round(with_ms / base, 4),
-        "events_per_step": round(statistics.mean(r["events"] / steps for r in instrumented), 2),
+        "events_per_step": round(events_per_step, 2),
         "bytes_per_rank_per_s": round(statistics.mean(r["bytes"] / r["train_s"] for r in instrumented)),
-        "rss_added_mb": round(statistics.median(r["max_rss_mb"] for r in instrumented)
-                              - statistics.median(r["max_rss_mb"] for r in plain), 1),
-        "cpu_time_ratio": round(statistics.median(r["cpu_ms_per_step"] for r in instrumented)
-                                / statistics.median(r["cpu_ms_per_step"] for r in plain), 4),
+        "rss_added_mb": round(median(instrumented, "max_rss_mb") - median(plain, "max_rss_mb"), 1),
+        "step_time_ratio_geomean": round(geo, 4), "step_time_ratio_ci95": ci,
+        "cpu_time_ratio": round(median(instrumented, "cpu_ms_per_step") / median(plain, "cpu_ms_per_step"), 4),
+        "thread_cpu_ratio": round(median(instrumented, "thread_ms_per_step")
+                                  / median(plain, "thread_ms_per_step"), 4),
+        "collector_cpu_share": {"background": round(background, 5), "training_thread": round(training_thread, 5),
+                                "total": round(background + training_thread, 5),
+                                "hotpath_ns_per_event": round(hotpath_ns, 1)},
         "step_ms_without": round(base, 3), "step_ms_with": round(with_ms, 3),
-        "per_pair_ratio": [round(a["step_ms"] / b["step_ms"], 4) for a, b in zip(instrumented, plain, strict=True)],
+        "per_pair_ratio": [round(r, 4) for r in pair_ratios],
         "events_dropped": sum(r["dropped"] for r in instrumented),
         "pairs": len(plain), "steps": steps, "ranks": NPROC,
     }
@@ -100,8 +141,8 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--pairs", type=int, default=3, help="interleaved runs without/with collectors")
-    parser.add_argument("--steps", type=int, default=300, help="training steps per run")
+    parser.add_argument("--pairs", type=int, default=4, help="interleaved runs without/with collectors")
+    parser.add_argument("--steps", type=int, default=400, help="training steps per run")
     args = parser.parse_args()
     result = measure(args.pairs, args.steps)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

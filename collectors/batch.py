@@ -37,26 +37,55 @@ class BatchBuilder:
     def build(self, events: Iterable[tuple], dropped: int,
               kernels: Sequence[OpSummary] = ()) -> dict[str, Any]:
         names = _Names()
+        index = names.index
         groups: dict[GroupRef, int] = {}
         iters = _columns("step", "start_ns", "dur_ns")
         spans = _columns("kind", "name", "path", "step", "start_ns", "dur_ns")
         comms = _columns("op", "group", "seq", "bytes", "step", "start_ns", "dur_ns")
+        # one bound append per column: this loop runs for every event the rank records
+        s_kind, s_name, s_step, s_start, s_dur = (spans[c].append for c in
+                                                  ("kind", "name", "step", "start_ns", "dur_ns"))
+        c_op, c_group, c_seq, c_bytes, c_step, c_start, c_dur = (comms[c].append for c in comms)
+        i_step, i_start, i_dur = (iters[c].append for c in iters)
         for ev in events:
             tag = ev[0]
             if tag == SPAN:
-                _append(spans, (ev[1], names(ev[2]), -1, ev[3], ev[4], ev[5]))
+                _, kind, name, step, start, dur = ev
+                idx = index.get(name)
+                if idx is None:
+                    idx = index[name] = len(index)
+                s_kind(kind)
+                s_name(idx)
+                s_step(step)
+                s_start(start)
+                s_dur(dur)
             elif tag == COMM:
-                gidx = groups.setdefault(ev[2], len(groups))
-                _append(comms, (names(ev[1]), gidx, ev[3], ev[4], ev[5], ev[6], ev[7]))
+                _, op, group, seq, nbytes, step, start, dur = ev
+                idx = index.get(op)
+                if idx is None:
+                    idx = index[op] = len(index)
+                gidx = groups.get(group)
+                if gidx is None:
+                    gidx = groups[group] = len(groups)
+                c_op(idx)
+                c_group(gidx)
+                c_seq(seq)
+                c_bytes(nbytes)
+                c_step(step)
+                c_start(start)
+                c_dur(dur)
             elif tag == ITER:
-                _append(iters, ev[1:])
+                i_step(ev[1])
+                i_start(ev[2])
+                i_dur(ev[3])
+        spans["path"] = [-1] * len(spans["kind"])
         record = self._header(dropped)
         record.update(
             groups=[{"group_id": g.group_id, "ranks": list(g.ranks)} for g in groups],
             iterations=iters, spans=spans, comms=comms,
             kernels=[_kernel(k, names) for k in kernels],
         )
-        record["names"] = list(names.index)
+        record["names"] = list(index)
         self.seq += 1
         return record
 
@@ -68,11 +97,6 @@ class BatchBuilder:
             "gpu_uuid": ident.gpu_uuid, "pid": ident.pid, "seq": self.seq,
             "dropped_events": dropped, "wall_ns": time.time_ns(), "mono_ns": time.perf_counter_ns(),
         }
-
-
-def _append(columns: dict[str, list], values: Sequence[int]) -> None:
-    for col, value in zip(columns.values(), values, strict=True):
-        col.append(value)
 
 
 def _kernel(k: OpSummary, names: _Names) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from .iteration import IterationDetector
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
+from .selfcost import background_cpu_s
 from .transport import KafkaSink, NullSink, SendCounters, Sender
 
 log = logging.getLogger("perftracker.collectors")
@@ -49,6 +50,7 @@ class CollectorStats:
     iteration_pattern: tuple[str, ...]
     torch_hooks: bool
     profile_windows: int
+    background_cpu_s: float  # CPU of the collector's own threads so far (-1 unknown)
 
 
 class Collector:
@@ -75,6 +77,7 @@ class Collector:
         self._removers: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
+        self._background_cpu_s = -1.0  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
@@ -127,7 +130,8 @@ class Collector:
             errors_caught=self.errors.count, step=rec.step,
             gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
-            profile_windows=self.windows.windows_done if self.windows is not None else 0)
+            profile_windows=self.windows.windows_done if self.windows is not None else 0,
+            background_cpu_s=self._background_cpu_s if self._closed else background_cpu_s())
 
     def close(self) -> None:
         """Stop everything and flush for at most ``exit_flush_s``. Idempotent, never raises."""
@@ -136,6 +140,7 @@ class Collector:
                 return
             self._closed = True
         try:
+            self._background_cpu_s = background_cpu_s()
             for extra in self.extras:
                 extra.close()
             self.sender.close(self.settings.collector.exit_flush_s)

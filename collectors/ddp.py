@@ -2,10 +2,10 @@
 
 DDP's C++ reducer calls the process group directly, past any Python patch. At
 a DDP model's first forward, unless the user registered a comm hook of their
-own, the stock ``allreduce_hook`` (same arithmetic as DDP's built-in path) is
-registered; it calls ``dist.all_reduce(..., async_op=True)``, which the comm
-wrappers time until the Work completes. A user's own hook is left alone (its
-Python collectives are still timed by the wrappers).
+own, a timed hook (:meth:`.comm.CommTimer.ddp_allreduce_hook`: the arithmetic of
+DDP's built-in path, the process group called directly, one event per bucket
+when its all-reduce completes) is registered. A user's own hook is left alone
+(its Python collectives are still timed by the wrappers).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from .safety import ErrorBudget
 USER_HOOK_FLAG = "_perftracker_user_comm_hook"
 
 
-def install_ddp(torch: Any, patches: Patches, errors: ErrorBudget) -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+def install_ddp(torch: Any, patches: Patches, errors: ErrorBudget, hook: Callable[[Any, Any], Any]) -> None:
+    """Register ``hook`` (state: the model's process group) at each DDP model's first forward."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     original_register = DDP.register_comm_hook
@@ -29,7 +29,7 @@ def install_ddp(torch: Any, patches: Patches, errors: ErrorBudget) -> None:
         try:
             module._perftracker_first_forward.remove()
             if not getattr(module, USER_HOOK_FLAG, False):
-                original_register(module, module.process_group, default_hooks.allreduce_hook)
+                original_register(module, module.process_group, hook)
         except Exception as exc:  # noqa: BLE001
             errors.caught("ddp comm hook", exc)
 

@@ -51,7 +51,7 @@ def _install_comms(collector: Any, torch: Any) -> None:
         collector.sender.tasks.append(cuda.poll)
     if collector.settings.collector.ddp_hook:
         from .ddp import install_ddp
-        install_ddp(torch, collector.patches, collector.errors)
+        install_ddp(torch, collector.patches, collector.errors, timer.ddp_allreduce_hook())
 
 
 def _retry_at_first_step(collector: Any, pending: list[str]) -> None:

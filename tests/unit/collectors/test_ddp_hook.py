@@ -1,0 +1,51 @@
+"""The timed DDP comm hook: DDP's own arithmetic, one event per bucket, shared sequence counters."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+from perftracker.collectors.comm import OP_SPECS, CommTimer
+from perftracker.collectors.events import COMM
+from perftracker.collectors.iteration import IterationDetector
+from perftracker.collectors.recorder import Recorder
+from perftracker.collectors.safety import ErrorBudget
+from perftracker.deploy.tansu import free_port
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+@pytest.fixture
+def world_of_one():
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def test_hooked_ddp_gives_the_builtin_gradients_and_one_event_per_bucket(world_of_one):
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    timer = CommTimer(dist, rec, None)
+    builtin, hooked = DDP(_model()), DDP(_model())
+    hooked.register_comm_hook(hooked.process_group, timer.ddp_allreduce_hook())
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        for model in (builtin, hooked):
+            model.zero_grad()
+            model(x).square().sum().backward()
+    for a, b in zip(builtin.parameters(), hooked.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+    # a user-level all_reduce on the same (default) group continues the same sequence
+    wrapped = timer.wrap(next(s for s in OP_SPECS if s.name == "all_reduce"), dist.all_reduce)
+    wrapped(torch.ones(3))
+    events = rec.drain(100)
+    assert rec.errors.count == 0
+    assert [(e[0], e[1], e[3]) for e in events] == [(COMM, "all_reduce", i) for i in range(4)]
+    bucket_bytes = sum(p.numel() * p.element_size() for p in hooked.parameters())
+    assert [e[4] for e in events] == [bucket_bytes] * 3 + [12]
+    assert len({e[2] for e in events}) == 1 and all(e[7] >= 0 for e in events)
