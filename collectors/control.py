@@ -49,7 +49,7 @@ class ControlFollower(threading.Thread):
         try:
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
             while not self._stop_event.is_set():
-                msg = consumer.poll(1.0)
+                msg = consumer.poll(0.4)
                 if msg is None or msg.error():
                     continue
                 try:
@@ -79,4 +79,4 @@ class ControlFollower(threading.Thread):
     def close(self) -> None:
         self._stop_event.set()
         if self.is_alive():
-            self.join(0.5)
+            self.join(0.6)

@@ -1,0 +1,28 @@
+"""The overhead benchmark's arithmetic (the runs themselves are benchmarks, not tests)."""
+
+from benchmarks.collector_overhead import _ci95, _summarize
+
+
+def _run(step_ms: float, thread_ms: float, **extra: float) -> dict:
+    return {"step_ms": step_ms, "thread_ms_per_step": thread_ms, "cpu_ms_per_step": thread_ms * 2,
+            "max_rss_mb": 100.0, "steps": 100, "train_s": 2.0, "cpu_s": 0.4, **extra}
+
+
+def test_interval_of_pair_ratios_brackets_their_geometric_mean():
+    geo, (lo, hi) = _ci95([1.0, 1.1, 0.95, 1.05])
+    assert lo < geo < hi and abs(geo - (1.0 * 1.1 * 0.95 * 1.05) ** 0.25) < 1e-9
+    geo, (lo, hi) = _ci95([1.02, 1.02, 1.02])
+    assert lo == hi == 1.02
+    assert _ci95([1.3]) == (1.3, [])
+
+
+def test_summary_ratios_and_background_share():
+    plain = [_run(10.0, 2.0), _run(12.0, 2.0)]
+    instrumented = [_run(11.0, 2.2, events=800, bytes=18000, dropped=0, background_cpu_s=0.004),
+                    _run(12.0, 2.2, events=800, bytes=18000, dropped=3, background_cpu_s=-1.0)]
+    out = _summarize(plain, instrumented, 100)
+    assert out["step_time_ratio"] == round(11.5 / 11.0, 4)
+    assert out["per_pair_ratio"] == [1.1, 1.0]
+    assert out["thread_cpu_ratio"] == 1.1 and out["events_per_step"] == 8.0
+    assert out["bytes_per_rank_per_s"] == 9000 and out["events_dropped"] == 3
+    assert out["background_cpu_share"] == 0.01  # the run without /proc is left out
