@@ -97,10 +97,13 @@ def _ci95(ratios: list[float]) -> tuple[float, list[float]]:
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(mean), []
-    half = T95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
+    t = T95[max(dof for dof in T95 if dof <= len(logs) - 1)]
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), [round(math.exp(mean - half), 4), round(math.exp(mean + half), 4)]
 
 
+# two-sided 95% t quantiles by degrees of freedom; one not listed takes the next
+# lower listed (a larger t: a slightly wider, conservative interval)
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
        10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09}
 

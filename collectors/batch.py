@@ -38,6 +38,7 @@ class BatchBuilder:
               kernels: Sequence[OpSummary] = ()) -> dict[str, Any]:
         names = _Names()
         index = names.index
+        name_id = index.setdefault  # (name, len(index)): the name's id, a new one if unseen
         groups: dict[GroupRef, int] = {}
         iters = _columns("step", "start_ns", "dur_ns")
         spans = _columns("kind", "name", "path", "step", "start_ns", "dur_ns")
@@ -51,24 +52,15 @@ class BatchBuilder:
             tag = ev[0]
             if tag == SPAN:
                 _, kind, name, step, start, dur = ev
-                idx = index.get(name)
-                if idx is None:
-                    idx = index[name] = len(index)
                 s_kind(kind)
-                s_name(idx)
+                s_name(name_id(name, len(index)))
                 s_step(step)
                 s_start(start)
                 s_dur(dur)
             elif tag == COMM:
                 _, op, group, seq, nbytes, step, start, dur = ev
-                idx = index.get(op)
-                if idx is None:
-                    idx = index[op] = len(index)
-                gidx = groups.get(group)
-                if gidx is None:
-                    gidx = groups[group] = len(groups)
-                c_op(idx)
-                c_group(gidx)
+                c_op(name_id(op, len(index)))
+                c_group(groups.setdefault(group, len(groups)))
                 c_seq(seq)
                 c_bytes(nbytes)
                 c_step(step)

@@ -238,7 +238,7 @@ class CommTimer:
             fut = pg.allreduce([tensor]).get_future()
             try:
                 state = registry.resolve(process_group)
-                seq = state.seq = state.seq + 1
+                seq = registry.next_seq(state)
                 ref, step, nbytes = state.ref, rec.step, tensor.nbytes
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught("ddp all_reduce", exc)
@@ -278,8 +278,7 @@ class CommTimer:
             state = self.registry.resolve(group)
         else:
             state = self._state(spec, params, args, kwargs)
-        state.seq += 1
-        seq = state.seq
+        seq = self.registry.next_seq(state)
         nbytes = 0
         for idx, name in params.byte_params:
             value: Any = args[idx] if 0 <= idx < len(args) else kwargs.get(name)
