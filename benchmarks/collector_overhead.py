@@ -49,11 +49,12 @@ def _torchrun() -> list[str]:
             f"--nproc-per-node={NPROC}", str(SCRIPT)]
 
 
-def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str]) -> dict:
+def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
+         with_env: dict[str, str]) -> dict:
     report = workdir / f"report-{idx}-{int(with_collectors)}.json"
     stats = workdir / f"stats-{idx}-{{rank}}.json"
     run_env = {**os.environ, **env, "TRAIN_REPORT": str(report),
-               "PERFTRACKER_COLLECTOR_STATS_FILE": str(stats)}
+               "PERFTRACKER_COLLECTOR_STATS_FILE": str(stats), **(with_env if with_collectors else {})}
     prefix = [sys.executable, "-c", "import sys; from perftracker.collectors.launch import run; "
               "from perftracker.deploy.config import load_settings; "
               f"sys.exit(run(sys.argv[1:], 'bench-{idx}', load_settings()))"]
@@ -66,10 +67,12 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str]) ->
         result["bytes"] = statistics.mean(s["bytes_sent"] for s in ranks)
         result["dropped"] = sum(s["events_dropped"] for s in ranks)
         result["background_cpu_s"] = ranks[0]["background_cpu_s"]
+        result["background_cpu_by_thread"] = ranks[0].get("background_cpu_by_thread", {})
     return result
 
 
-def measure(pairs: int, steps: int) -> dict:
+def measure(pairs: int, steps: int, base_env: dict[str, str] | None = None,
+            with_env: dict[str, str] | None = None) -> dict:
     from perftracker.deploy.admin import ensure_topics
     from perftracker.deploy.tansu import start_broker
     from perftracker.deploy.topics import all_topics
@@ -78,14 +81,14 @@ def measure(pairs: int, steps: int) -> dict:
     try:
         ensure_topics({"bootstrap.servers": broker.bootstrap}, all_topics("bench"))
         env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
-               "PERFTRACKER_KAFKA_TOPIC_PREFIX": "bench", "TRAIN_STEPS": str(steps)}
+               "PERFTRACKER_KAFKA_TOPIC_PREFIX": "bench", "TRAIN_STEPS": str(steps), **(base_env or {})}
         with tempfile.TemporaryDirectory() as tmp:
             plain: list[dict] = []
             instrumented: list[dict] = []
             for i in range(pairs):
                 order = (False, True) if i % 2 == 0 else (True, False)
                 for flag in order:
-                    (instrumented if flag else plain).append(_run(flag, Path(tmp), i, env))
+                    (instrumented if flag else plain).append(_run(flag, Path(tmp), i, env, with_env or {}))
     finally:
         broker.stop()
     return _summarize(plain, instrumented, steps)
@@ -128,6 +131,10 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
         "thread_cpu_ratio": round(median(instrumented, "thread_ms_per_step")
                                   / median(plain, "thread_ms_per_step"), 4),
         "background_cpu_share": round(background, 5),
+        "background_share_by_thread": _by_thread(instrumented),
+        "step_p50_ratio": round(median(instrumented, "step_p50_ms") / median(plain, "step_p50_ms"), 4),
+        "step_p99_ms_without": round(median(plain, "step_p99_ms"), 3),
+        "step_p99_ms_with": round(median(instrumented, "step_p99_ms"), 3),
         "step_ms_without": round(base, 3), "step_ms_with": round(with_ms, 3),
         "per_pair_ratio": [round(r, 4) for r in pair_ratios],
         "events_dropped": sum(r["dropped"] for r in instrumented),
@@ -135,13 +142,35 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
     }
 
 
+def _by_thread(instrumented: list[dict]) -> dict[str, float]:
+    """Median share of rank 0's loop CPU used by each of the collector's threads."""
+    names = {name for r in instrumented for name in r.get("background_cpu_by_thread", {})}
+    return {name: round(statistics.median(r.get("background_cpu_by_thread", {}).get(name, 0.0)
+                                          / r["cpu_s"] for r in instrumented), 5)
+            for name in sorted(names)}
+
+
+def _env_pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--pairs", type=int, default=4, help="interleaved runs without/with collectors")
     parser.add_argument("--steps", type=int, default=400, help="training steps per run")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of every run (e.g. CUDA_VISIBLE_DEVICES= for a CPU host)")
+    parser.add_argument("--with-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the runs with collectors only (e.g. a collector setting)")
     args = parser.parse_args()
-    result = measure(args.pairs, args.steps)
+    result = measure(args.pairs, args.steps, _env_pairs(args.env), _env_pairs(args.with_env))
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 

@@ -25,7 +25,7 @@ from .iteration import IterationDetector
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
-from .selfcost import background_cpu_s
+from .selfcost import background_cpu_by_thread
 from .transport import KafkaSink, NullSink, SendCounters, Sender
 
 log = logging.getLogger("perftracker.collectors")
@@ -51,6 +51,7 @@ class CollectorStats:
     torch_hooks: bool
     profile_windows: int
     background_cpu_s: float  # CPU of the collector's own threads so far (-1 unknown)
+    background_cpu_by_thread: dict[str, float]  # the same by thread (empty if unknown)
 
 
 class Collector:
@@ -77,7 +78,7 @@ class Collector:
         self._removers: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
-        self._background_cpu_s = -1.0  # frozen at close, before the threads end
+        self._background_cpu: dict[str, float] | None = None  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
@@ -131,7 +132,7 @@ class Collector:
             gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
             profile_windows=self.windows.windows_done if self.windows is not None else 0,
-            background_cpu_s=self._background_cpu_s if self._closed else background_cpu_s())
+            **_background(self._background_cpu if self._closed else background_cpu_by_thread()))
 
     def close(self) -> None:
         """Stop everything and flush for at most ``exit_flush_s``. Idempotent, never raises."""
@@ -140,7 +141,7 @@ class Collector:
                 return
             self._closed = True
         try:
-            self._background_cpu_s = background_cpu_s()
+            self._background_cpu = background_cpu_by_thread()
             for extra in self.extras:
                 extra.close()
             self.sender.close(self.settings.collector.exit_flush_s)
@@ -164,3 +165,10 @@ class Collector:
         self._removers.clear()
         self.patches.undo()
         self.imports.remove()
+
+
+def _background(by_thread: dict[str, float] | None) -> dict[str, Any]:
+    if by_thread is None:
+        return {"background_cpu_s": -1.0, "background_cpu_by_thread": {}}
+    return {"background_cpu_s": sum(by_thread.values()),
+            "background_cpu_by_thread": {k: round(v, 3) for k, v in sorted(by_thread.items())}}

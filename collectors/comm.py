@@ -225,7 +225,7 @@ class CommTimer:
         collective; the event is recorded when the bucket's future completes, on
         the thread that completes it. Complex buffers take the stock path.
         """
-        rec, registry, dist = self.rec, self.registry, self.dist
+        rec, registry, dist, cuda = self.rec, self.registry, self.dist, self.cuda
 
         def allreduce_bucket(process_group: Any, bucket: Any) -> Any:
             pg = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
@@ -234,6 +234,7 @@ class CommTimer:
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
                 return default_hooks.allreduce_hook(process_group, bucket)
             tensor.div_(pg.size())
+            start = _cuda_start(cuda, tensor, rec)
             t0 = perf_counter_ns()
             fut = pg.allreduce([tensor]).get_future()
             try:
@@ -245,8 +246,14 @@ class CommTimer:
                 return fut.then(_first_tensor)
 
             def done(completed: Any) -> Any:
+                # On CUDA the callback runs with a current stream that waits for the
+                # collective's kernels: the stop event recorded there marks its device
+                # completion, and nothing here waits for it.
                 try:
-                    rec.comm("all_reduce", ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+                    if start is not None and cuda is not None:
+                        cuda.end(start, ("all_reduce", ref, seq, nbytes, step, t0))
+                    else:
+                        rec.comm("all_reduce", ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
                 return completed.value()[0]
@@ -259,16 +266,10 @@ class CommTimer:
         return allreduce_bucket
 
     def _cuda_begin(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> Any:
-        try:
-            if not spec.byte_params:
-                return None
-            idx, name = params.byte_params[0]
-            first = _arg(args, kwargs, idx, name)
-            assert self.cuda is not None
-            return self.cuda.begin(first)
-        except Exception as exc:  # noqa: BLE001
-            self.rec.errors.caught("cuda event", exc)
+        if not params.byte_params:
             return None
+        idx, name = params.byte_params[0]
+        return _cuda_start(self.cuda, _arg(args, kwargs, idx, name), self.rec)
 
     def _record(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict, result: Any,
                 t0: int, t1: int, cuda_ev: Any) -> None:
@@ -290,9 +291,9 @@ class CommTimer:
         if spec.always_async or (args[params.async_op] if 0 <= params.async_op < len(args)
                                  else kwargs.get("async_op")):
             if result is not None and _on_completion(result, spec.name, state, seq, nbytes,
-                                                     rec.step, t0, rec):
+                                                     rec.step, t0, rec, self.cuda, cuda_ev):
                 return
-        elif cuda_ev is not None:
+        if cuda_ev is not None:
             assert self.cuda is not None
             self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, rec.step, t0))
             return
@@ -315,9 +316,26 @@ def _first_tensor(completed: Any) -> Any:
     return completed.value()[0]
 
 
+def _cuda_start(cuda: CudaCommTimer | None, tensor: Any, rec: Recorder) -> Any:
+    """A start event on the current stream if ``tensor`` is on a GPU (else None); never raises."""
+    if cuda is None:
+        return None
+    try:
+        return cuda.begin(tensor)
+    except Exception as exc:  # noqa: BLE001
+        rec.errors.caught("cuda event", exc)
+        return None
+
+
 def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int, step: int,
-                   t0: int, rec: Recorder) -> bool:
-    """Record the comm event when an async Work completes; False if it has no future."""
+                   t0: int, rec: Recorder, cuda: CudaCommTimer | None = None,
+                   cuda_ev: Any = None) -> bool:
+    """Record the comm event when an async Work completes; False if it has no future.
+
+    With a CUDA start event the stop event is recorded in the future's callback,
+    whose current stream waits for the collective's kernels (device time, no wait
+    on the host); otherwise the host time until the callback runs.
+    """
     try:
         fut = work.get_future()
     except Exception:  # noqa: BLE001 - some backends/ops have no future
@@ -326,7 +344,10 @@ def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int,
 
     def done(_fut: Any) -> None:
         try:
-            rec.comm(op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+            if cuda_ev is not None and cuda is not None:
+                cuda.end(cuda_ev, (op, ref, seq, nbytes, step, t0))
+            else:
+                rec.comm(op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
         except Exception as exc:  # noqa: BLE001
             rec.errors.caught(op, exc)
 

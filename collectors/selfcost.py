@@ -28,20 +28,29 @@ def thread_cpu_s(stat_line: str) -> float:
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # fields 14 and 15 of proc(5)
 
 
-def background_cpu_s(tasks: Path = TASKS) -> float:
-    """CPU seconds used so far by the collector's live threads; -1.0 where ``/proc`` is missing."""
-    ours = {t.native_id for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)}
+def background_cpu_by_thread(tasks: Path = TASKS) -> dict[str, float] | None:
+    """CPU seconds so far of the collector's live threads by name (librdkafka's summed
+    under ``librdkafka``); None where ``/proc`` is missing."""
+    ours = {t.native_id: t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)}
     try:
         entries = list(tasks.iterdir())
     except OSError:
-        return -1.0
-    total = 0.0
+        return None
+    by_name: dict[str, float] = {}
     for entry in entries:
         try:
-            if int(entry.name) not in ours and \
-                    not (entry / "comm").read_text().startswith(LIBRDKAFKA_PREFIX):
-                continue
-            total += thread_cpu_s((entry / "stat").read_text())
+            name = ours.get(int(entry.name))
+            if name is None:
+                if not (entry / "comm").read_text().startswith(LIBRDKAFKA_PREFIX):
+                    continue
+                name = "librdkafka"
+            by_name[name] = by_name.get(name, 0.0) + thread_cpu_s((entry / "stat").read_text())
         except (OSError, ValueError):
             continue  # the thread ended while we looked
-    return total
+    return by_name
+
+
+def background_cpu_s(tasks: Path = TASKS) -> float:
+    """CPU seconds used so far by the collector's live threads; -1.0 where ``/proc`` is missing."""
+    by_name = background_cpu_by_thread(tasks)
+    return -1.0 if by_name is None else sum(by_name.values())

@@ -34,15 +34,16 @@ def launch(command: list[str], job: str, env: dict[str, str]) -> tuple[int, floa
 
 
 def consume_events(bootstrap: str, topic: str, job: str, quiet_s: float = 3.0,
-                   limit_s: float = 30.0) -> list[dict]:
-    """Every EventBatch of ``job`` on ``topic``, reading until nothing new for ``quiet_s``."""
+                   limit_s: float = 30.0, schema: str = EVENT_BATCH) -> list[dict]:
+    """Every record (``schema``, EventBatch by default) of ``job`` on ``topic``,
+    reading until nothing new for ``quiet_s``."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{job}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 500})
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    codec = Codec(EVENT_BATCH)
+    codec = Codec(schema)
     records: list[dict] = []
     deadline = time.monotonic() + limit_s
     last_new = time.monotonic()
@@ -83,3 +84,18 @@ def span_names(records: list[dict]) -> dict[str, int]:
         for name in r["spans"]["name"]:
             counts[r["names"][name]] = counts.get(r["names"][name], 0) + 1
     return counts
+
+
+def request_profile(conf: dict[str, str], topic: str, job: str, request_id: str,
+                    start_step: int) -> None:
+    """A PROFILE request on the control topic, as an operator or the stream worker sends it."""
+    import datetime as dt
+
+    from confluent_kafka import Producer
+    from perftracker.schemas import CONTROL
+
+    msg = {"job": job, "request_id": request_id, "command": "PROFILE", "start_step": start_step,
+           "duration_s": 0.2, "reason": "e2e", "issued_ms": dt.datetime.now(dt.timezone.utc)}
+    producer = Producer(conf)
+    producer.produce(topic, Codec(CONTROL).encode(msg), job.encode())
+    assert producer.flush(10) == 0

@@ -6,7 +6,15 @@ import pytest
 from perftracker.deploy.admin import ensure_topics
 from perftracker.deploy.topics import TopicNames, all_topics
 
-from .helpers import by_rank, comm_rows, consume_events, launch, span_names, torchrun
+from .helpers import (
+    by_rank,
+    comm_rows,
+    consume_events,
+    launch,
+    request_profile,
+    span_names,
+    torchrun,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -23,24 +31,11 @@ def run_records(kafka_broker, tmp_path_factory):
     env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
            "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix, "TRAIN_STEPS": str(STEPS),
            "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
-    _request_profile(conf, TopicNames.for_prefix(prefix).control, job)
+    request_profile(conf, TopicNames.for_prefix(prefix).control, job, "e2e-prof", PROFILE_STEP)
     code, _seconds = launch(torchrun("train_ddp.py"), job, env)
     assert code == 0
     records = consume_events(kafka_broker.bootstrap, TopicNames.for_prefix(prefix).events, job)
     return by_rank(records)
-
-
-def _request_profile(conf, topic, job):
-    import datetime as dt
-
-    from confluent_kafka import Producer
-    from perftracker.schemas import CONTROL, Codec
-
-    msg = {"job": job, "request_id": "e2e-prof", "command": "PROFILE", "start_step": PROFILE_STEP,
-           "duration_s": 0.2, "reason": "e2e", "issued_ms": dt.datetime.now(dt.timezone.utc)}
-    producer = Producer(conf)
-    producer.produce(topic, Codec(CONTROL).encode(msg), job.encode())
-    assert producer.flush(10) == 0
 
 
 def test_every_rank_reports_identity_and_no_loss(run_records):

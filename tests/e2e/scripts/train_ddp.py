@@ -48,8 +48,11 @@ def main() -> None:
     report = os.environ.get("TRAIN_REPORT")
     if report and rank == 0:
         warm = times[len(times) // 5:] or times
+        ranked = sorted(warm)
         with open(report, "w") as f:
             json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times),
+                       "step_p50_ms": 1000 * ranked[len(ranked) // 2],
+                       "step_p99_ms": 1000 * ranked[min(len(ranked) - 1, len(ranked) * 99 // 100)],
                        "train_s": sum(times), "cpu_ms_per_step": 1000 * cpu_s / len(times),
                        "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
                        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)

@@ -1,5 +1,8 @@
 """GPU paths: CUDA-event collective timing and NVML sampling. Skipped without a GPU."""
 
+import os
+import time
+
 import pytest
 from perftracker.collectors.hardware import open_nvml, sample
 from perftracker.collectors.iteration import IterationDetector
@@ -34,15 +37,75 @@ def test_cuda_events_time_device_work_without_synchronizing():
 
     rec = Recorder(100, IterationDetector(), ErrorBudget())
     timer = CudaCommTimer(torch, rec)
-    x = torch.randn(4096, 4096, device="cuda")
+    x = torch.randn(16, device="cuda")
+    torch.cuda._sleep(1000)  # load the kernel before anything is timed
+    ref_start, ref_stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    host0 = time.perf_counter_ns()
     ev = timer.begin(x)
-    y = x @ x
+    ref_start.record()
+    torch.cuda._sleep(50_000_000)  # tens of ms of device work that the host does not wait for
+    ref_stop.record()
     timer.end(ev, ("all_reduce", GroupRef("g", (0,)), 0, x.nbytes, 0, 0))
+    host_ns = time.perf_counter_ns() - host0
+    assert timer.poll() == 0, "the device work cannot have finished yet"
     torch.cuda.synchronize()  # the test (not the collector) waits, then polls
     assert timer.poll() == 1
     event = rec.events[0]
-    assert event[1] == "all_reduce" and event[7] > 0
-    del y
+    device_ns = ref_start.elapsed_time(ref_stop) * 1e6
+    assert event[1] == "all_reduce" and device_ns > 10 * host_ns
+    assert device_ns <= event[7] < device_ns + 5e6  # the device's time, not the host's
+
+
+def _world_of_one(backend: str) -> None:
+    import torch.distributed as dist
+    from perftracker.deploy.tansu import free_port
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group(backend, rank=0, world_size=1, device_id=torch.device("cuda", 0)
+                            if backend == "nccl" else None)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_ddp_hook_and_async_ops_on_cuda_are_timed_by_cuda_events(backend):
+    import torch.distributed as dist
+    from perftracker.collectors.comm import OP_SPECS, CommTimer
+    from perftracker.collectors.cuda_timing import CudaCommTimer
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _world_of_one(backend)
+    try:
+        rec = Recorder(1000, IterationDetector(), ErrorBudget())
+        cuda = CudaCommTimer(torch, rec)
+        timer = CommTimer(dist, rec, cuda)
+        torch.manual_seed(0)
+        builtin = DDP(nn.Linear(256, 256).cuda())
+        torch.manual_seed(0)
+        hooked = DDP(nn.Linear(256, 256).cuda())
+        hooked.register_comm_hook(hooked.process_group, timer.ddp_allreduce_hook())
+        x = torch.randn(64, 256, device="cuda")
+        builtin(x).square().sum().backward()
+        if backend == "nccl":  # gloo copies CUDA tensors to the host itself
+            torch.cuda.set_sync_debug_mode("error")  # a synchronizing call of ours would raise
+        hooked(x).square().sum().backward()
+        spec = next(s for s in OP_SPECS if s.name == "all_reduce")
+        work = timer.wrap(spec, dist.all_reduce)(torch.ones(1024, device="cuda"), async_op=True)
+        work.wait()
+        timer.wrap(spec, dist.all_reduce)(torch.ones(1024, device="cuda"))
+        torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+        assert cuda.poll() == 3 and rec.errors.count == 0
+        for a, b in zip(builtin.parameters(), hooked.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+        events = rec.drain(100)
+        assert [(e[1], e[3]) for e in events] == [("all_reduce", i) for i in range(3)]
+        assert events[1][4] == events[2][4] == 4096 and all(e[7] > 0 for e in events)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        dist.destroy_process_group()
 
 
 @pytest.mark.gpu

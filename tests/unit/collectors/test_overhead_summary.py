@@ -1,10 +1,13 @@
 """The overhead benchmark's arithmetic (the runs themselves are benchmarks, not tests)."""
 
-from benchmarks.collector_overhead import _ci95, _summarize
+import pytest
+
+from benchmarks.collector_overhead import _ci95, _env_pairs, _summarize
 
 
 def _run(step_ms: float, thread_ms: float, **extra: float) -> dict:
-    return {"step_ms": step_ms, "thread_ms_per_step": thread_ms, "cpu_ms_per_step": thread_ms * 2,
+    return {"step_ms": step_ms, "step_p50_ms": step_ms, "step_p99_ms": 2 * step_ms,
+            "thread_ms_per_step": thread_ms, "cpu_ms_per_step": thread_ms * 2,
             "max_rss_mb": 100.0, "steps": 100, "train_s": 2.0, "cpu_s": 0.4, **extra}
 
 
@@ -18,7 +21,8 @@ def test_interval_of_pair_ratios_brackets_their_geometric_mean():
 
 def test_summary_ratios_and_background_share():
     plain = [_run(10.0, 2.0), _run(12.0, 2.0)]
-    instrumented = [_run(11.0, 2.2, events=800, bytes=18000, dropped=0, background_cpu_s=0.004),
+    instrumented = [_run(11.0, 2.2, events=800, bytes=18000, dropped=0, background_cpu_s=0.004,
+                         background_cpu_by_thread={"perftracker-sender": 0.004}),
                     _run(12.0, 2.2, events=800, bytes=18000, dropped=3, background_cpu_s=-1.0)]
     out = _summarize(plain, instrumented, 100)
     assert out["step_time_ratio"] == round(11.5 / 11.0, 4)
@@ -26,3 +30,11 @@ def test_summary_ratios_and_background_share():
     assert out["thread_cpu_ratio"] == 1.1 and out["events_per_step"] == 8.0
     assert out["bytes_per_rank_per_s"] == 9000 and out["events_dropped"] == 3
     assert out["background_cpu_share"] == 0.01  # the run without /proc is left out
+    assert out["background_share_by_thread"] == {"perftracker-sender": 0.005}  # median of 0.01, 0
+    assert out["step_p50_ratio"] == round(11.5 / 11.0, 4) and out["step_p99_ms_with"] == 23.0
+
+
+def test_env_pairs_need_a_key_and_an_equals_sign():
+    assert _env_pairs(["A=", "B=x=y"]) == {"A": "", "B": "x=y"}
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        _env_pairs(["novalue"])

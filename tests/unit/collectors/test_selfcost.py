@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
-from perftracker.collectors.selfcost import background_cpu_s, thread_cpu_s
+from perftracker.collectors.selfcost import background_cpu_by_thread, background_cpu_s, thread_cpu_s
 
 
 def _stat(name: str, utime: int, stime: int) -> str:
@@ -23,7 +23,9 @@ def test_only_librdkafka_and_perftracker_threads_count(tmp_path: Path):
         (tmp_path / str(tid) / "comm").write_text(name + "\n")
         (tmp_path / str(tid) / "stat").write_text(_stat(name, ut, 0))
     assert abs(background_cpu_s(tmp_path) - 1.3) < 1e-9
+    assert background_cpu_by_thread(tmp_path) == pytest.approx({"librdkafka": 1.3})
     assert background_cpu_s(tmp_path / "missing") == -1.0
+    assert background_cpu_by_thread(tmp_path / "missing") is None
 
 
 def test_a_busy_perftracker_thread_is_seen_in_proc():
@@ -45,6 +47,7 @@ def test_a_busy_perftracker_thread_is_seen_in_proc():
         while background_cpu_s() - before < 0.25 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert background_cpu_s() - before >= 0.25
+        assert (background_cpu_by_thread() or {}).get("perftracker-spin", 0.0) >= 0.25
     finally:
         done.set()
         worker.join()
