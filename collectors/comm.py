@@ -246,14 +246,8 @@ class CommTimer:
                 return fut.then(_first_tensor)
 
             def done(completed: Any) -> Any:
-                # On CUDA the callback runs with a current stream that waits for the
-                # collective's kernels: the stop event recorded there marks its device
-                # completion, and nothing here waits for it.
                 try:
-                    if start is not None and cuda is not None:
-                        cuda.end(start, ("all_reduce", ref, seq, nbytes, step, t0))
-                    else:
-                        rec.comm("all_reduce", ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+                    _completed(rec, cuda, start, ("all_reduce", ref, seq, nbytes, step, t0))
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
                 return completed.value()[0]
@@ -327,15 +321,22 @@ def _cuda_start(cuda: CudaCommTimer | None, tensor: Any, rec: Recorder) -> Any:
         return None
 
 
+def _completed(rec: Recorder, cuda: CudaCommTimer | None, start: Any, meta: tuple) -> None:
+    """A collective's completion callback: the stop event with a CUDA start event
+    (the callback's current stream waits for the collective's kernels: device time,
+    no wait on the host), else the host time since ``t0``."""
+    if start is not None and cuda is not None:
+        cuda.end(start, meta)
+    else:
+        op, ref, seq, nbytes, step, t0 = meta
+        rec.comm(op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+
+
 def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int, step: int,
                    t0: int, rec: Recorder, cuda: CudaCommTimer | None = None,
                    cuda_ev: Any = None) -> bool:
-    """Record the comm event when an async Work completes; False if it has no future.
-
-    With a CUDA start event the stop event is recorded in the future's callback,
-    whose current stream waits for the collective's kernels (device time, no wait
-    on the host); otherwise the host time until the callback runs.
-    """
+    """Record the comm event when an async Work completes (:func:`_completed`);
+    False if it has no future."""
     try:
         fut = work.get_future()
     except Exception:  # noqa: BLE001 - some backends/ops have no future
@@ -344,10 +345,7 @@ def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int,
 
     def done(_fut: Any) -> None:
         try:
-            if cuda_ev is not None and cuda is not None:
-                cuda.end(cuda_ev, (op, ref, seq, nbytes, step, t0))
-            else:
-                rec.comm(op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0)
+            _completed(rec, cuda, cuda_ev, (op, ref, seq, nbytes, step, t0))
         except Exception as exc:  # noqa: BLE001
             rec.errors.caught(op, exc)
 

@@ -49,8 +49,3 @@ def background_cpu_by_thread(tasks: Path = TASKS) -> dict[str, float] | None:
             continue  # the thread ended while we looked
     return by_name
 
-
-def background_cpu_s(tasks: Path = TASKS) -> float:
-    """CPU seconds used so far by the collector's live threads; -1.0 where ``/proc`` is missing."""
-    by_name = background_cpu_by_thread(tasks)
-    return -1.0 if by_name is None else sum(by_name.values())

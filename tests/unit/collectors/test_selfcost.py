@@ -5,7 +5,14 @@ import time
 from pathlib import Path
 
 import pytest
-from perftracker.collectors.selfcost import background_cpu_by_thread, background_cpu_s, thread_cpu_s
+from perftracker.collectors.collector import _background
+from perftracker.collectors.selfcost import background_cpu_by_thread, thread_cpu_s
+
+
+def background_cpu_s(tasks: Path | None = None) -> float:
+    """The total the collector reports (-1 without /proc)."""
+    by_thread = background_cpu_by_thread() if tasks is None else background_cpu_by_thread(tasks)
+    return _background(by_thread)["background_cpu_s"]
 
 
 def _stat(name: str, utime: int, stime: int) -> str:
