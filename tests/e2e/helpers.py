@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from perftracker.deploy.config import load_settings
+from perftracker.deploy.topics import TopicNames
 from perftracker.schemas import EVENT_BATCH, Codec
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -99,3 +100,23 @@ def request_profile(conf: dict[str, str], topic: str, job: str, request_id: str,
     producer = Producer(conf)
     producer.produce(topic, Codec(CONTROL).encode(msg), job.encode())
     assert producer.flush(10) == 0
+
+
+def launch_profiled(bootstrap: str, prefix: str, script: str, nproc: int, steps: int,
+                    profile_id: str, profile_step: int) -> tuple[TopicNames, str]:
+    """Topics under ``prefix``, a PROFILE request for ``profile_step``, then ``script``
+    under ``perftracker launch`` (torchrun, ``nproc`` ranks, ``steps`` steps, no
+    duty-cycle window); asserts it exits 0 and returns (topics, job)."""
+    from perftracker.deploy.admin import ensure_topics
+    from perftracker.deploy.topics import all_topics
+
+    conf = {"bootstrap.servers": bootstrap}
+    ensure_topics(conf, all_topics(prefix))
+    topics = TopicNames.for_prefix(prefix)
+    job = f"job-{prefix}"
+    env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix,
+           "TRAIN_STEPS": str(steps), "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
+    request_profile(conf, topics.control, job, profile_id, profile_step)
+    code, _seconds = launch(torchrun(script, nproc=nproc), job, env)
+    assert code == 0
+    return topics, job

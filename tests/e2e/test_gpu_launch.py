@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import pytest
 from perftracker.collectors.events import OpKind
-from perftracker.deploy.admin import ensure_topics
-from perftracker.deploy.topics import TopicNames, all_topics
 from perftracker.schemas import HARDWARE_BATCH
 
-from .helpers import by_rank, comm_rows, consume_events, launch, request_profile, torchrun
+from .helpers import by_rank, comm_rows, consume_events, launch_profiled
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.e2e, pytest.mark.gpu,
@@ -27,16 +25,8 @@ PROFILE_STEP = 15
 @pytest.fixture(scope="module")
 def gpu_run(kafka_broker, tmp_path_factory):
     prefix = "gpu" + tmp_path_factory.mktemp("x").name[-6:].replace("_", "")
-    conf = {"bootstrap.servers": kafka_broker.bootstrap}
-    ensure_topics(conf, all_topics(prefix))
-    topics = TopicNames.for_prefix(prefix)
-    job = f"job-{prefix}"
-    env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
-           "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix, "TRAIN_STEPS": str(STEPS),
-           "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
-    request_profile(conf, topics.control, job, "gpu-prof", PROFILE_STEP)
-    code, _seconds = launch(torchrun("train_cuda.py", nproc=1), job, env)
-    assert code == 0
+    topics, job = launch_profiled(kafka_broker.bootstrap, prefix, "train_cuda.py", 1, STEPS,
+                                  "gpu-prof", PROFILE_STEP)
     events = by_rank(consume_events(kafka_broker.bootstrap, topics.events, job))
     hardware = consume_events(kafka_broker.bootstrap, topics.hardware, job, schema=HARDWARE_BATCH)
     return events, hardware

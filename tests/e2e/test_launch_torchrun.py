@@ -3,18 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.deploy.admin import ensure_topics
-from perftracker.deploy.topics import TopicNames, all_topics
 
-from .helpers import (
-    by_rank,
-    comm_rows,
-    consume_events,
-    launch,
-    request_profile,
-    span_names,
-    torchrun,
-)
+from .helpers import by_rank, comm_rows, consume_events, launch_profiled, span_names
 
 pytestmark = pytest.mark.e2e
 
@@ -25,17 +15,9 @@ PROFILE_STEP = 15
 @pytest.fixture(scope="module")
 def run_records(kafka_broker, tmp_path_factory):
     prefix = "e2e" + tmp_path_factory.mktemp("x").name[-6:].replace("_", "")
-    conf = {"bootstrap.servers": kafka_broker.bootstrap}
-    ensure_topics(conf, all_topics(prefix))
-    job = f"job-{prefix}"
-    env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
-           "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix, "TRAIN_STEPS": str(STEPS),
-           "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
-    request_profile(conf, TopicNames.for_prefix(prefix).control, job, "e2e-prof", PROFILE_STEP)
-    code, _seconds = launch(torchrun("train_ddp.py"), job, env)
-    assert code == 0
-    records = consume_events(kafka_broker.bootstrap, TopicNames.for_prefix(prefix).events, job)
-    return by_rank(records)
+    topics, job = launch_profiled(kafka_broker.bootstrap, prefix, "train_ddp.py", 4, STEPS,
+                                  "e2e-prof", PROFILE_STEP)
+    return by_rank(consume_events(kafka_broker.bootstrap, topics.events, job))
 
 
 def test_every_rank_reports_identity_and_no_loss(run_records):
