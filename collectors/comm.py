@@ -233,21 +233,28 @@ class CommTimer:
             if tensor.is_complex():
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
                 return default_hooks.allreduce_hook(process_group, bucket)
-            tensor.div_(pg.size())
-            start = _cuda_start(cuda, tensor, rec)
-            t0 = perf_counter_ns()
-            fut = pg.allreduce([tensor]).get_future()
             try:
                 state = registry.resolve(process_group)
-                seq = registry.next_seq(state)
-                ref, step, nbytes = state.ref, rec.step, tensor.nbytes
-            except Exception as exc:  # noqa: BLE001
+                tensor.div_(len(state.ref.ranks))
+            except Exception as exc:  # noqa: BLE001 - the group cannot be described: plain path
                 rec.errors.caught("ddp all_reduce", exc)
-                return fut.then(_first_tensor)
+                tensor.div_(pg.size())
+                return pg.allreduce([tensor]).get_future().then(_first_tensor)
+            start = _cuda_start(cuda, tensor, rec) if cuda is not None else None
+            t0 = perf_counter_ns()
+            fut = pg.allreduce([tensor]).get_future()
+            seq = state.seq = state.seq + 1
+            meta = ("all_reduce", state.ref, seq, tensor.nbytes, rec.step, t0)
 
             def done(completed: Any) -> Any:
                 try:
-                    _completed(rec, cuda, start, ("all_reduce", ref, seq, nbytes, step, t0))
+                    if start is None:  # host time, recorded inline (Recorder.comm's layout)
+                        events = rec.events
+                        if len(events) >= rec.capacity:
+                            rec.dropped += 1
+                        events.append((COMM, *meta, perf_counter_ns() - t0))
+                    else:
+                        _completed(rec, cuda, start, meta)
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
                 return completed.value()[0]

@@ -23,8 +23,8 @@ Algorithm (PerfTracker, see docs/paper-notes.md):
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Token(IntEnum):
@@ -32,8 +32,9 @@ class Token(IntEnum):
     OPT = 1
 
 
-@dataclass(frozen=True)
-class Iteration:
+class Iteration(NamedTuple):
+    """One completed iteration (a NamedTuple: built once per step on the training thread)."""
+
     step: int
     start_ns: int
     dur_ns: int

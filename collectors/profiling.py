@@ -75,7 +75,8 @@ class ProfileWindows:
             if time.monotonic() >= self._active.stop_at or self._stop_requested.is_set():
                 self._stop()
             return
-        self._stop_requested.clear()
+        if self._stop_requested.is_set():  # a stop that came with no window running
+            self._stop_requested.clear()
         if self._requests and step >= self._requests[0].start_step:
             req = self._requests.popleft()
             self._start(req.request_id, req.duration_s)

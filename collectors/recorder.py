@@ -54,16 +54,19 @@ class Recorder:
     # -- iteration marks ------------------------------------------------------------------
     def fetch(self, name: str, start_ns: int, end_ns: int) -> None:
         """A data fetch: a dataloader span and a FETCH token for iteration detection."""
-        self.span(SpanKind.DATALOADER, name, start_ns, end_ns - start_ns)
-        if self.explicit is None:
-            self._feed(Token.FETCH, start_ns, end_ns)
+        self._mark(SpanKind.DATALOADER, Token.FETCH, name, start_ns, end_ns)
 
     def optimizer_step(self, name: str, start_ns: int, end_ns: int) -> None:
-        self.span(SpanKind.OPTIMIZER, name, start_ns, end_ns - start_ns)
-        if self.explicit is None:
-            self._feed(Token.OPT, start_ns, end_ns)
+        self._mark(SpanKind.OPTIMIZER, Token.OPT, name, start_ns, end_ns)
 
-    def _feed(self, token: int, start_ns: int, end_ns: int) -> None:
+    def _mark(self, kind: int, token: int, name: str, start_ns: int, end_ns: int) -> None:
+        """The span (:meth:`span`'s layout, inlined: once or twice per step), then the token."""
+        events = self.events
+        if len(events) >= self.capacity:
+            self.dropped += 1
+        events.append((SPAN, kind, name, self.step, start_ns, end_ns - start_ns))
+        if self.explicit is not None:
+            return
         before = self.step
         for it in self.detector.feed(token, start_ns, end_ns):
             self._iteration(it)

@@ -23,7 +23,7 @@ def install_torch_hooks(collector: Any, torch: Any) -> None:
     collector._removers.append(opt.remove)
     if cfg.forward:
         fwd = ForwardTimer(rec)
-        _guarded(collector, "forward", lambda: fwd.install(torch))
+        _guarded(collector, "forward", lambda: fwd.install(torch, patches))
         collector._removers.append(fwd.remove)
     _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
     if cfg.comms:

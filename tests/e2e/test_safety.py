@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 
 import pytest
 from perftracker.deploy.tansu import free_port
@@ -83,10 +84,31 @@ def test_exception_planted_in_every_hook_never_reaches_training(attached, tmp_pa
 
     attached.recorder.span = boom
     attached.recorder.comm = boom
-    attached.recorder._feed = boom
+    attached.recorder._mark = boom
     loss = _train_one_process(steps=8, tmp_path=tmp_path)
     assert loss == loss  # training ran to the end
     assert attached.stats().errors_caught >= 8 * 4
+
+
+class _ExplodingBuffer(deque):
+    def append(self, _event):
+        raise RuntimeError("planted in the buffer")
+
+
+def test_exception_in_the_inlined_hot_paths_never_reaches_training(attached, tmp_path):
+    """The hot paths that append to the buffer themselves (collectives, DDP buckets,
+    data fetch, optimizer step) catch a failure there too; every recorded kind of
+    event was attempted and counted as an error, none reached the loop."""
+    rec = attached.recorder
+    real, rec.events = rec.events, _ExplodingBuffer()
+    try:
+        loss = _train_one_process(steps=8, tmp_path=tmp_path)
+    finally:
+        rec.events = real
+    assert loss == loss
+    # per step: fetch, optimizer, forward, backward, DDP bucket (+ GC), then the explicit all_reduce
+    assert attached.stats().errors_caught >= 8 * 5 + 1
+    assert len(real) == 0
 
 
 def test_in_process_hooks_see_the_loop(attached, tmp_path):

@@ -1,8 +1,6 @@
 """The timed DDP comm hook: DDP's own arithmetic, one event per bucket, shared sequence counters."""
 
-import os
 
-import pytest
 import torch
 import torch.distributed as dist
 from perftracker.collectors.comm import OP_SPECS, CommTimer
@@ -10,17 +8,8 @@ from perftracker.collectors.events import COMM
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
-from perftracker.deploy.tansu import free_port
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-@pytest.fixture
-def world_of_one():
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _model() -> nn.Module:

@@ -1,0 +1,61 @@
+"""The root module's forward: a DDP root through the DDP.forward wrapper (no module
+hooks, so Module.__call__ keeps its fast path), any other root through its own hooks."""
+
+import torch
+from perftracker.collectors.events import SPAN, SpanKind
+from perftracker.collectors.hooks_python import ForwardTimer
+from perftracker.collectors.iteration import IterationDetector
+from perftracker.collectors.patching import Patches
+from perftracker.collectors.recorder import Recorder
+from perftracker.collectors.safety import ErrorBudget
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+CALLS = ForwardTimer.DISCOVER_CALLS + 4
+
+
+def _forwards(rec: Recorder) -> list[str]:
+    return [e[2] for e in rec.drain(1000) if e[0] == SPAN and e[1] == SpanKind.FORWARD]
+
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_a_ddp_root_is_timed_without_module_hooks_and_the_patch_is_undone(world_of_one):
+    rec, patches = Recorder(1000, IterationDetector(), ErrorBudget()), Patches()
+    original = DDP.forward
+    timer = ForwardTimer(rec)
+    timer.install(torch, patches)
+    model, other = DDP(_model()), DDP(_model())
+    x = torch.randn(2, 4)
+    for _ in range(CALLS):
+        model(x).sum().backward()
+    other(x)  # a DDP module that is not a discovered root: not timed
+    assert _forwards(rec) == ["torch.nn.modules.container.Sequential.forward"] * CALLS
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert not model.module[0]._forward_hooks  # inner modules were never hooked either
+    assert rec.errors.count == 0
+    timer.remove()
+    patches.undo()
+    assert DDP.forward is original
+    model(x)
+    assert _forwards(rec) == []
+
+
+def test_a_plain_root_gets_hooks_of_its_own(world_of_one):
+    rec, patches = Recorder(1000, IterationDetector(), ErrorBudget()), Patches()
+    timer = ForwardTimer(rec)
+    timer.install(torch, patches)
+    model = _model()
+    x = torch.randn(2, 4)
+    try:
+        for _ in range(CALLS):
+            model(x)
+        assert _forwards(rec) == ["torch.nn.modules.container.Sequential.forward"] * CALLS
+        assert len(model._forward_hooks) == 1 and len(model._forward_pre_hooks) == 1
+        assert not model[0]._forward_hooks
+    finally:
+        timer.remove()
+        patches.undo()
+    assert not model._forward_hooks
