@@ -38,3 +38,18 @@ def test_env_pairs_need_a_key_and_an_equals_sign():
     assert _env_pairs(["A=", "B=x=y"]) == {"A": "", "B": "x=y"}
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         _env_pairs(["novalue"])
+
+
+def test_ablation_reports_same_round_differences_in_total_and_by_phase():
+    from benchmarks.collector_ablation import summarize
+
+    # the machine drifts by +100 us in round 2; the pairs stay 5/10 us apart
+    off = [{"fetch": 100.0, "backward": 500.0}, {"fetch": 150.0, "backward": 550.0},
+           {"fetch": 100.0, "backward": 500.0}]
+    full = [{"fetch": 102.0, "backward": 508.0}, {"fetch": 152.0, "backward": 558.0},
+            {"fetch": 103.0, "backward": 507.0}]
+    out = summarize({"off": off, "full": full})
+    assert out["off_us_per_step"] == 600.0 and out["rounds"] == 3
+    assert out["off_phases_us"] == {"fetch": 100.0, "backward": 500.0}
+    assert out["configs"]["full"] == {"added_us": 10.0, "added_pct": round(100 * 10 / 600, 2),
+                                      "phases_added_us": {"fetch": 2.0, "backward": 8.0}}
