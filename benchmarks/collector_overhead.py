@@ -12,6 +12,9 @@ against a local tansu broker, and prints::
   and t interval of their logs): the resolution this machine gives the ratio today;
 * events_per_step: events recorded per rank per step (sent + dropped);
 * bytes_per_rank_per_s: Avro bytes delivered per rank / training seconds;
+  ``wire_bytes_per_rank_per_s`` the same times the ratio of bytes written to the
+  broker (lz4-compressed, with Kafka framing) to message bytes that librdkafka's
+  statistics report: the bytes on the wire;
 * rss_added_mb: peak RSS of rank 0 with collectors minus without;
 * cpu_time_ratio, thread_cpu_ratio: rank 0's CPU time per step with / without, all
   threads and the training thread alone (other runs' noise moves these too);
@@ -65,6 +68,8 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
         ranks = [json.loads(Path(str(stats).format(rank=r)).read_text()) for r in range(NPROC)]
         result["events"] = statistics.mean(s["events_sent"] + s["events_dropped"] for s in ranks)
         result["bytes"] = statistics.mean(s["bytes_sent"] for s in ranks)
+        ratios = [s.get("wire_ratio", -1.0) for s in ranks]
+        result["wire_ratio"] = statistics.mean(ratios) if min(ratios) > 0 else -1.0
         result["dropped"] = sum(s["events_dropped"] for s in ranks)
         result["background_cpu_s"] = ranks[0]["background_cpu_s"]
         result["background_cpu_by_thread"] = ranks[0].get("background_cpu_by_thread", {})
@@ -125,6 +130,7 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
         "step_time_ratio": round(with_ms / base, 4),
         "events_per_step": round(events_per_step, 2),
         "bytes_per_rank_per_s": round(statistics.mean(r["bytes"] / r["train_s"] for r in instrumented)),
+        "wire_bytes_per_rank_per_s": _wire_rate(instrumented),
         "rss_added_mb": round(median(instrumented, "max_rss_mb") - median(plain, "max_rss_mb"), 1),
         "step_time_ratio_geomean": round(geo, 4), "step_time_ratio_ci95": ci,
         "cpu_time_ratio": round(median(instrumented, "cpu_ms_per_step") / median(plain, "cpu_ms_per_step"), 4),
@@ -140,6 +146,12 @@ def _summarize(plain: list[dict], instrumented: list[dict], steps: int) -> dict:
         "events_dropped": sum(r["dropped"] for r in instrumented),
         "pairs": len(plain), "steps": steps, "ranks": NPROC,
     }
+
+
+def _wire_rate(instrumented: list[dict]) -> int:
+    """Encoded bytes per rank per second times librdkafka's wire/encoded ratio (-1 unknown)."""
+    rates = [r["bytes"] / r["train_s"] * r["wire_ratio"] for r in instrumented if r.get("wire_ratio", -1) > 0]
+    return round(statistics.mean(rates)) if rates else -1
 
 
 def _by_thread(instrumented: list[dict]) -> dict[str, float]:

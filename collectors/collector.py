@@ -42,8 +42,11 @@ class CollectorStats:
     events_dropped: int
     batches_sent: int
     batches_failed: int
-    bytes_sent: int
+    bytes_sent: int  # encoded batches delivered
     bytes_per_s: float
+    wire_bytes: int  # written to the brokers: compressed, with Kafka framing (-1 unknown)
+    wire_bytes_per_s: float
+    wire_ratio: float  # wire bytes per encoded byte (-1 unknown)
     errors_caught: int
     gc_short_pauses: int
     step: int
@@ -128,6 +131,8 @@ class Collector:
             events_sent=self.counters.events_sent, events_dropped=rec.dropped,
             batches_sent=self.counters.batches_sent, batches_failed=self.counters.batches_failed,
             bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
+            wire_bytes=self.counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
+            wire_ratio=round(self.sender.wire_ratio(), 4),
             errors_caught=self.errors.count, step=rec.step,
             gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,

@@ -8,6 +8,7 @@ cumulative drop count travels in every batch header.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
 log = logging.getLogger("perftracker.collectors")
 
 HEARTBEAT_S = 5.0  # an empty batch at least this often, so a silent rank is told from a dead one
+STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
 
 
 @dataclass
@@ -36,6 +38,11 @@ class SendCounters:
     bytes_sent: int = 0
     batches_failed: int = 0
     events_in_flight: int = 0  # produced, delivery not yet reported
+    # librdkafka's last statistics (-1 unknown): bytes written to the brokers (compressed,
+    # with request framing), message bytes they carried, and when (monotonic ns)
+    wire_bytes: int = -1
+    wire_message_bytes: int = -1
+    wire_at_ns: int = 0
 
 
 class KafkaSink:
@@ -55,6 +62,7 @@ class KafkaSink:
             "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
             "reconnect.backoff.max.ms": 5_000, "log.connection.close": False, "log_level": 3,
             "error_cb": self._on_error, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
+            "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self._on_stats,
         })
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
@@ -92,6 +100,16 @@ class KafkaSink:
 
     def _on_error(self, err: object) -> None:
         self._errors.caught("kafka", RuntimeError(str(err)))
+
+    def _on_stats(self, stats_json: str) -> None:
+        """librdkafka's statistics: ``tx_bytes`` is every byte written to the brokers."""
+        try:
+            stats = json.loads(stats_json)
+            counters = self.counters
+            counters.wire_bytes, counters.wire_message_bytes = int(stats["tx_bytes"]), int(stats["txmsg_bytes"])
+            counters.wire_at_ns = time.monotonic_ns()
+        except Exception as exc:  # noqa: BLE001 - called from librdkafka: never raise back
+            self._errors.caught("kafka statistics", exc)
 
 
 class NullSink:
@@ -176,5 +194,23 @@ class Sender(threading.Thread):
             log.warning("perftracker: %d batches (%d events) undelivered at exit", left, lost)
 
     def bytes_per_s(self) -> float:
-        elapsed_s = max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)
-        return self.sink.counters.bytes_sent / elapsed_s
+        """Encoded batch bytes delivered per second since start."""
+        return self.sink.counters.bytes_sent / self._elapsed_s()
+
+    def wire_bytes_per_s(self) -> float:
+        """Bytes written to the brokers per second, from start to librdkafka's last statistics
+        (-1 unknown: no broker, or no statistics yet)."""
+        counters = self.sink.counters
+        if counters.wire_bytes < 0:
+            return -1.0
+        return counters.wire_bytes / max(1e-9, (counters.wire_at_ns - self.started_ns) / 1e9)
+
+    def wire_ratio(self) -> float:
+        """Bytes on the wire per encoded byte produced (compression and framing; -1 unknown)."""
+        counters = self.sink.counters
+        if counters.wire_bytes < 0 or counters.wire_message_bytes <= 0:
+            return -1.0
+        return counters.wire_bytes / counters.wire_message_bytes
+
+    def _elapsed_s(self) -> float:
+        return max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)

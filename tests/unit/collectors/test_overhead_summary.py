@@ -28,6 +28,9 @@ def test_summary_ratios_and_background_share():
     assert out["step_time_ratio"] == round(11.5 / 11.0, 4)
     assert out["per_pair_ratio"] == [1.1, 1.0]
     assert out["thread_cpu_ratio"] == 1.1 and out["events_per_step"] == 8.0
+    assert out["wire_bytes_per_rank_per_s"] == -1  # no librdkafka statistics in these runs
+    instrumented[0]["wire_ratio"] = instrumented[1]["wire_ratio"] = 0.5
+    assert _summarize(plain, instrumented, 100)["wire_bytes_per_rank_per_s"] == round(18000 / 2.0 * 0.5)
     assert out["bytes_per_rank_per_s"] == 9000 and out["events_dropped"] == 3
     assert out["background_cpu_share"] == 0.01  # the run without /proc is left out
     assert out["background_share_by_thread"] == {"perftracker-sender": 0.005}  # median of 0.01, 0

@@ -1,0 +1,42 @@
+"""The collector's own account of its bytes on the wire, against the real tansu broker."""
+
+import time
+
+from perftracker.collectors.batch import BatchBuilder
+from perftracker.collectors.config import CollectorConfig
+from perftracker.collectors.events import SpanKind
+from perftracker.collectors.identity import RankIdentity
+from perftracker.collectors.iteration import IterationDetector
+from perftracker.collectors.recorder import Recorder
+from perftracker.collectors.safety import ErrorBudget
+from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, SendCounters, Sender
+from perftracker.deploy.admin import ensure_topics
+from perftracker.deploy.topics import Topic
+from perftracker.schemas import EVENT_BATCH, Codec
+
+IDENT = RankIdentity("wire", 0, 0, 1, "h", -1, "", 1)
+
+
+def test_wire_bytes_come_from_librdkafka_and_are_smaller_than_the_encoded_batches(kafka_broker):
+    topic = "wire-bytes-events"
+    ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, [Topic(topic, 1, "job|rank", "test")])
+    errors = ErrorBudget()
+    rec = Recorder(100_000, IterationDetector(), errors)
+    counters = SendCounters()
+    sink = KafkaSink({"bootstrap.servers": kafka_broker.bootstrap}, topic, counters,
+                     lambda n: None, errors)
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorConfig(),
+                    IDENT.key)
+    for _ in range(3):  # a training loop's repetitive spans, as the collectors record them
+        for i in range(2000):
+            rec.span(SpanKind.FORWARD, "model.forward", 10_000_000 * i, 1_500_000 + i % 7)
+        sender.flush_once()
+    assert sink.flush(10.0) == 0
+    deadline = time.monotonic() + 5 * STATS_INTERVAL_MS / 1000
+    while counters.wire_message_bytes < counters.bytes_sent and time.monotonic() < deadline:
+        sink.poll()
+        time.sleep(0.05)
+    assert counters.events_sent == 6000 and errors.count == 0
+    assert counters.wire_message_bytes >= counters.bytes_sent  # every message, with its framing
+    assert 0 < counters.wire_bytes < counters.bytes_sent  # lz4 on the wire
+    assert 0 < sender.wire_ratio() < 1 and sender.wire_bytes_per_s() > 0
