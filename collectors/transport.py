@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..deploy.admin import quiet_kafka_logger
 from .batch import BatchBuilder, event_count
@@ -38,11 +39,11 @@ class SendCounters:
     bytes_sent: int = 0
     batches_failed: int = 0
     events_in_flight: int = 0  # produced, delivery not yet reported
-    # librdkafka's last statistics (-1 unknown): bytes written to the brokers (compressed,
-    # with request framing), message bytes they carried, and when (monotonic ns)
+    # from librdkafka's statistics (-1 unknown): bytes written to the brokers (compressed,
+    # with request framing) up to the last statistics, when (monotonic ns), and bytes_sent then
     wire_bytes: int = -1
-    wire_message_bytes: int = -1
     wire_at_ns: int = 0
+    bytes_sent_at_wire: int = 0
 
 
 class KafkaSink:
@@ -56,6 +57,7 @@ class KafkaSink:
         self.counters = counters
         self._on_lost = on_lost
         self._errors = errors
+        self._wire = WireBytes()
         self.producer = Producer({
             **conf,
             "linger.ms": 50, "compression.type": "lz4",
@@ -102,14 +104,38 @@ class KafkaSink:
         self._errors.caught("kafka", RuntimeError(str(err)))
 
     def _on_stats(self, stats_json: str) -> None:
-        """librdkafka's statistics: ``tx_bytes`` is every byte written to the brokers."""
+        """librdkafka's statistics: each broker connection's ``txbytes``, summed over time."""
         try:
-            stats = json.loads(stats_json)
             counters = self.counters
-            counters.wire_bytes, counters.wire_message_bytes = int(stats["tx_bytes"]), int(stats["txmsg_bytes"])
+            counters.wire_bytes = self._wire.add(json.loads(stats_json)["brokers"])
             counters.wire_at_ns = time.monotonic_ns()
+            counters.bytes_sent_at_wire = counters.bytes_sent
         except Exception as exc:  # noqa: BLE001 - called from librdkafka: never raise back
             self._errors.caught("kafka statistics", exc)
+
+
+class WireBytes:
+    """Bytes written to the brokers since start, from librdkafka's per-broker ``txbytes``.
+
+    librdkafka's totals cover only the broker handles alive at that moment, and a
+    handle's counter starts again from 0 when it reconnects (measured against tansu:
+    the top-level ``tx_bytes`` read 3192, then 0 while the broker was down, then
+    2326). So each handle's counter is followed on its own: growth adds its
+    difference, a drop (a reset) adds the new value, and a handle that goes away
+    keeps what it had sent. Never counts more than was sent.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._last: dict[str, int] = {}
+
+    def add(self, brokers: Mapping[str, Mapping[str, Any]]) -> int:
+        for name, broker in brokers.items():
+            value = int(broker.get("txbytes", 0))
+            last = self._last.get(name, 0)
+            self.total += value - last if value >= last else value
+            self._last[name] = value
+        return self.total
 
 
 class NullSink:
@@ -206,11 +232,12 @@ class Sender(threading.Thread):
         return counters.wire_bytes / max(1e-9, (counters.wire_at_ns - self.started_ns) / 1e9)
 
     def wire_ratio(self) -> float:
-        """Bytes on the wire per encoded byte produced (compression and framing; -1 unknown)."""
+        """Bytes on the wire per encoded batch byte delivered, up to the last statistics
+        (compression, Kafka framing and metadata requests; -1 unknown)."""
         counters = self.sink.counters
-        if counters.wire_bytes < 0 or counters.wire_message_bytes <= 0:
+        if counters.wire_bytes < 0 or counters.bytes_sent_at_wire <= 0:
             return -1.0
-        return counters.wire_bytes / counters.wire_message_bytes
+        return counters.wire_bytes / counters.bytes_sent_at_wire
 
     def _elapsed_s(self) -> float:
         return max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)

@@ -2,7 +2,9 @@
 
 Environment knobs (all optional): TRAIN_STEPS (default 60), TRAIN_EPOCHS (1),
 TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes its
-mean step time, training seconds, CPU time and peak RSS there as JSON).
+mean step time, training seconds, CPU time and peak RSS there as JSON),
+TRAIN_HOLD_FILE (a path: after the epochs, more epochs run while rank 0 sees
+this file; every rank learns rank 0's decision through a broadcast).
 """
 
 import json
@@ -32,7 +34,11 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     times = []
     cpu_start, thread_start = time.process_time(), time.thread_time()
-    for _epoch in range(int(os.environ.get("TRAIN_EPOCHS", "1"))):
+    hold = os.environ.get("TRAIN_HOLD_FILE")
+    epochs = int(os.environ.get("TRAIN_EPOCHS", "1"))
+    epoch = 0
+    while epoch < epochs or (hold and _held(hold, rank)):
+        epoch += 1
         last = time.perf_counter()
         for x, y in loader:
             opt.zero_grad()
@@ -57,6 +63,12 @@ def main() -> None:
                        "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
                        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
     dist.destroy_process_group()
+
+
+def _held(path: str, rank: int) -> bool:
+    flag = torch.tensor([1 if rank == 0 and os.path.exists(path) else 0])
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 if __name__ == "__main__":

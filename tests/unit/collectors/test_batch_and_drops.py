@@ -86,3 +86,14 @@ def test_sender_survives_an_exception():
                     CollectorConfig(), b"k")
     sender.flush_once()
     assert rec.errors.count == 1
+
+
+def test_wire_bytes_follow_each_broker_connection_through_resets_and_disconnects():
+    from perftracker.collectors.transport import WireBytes
+
+    wire = WireBytes()
+    assert wire.add({"b/bootstrap": {"txbytes": 100}}) == 100
+    assert wire.add({"b/bootstrap": {"txbytes": 150}, "b/1": {"txbytes": 1000}}) == 1150
+    assert wire.add({"b/bootstrap": {"txbytes": 0}}) == 1150  # broker gone: what was sent stays
+    assert wire.add({"b/1": {"txbytes": 300}}) == 1450  # reconnected: its counter started again
+    assert wire.add({"b/1": {"txbytes": 350}, "b/bootstrap": {"state": "INIT"}}) == 1500
