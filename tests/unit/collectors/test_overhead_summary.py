@@ -56,3 +56,13 @@ def test_ablation_reports_same_round_differences_in_total_and_by_phase():
     assert out["off_phases_us"] == {"fetch": 100.0, "backward": 500.0}
     assert out["configs"]["full"] == {"added_us": 10.0, "added_pct": round(100 * 10 / 600, 2),
                                       "phases_added_us": {"fetch": 2.0, "backward": 8.0}}
+
+
+def test_hotpath_reports_the_median_process_and_every_process():
+    from benchmarks.collector_hotpath import summarize
+
+    runs = [{"python_event_ns": p, "collective_event_ns": c, "calls_per_round": 10, "rounds": 3}
+            for p, c in ((400.0, 740.0), (430.0, 1590.0), (410.0, 760.0))]
+    out = summarize(runs)
+    assert out["python_event_ns"] == 410.0 and out["collective_event_ns"] == 760.0
+    assert out["collective_event_ns_per_process"] == [740.0, 1590.0, 760.0] and out["processes"] == 3
