@@ -175,8 +175,9 @@ class ForwardTimer:
             handle.remove()
         self._global = []
         for module in self._seen.values():
-            if self._ddp is not None and isinstance(module, self._ddp):
-                self._class_timed.add(id(module))
+            ddp = self._ddp
+            if ddp is not None and isinstance(module, ddp) and type(module).forward is ddp.forward:
+                self._class_timed.add(id(module))  # not for a subclass with a forward of its own
                 continue
             self.handles.append(module.register_forward_pre_hook(self._pre))
             self.handles.append(module.register_forward_hook(self._post, always_call=True))

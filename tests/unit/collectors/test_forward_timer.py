@@ -1,6 +1,7 @@
 """The root module's forward: a DDP root through the DDP.forward wrapper (no module
 hooks, so Module.__call__ keeps its fast path), any other root through its own hooks."""
 
+import pytest
 import torch
 from perftracker.collectors.events import SPAN, SpanKind
 from perftracker.collectors.hooks_python import ForwardTimer
@@ -43,18 +44,24 @@ def test_a_ddp_root_is_timed_without_module_hooks_and_the_patch_is_undone(world_
     assert _forwards(rec) == []
 
 
-def test_a_plain_root_gets_hooks_of_its_own(world_of_one):
+class _OwnForwardDDP(DDP):
+    def forward(self, *inputs, **kwargs):  # never calls DDP.forward
+        return self.module(*inputs, **kwargs)
+
+
+@pytest.mark.parametrize("make", [_model, lambda: _OwnForwardDDP(_model())], ids=["plain", "ddp-subclass"])
+def test_a_root_the_wrapper_cannot_see_gets_hooks_of_its_own(world_of_one, make):
     rec, patches = Recorder(1000, IterationDetector(), ErrorBudget()), Patches()
     timer = ForwardTimer(rec)
     timer.install(torch, patches)
-    model = _model()
+    model = make()
     x = torch.randn(2, 4)
     try:
         for _ in range(CALLS):
             model(x)
         assert _forwards(rec) == ["torch.nn.modules.container.Sequential.forward"] * CALLS
         assert len(model._forward_hooks) == 1 and len(model._forward_pre_hooks) == 1
-        assert not model[0]._forward_hooks
+        assert not getattr(model, "module", model)[0]._forward_hooks
     finally:
         timer.remove()
         patches.undo()
