@@ -120,7 +120,7 @@ class ForwardTimer:
         self.handles: list[Any] = []
         self._names: dict[int, str] = {}
         self._class_timed: set[int] = set()  # ids of roots timed by the class-level wrapper
-        self._ddp: type | None = None
+        self._ddp: Any = None  # DistributedDataParallel once its forward is wrapped
 
     def install(self, torch: Any, patches: Patches | None = None) -> None:
         from torch.nn.modules import module as m
