@@ -12,9 +12,9 @@ against a local tansu broker, and prints::
   and t interval of their logs): the resolution this machine gives the ratio today;
 * events_per_step: events recorded per rank per step (sent + dropped);
 * bytes_per_rank_per_s: Avro bytes delivered per rank / training seconds;
-  ``wire_bytes_per_rank_per_s`` the same times the ratio of bytes written to the
-  broker (lz4-compressed, with Kafka framing) to message bytes that librdkafka's
-  statistics report: the bytes on the wire;
+  ``wire_bytes_per_rank_per_s`` the same times each rank's ``wire_ratio`` (bytes
+  librdkafka's statistics say it wrote to the broker, lz4-compressed with Kafka
+  framing, per encoded byte delivered): the bytes on the wire;
 * rss_added_mb: peak RSS of rank 0 with collectors minus without;
 * cpu_time_ratio, thread_cpu_ratio: rank 0's CPU time per step with / without, all
   threads and the training thread alone (other runs' noise moves these too);

@@ -240,7 +240,7 @@ class CommTimer:
                 rec.errors.caught("ddp all_reduce", exc)
                 tensor.div_(pg.size())
                 return pg.allreduce([tensor]).get_future().then(_first_tensor)
-            start = _cuda_start(cuda, tensor, rec) if cuda is not None else None
+            start = _cuda_start(cuda, tensor, rec)
             t0 = perf_counter_ns()
             fut = pg.allreduce([tensor]).get_future()
             seq = state.seq = state.seq + 1
@@ -248,13 +248,7 @@ class CommTimer:
 
             def done(completed: Any) -> Any:
                 try:
-                    if start is None:  # host time, recorded inline (Recorder.comm's layout)
-                        events = rec.events
-                        if len(events) >= rec.capacity:
-                            rec.dropped += 1
-                        events.append((COMM, *meta, perf_counter_ns() - t0))
-                    else:
-                        _completed(rec, cuda, start, meta)
+                    _completed(rec, cuda, start, meta)
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
                 return completed.value()[0]

@@ -122,10 +122,9 @@ class ForwardTimer:
         self._class_timed: set[int] = set()  # ids of roots timed by the class-level wrapper
         self._ddp: Any = None  # DistributedDataParallel once its forward is wrapped
 
-    def install(self, torch: Any, patches: Patches | None = None) -> None:
+    def install(self, torch: Any, patches: Patches) -> None:
         from torch.nn.modules import module as m
-        if patches is not None:
-            self._patch_ddp(patches)
+        self._patch_ddp(patches)
         self._global = [m.register_module_forward_pre_hook(self._gpre),
                         m.register_module_forward_hook(self._gpost, always_call=True)]
 

@@ -60,11 +60,8 @@ class Recorder:
         self._mark(SpanKind.OPTIMIZER, Token.OPT, name, start_ns, end_ns)
 
     def _mark(self, kind: int, token: int, name: str, start_ns: int, end_ns: int) -> None:
-        """The span (:meth:`span`'s layout, inlined: once or twice per step), then the token."""
-        events = self.events
-        if len(events) >= self.capacity:
-            self.dropped += 1
-        events.append((SPAN, kind, name, self.step, start_ns, end_ns - start_ns))
+        """The span, then the token for iteration detection (unless steps are explicit)."""
+        self.span(kind, name, start_ns, end_ns - start_ns)
         if self.explicit is not None:
             return
         before = self.step

@@ -229,7 +229,7 @@ class Sender(threading.Thread):
         counters = self.sink.counters
         if counters.wire_bytes < 0:
             return -1.0
-        return counters.wire_bytes / max(1e-9, (counters.wire_at_ns - self.started_ns) / 1e9)
+        return counters.wire_bytes / self._elapsed_s(counters.wire_at_ns)
 
     def wire_ratio(self) -> float:
         """Bytes on the wire per encoded batch byte delivered, up to the last statistics
@@ -239,5 +239,6 @@ class Sender(threading.Thread):
             return -1.0
         return counters.wire_bytes / counters.bytes_sent_at_wire
 
-    def _elapsed_s(self) -> float:
-        return max(1e-9, (time.monotonic_ns() - self.started_ns) / 1e9)
+    def _elapsed_s(self, until_ns: int | None = None) -> float:
+        end = time.monotonic_ns() if until_ns is None else until_ns
+        return max(1e-9, (end - self.started_ns) / 1e9)

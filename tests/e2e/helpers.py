@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perftracker.deploy.config import load_settings
@@ -38,28 +39,48 @@ def consume_events(bootstrap: str, topic: str, job: str, quiet_s: float = 3.0,
                    limit_s: float = 30.0, schema: str = EVENT_BATCH) -> list[dict]:
     """Every record (``schema``, EventBatch by default) of ``job`` on ``topic``,
     reading until nothing new for ``quiet_s``."""
+    records: list[dict] = []
+    last_new = time.monotonic()
+    for record in read_records(bootstrap, topic, job, limit_s, schema, f"e2e-{job}", poll_s=0.5):
+        if record is not None:
+            records.append(record)
+            last_new = time.monotonic()
+        elif time.monotonic() - last_new >= quiet_s:
+            break
+    return records
+
+
+def first_record(bootstrap: str, topic: str, job: str, accept: Callable[[dict], bool],
+                 limit_s: float, group: str) -> dict | None:
+    """The first EventBatch of ``job`` on ``topic`` that ``accept`` takes, or None by ``limit_s``."""
+    for record in read_records(bootstrap, topic, job, limit_s, EVENT_BATCH, group, poll_s=0.2):
+        if record is not None and accept(record):
+            return record
+    return None
+
+
+def read_records(bootstrap: str, topic: str, job: str, limit_s: float, schema: str, group: str,
+                 poll_s: float) -> Iterator[dict | None]:
+    """``job``'s records on every partition of ``topic`` from the start, for at most
+    ``limit_s``; None after each poll that brought none, so callers can stop on silence."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{job}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 500})
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "fetch.wait.max.ms": int(poll_s * 1000)})
     codec = Codec(schema)
-    records: list[dict] = []
     deadline = time.monotonic() + limit_s
-    last_new = time.monotonic()
     try:
-        while time.monotonic() < deadline and time.monotonic() - last_new < quiet_s:
-            msg = consumer.poll(0.5)
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        while time.monotonic() < deadline:
+            msg = consumer.poll(poll_s)
             if msg is None or msg.error():
+                yield None
                 continue
             record = codec.decode(msg.value())
-            if record["job"] == job:
-                records.append(record)
-                last_new = time.monotonic()
+            yield record if record["job"] == job else None
     finally:
         consumer.close()
-    return records
 
 
 def by_rank(records: list[dict]) -> dict[int, list[dict]]:

@@ -9,7 +9,7 @@ from collections import deque
 import pytest
 from perftracker.deploy.tansu import free_port
 
-from .helpers import consume_events, launch, torchrun
+from .helpers import consume_events, first_record, launch, torchrun
 
 pytestmark = pytest.mark.e2e
 
@@ -124,28 +124,8 @@ def test_in_process_hooks_see_the_loop(attached, tmp_path):
     assert attached.stats().errors_caught == 0
 
 
-def _first_batch(bootstrap: str, topic: str, job: str, after_step: int, limit_s: float) -> dict | None:
-    """The first EventBatch of ``job`` with an iteration past ``after_step``, or None."""
-    from confluent_kafka import Consumer, TopicPartition
-    from perftracker.schemas import EVENT_BATCH, Codec
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{job}-{after_step}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 200})
-    codec = Codec(EVENT_BATCH)
-    deadline = time.monotonic() + limit_s
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            record = codec.decode(msg.value())
-            if record["job"] == job and max(record["iterations"]["step"], default=-1) > after_step:
-                return record
-    finally:
-        consumer.close()
-    return None
+def _past(step: int):
+    return lambda record: max(record["iterations"]["step"], default=-1) > step
 
 
 def test_broker_lost_mid_run_training_goes_on_and_the_collector_reconnects(tmp_path):
@@ -181,7 +161,7 @@ def test_broker_lost_mid_run_training_goes_on_and_the_collector_reconnects(tmp_p
 
     def outage() -> None:  # beside the job: launch() needs the main thread for its signals
         try:
-            before = _first_batch(bootstrap, topic, job, after_step=20, limit_s=90)
+            before = first_record(bootstrap, topic, job, _past(20), 90, "probe-before")
             seen["before"] = before
             if before is None:
                 return
@@ -189,8 +169,8 @@ def test_broker_lost_mid_run_training_goes_on_and_the_collector_reconnects(tmp_p
             time.sleep(3.0)  # ranks keep training; their batches queue in librdkafka or are dropped
             seen["broker"] = start_broker(port=port, log_path=tmp_path / "tansu-2.log")
             ensure_topics(conf, all_topics(prefix))
-            seen["after"] = _first_batch(bootstrap, topic, job,
-                                         after_step=max(before["iterations"]["step"]) + 100, limit_s=60)
+            seen["after"] = first_record(bootstrap, topic, job, _past(max(before["iterations"]["step"]) + 100),
+                                         60, "probe-after")
         finally:
             hold.unlink(missing_ok=True)  # the job ends within one more epoch
 

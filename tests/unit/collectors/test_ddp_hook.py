@@ -1,6 +1,5 @@
 """The timed DDP comm hook: DDP's own arithmetic, one event per bucket, shared sequence counters."""
 
-
 import torch
 import torch.distributed as dist
 from perftracker.collectors.comm import OP_SPECS, CommTimer
