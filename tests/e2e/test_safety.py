@@ -96,10 +96,11 @@ class _ExplodingBuffer(deque):
         raise RuntimeError("planted in the buffer")
 
 
-def test_exception_in_the_inlined_hot_paths_never_reaches_training(attached, tmp_path):
-    """The hot paths that append to the buffer themselves (collectives, DDP buckets,
-    data fetch, optimizer step) catch a failure there too; every recorded kind of
-    event was attempted and counted as an error, none reached the loop."""
+def test_exception_in_the_buffer_never_reaches_training(attached, tmp_path):
+    """A buffer whose append fails reaches every recording path, the synchronous
+    collective's inline append included (planting on Recorder methods misses it):
+    every recorded kind of event was attempted and counted as an error, none reached
+    the loop."""
     rec = attached.recorder
     real, rec.events = rec.events, _ExplodingBuffer()
     try:
