@@ -1,6 +1,6 @@
 """Automatic iteration detection from data fetches and optimizer steps (pure, no torch).
 
-Algorithm (PerfTracker, see docs/paper-notes.md):
+Algorithm (PerfTracker, see docs/background.md):
 
 * Every ``DataLoader.__next__`` feeds a ``FETCH`` token and every
   ``Optimizer.step`` an ``OPT`` token, with their start and end times.

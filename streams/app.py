@@ -3,7 +3,7 @@
 The agents (one module each in :mod:`.agents`) only decode, call the pure
 detection core in :mod:`.detect` and hand results on; no business logic here.
 Consumer-group and producer settings are tuned for real Kafka and keep the
-local tansu broker happy (see DESIGN.md): short session timeout so a joining
+local tansu broker happy (see docs/background.md): short session timeout so a joining
 worker gets partitions fast, at-least-once (no transactions), no tables.
 """
 
