@@ -131,10 +131,17 @@ def classify(name: str, is_device: bool) -> OpKind:
     return OpKind.CUDA_KERNEL
 
 
+def percentile(sorted_values: list[int], q: float) -> int:
+    """The q-th percentile of ascending values, linear interpolation (numpy's default),
+    in pure Python: the collectors must not need numpy in a training image."""
+    pos = q / 100.0 * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return int(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
+
+
 def summarize_events(events: Any, request_id: str) -> list[OpSummary]:
     """Per (kind, name): count, total, p50, p99, max in ns; the costliest ops first."""
-    import numpy as np
-
     durations: dict[tuple[OpKind, str], list[int]] = {}
     for evt in events:
         is_device = "CUDA" in str(getattr(evt, "device_type", "CPU"))
@@ -142,8 +149,8 @@ def summarize_events(events: Any, request_id: str) -> list[OpSummary]:
         durations.setdefault((classify(evt.name, is_device), evt.name), []).append(dur_ns)
     out = []
     for (kind, name), durs in durations.items():
-        arr = np.asarray(durs, dtype=np.int64)
-        out.append(OpSummary(kind, name, request_id, len(durs), int(arr.sum()),
-                             int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max())))
+        durs.sort()
+        out.append(OpSummary(kind, name, request_id, len(durs), sum(durs),
+                             percentile(durs, 50), percentile(durs, 99), durs[-1]))
     out.sort(key=lambda s: s.total_ns, reverse=True)
     return out[:MAX_OPS_PER_WINDOW]

