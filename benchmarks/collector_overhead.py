@@ -59,7 +59,7 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
     run_env = {**os.environ, **env, "TRAIN_REPORT": str(report),
                "PERFTRACKER_COLLECTOR_STATS_FILE": str(stats), **(with_env if with_collectors else {})}
     prefix = [sys.executable, "-c", "import sys; from perftracker.collectors.launch import run; "
-              "from perftracker.deploy.config import load_settings; "
+              "from perftracker.schemas.settings_loader import load_settings; "
               f"sys.exit(run(sys.argv[1:], 'bench-{idx}', load_settings()))"]
     cmd = (prefix if with_collectors else []) + _torchrun()
     subprocess.run(cmd, env=run_env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -78,9 +78,9 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
 
 def measure(pairs: int, steps: int, base_env: dict[str, str] | None = None,
             with_env: dict[str, str] | None = None) -> dict:
-    from perftracker.deploy.admin import ensure_topics
     from perftracker.deploy.tansu import start_broker
-    from perftracker.deploy.topics import all_topics
+    from perftracker.schemas.kafka_admin import ensure_topics
+    from perftracker.schemas.topics import all_topics
 
     broker = start_broker()
     try:

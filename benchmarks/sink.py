@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from perftracker.deploy.config import (
+from perftracker.deploy.tansu import start_broker
+from perftracker.schemas import MultiCodec
+from perftracker.schemas.settings import (
     AlertSettings,
     KafkaSettings,
     Secret,
@@ -37,9 +39,7 @@ from perftracker.deploy.config import (
     StoreSettings,
     StreamSettings,
 )
-from perftracker.deploy.tansu import start_broker
-from perftracker.deploy.topics import TopicNames, all_topics
-from perftracker.schemas import MultiCodec
+from perftracker.schemas.topics import TopicNames, all_topics
 from perftracker.sinks import samples
 from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import TABLES
@@ -138,7 +138,7 @@ def run(ranks: int, windows: int, alerts: int, raw_ingest: bool = True) -> dict:
     tune_gc()  # as run_sink does in the sink process
     service = SinkService(settings)
     try:
-        from perftracker.deploy.admin import ensure_topics
+        from perftracker.schemas.kafka_admin import ensure_topics
 
         ensure_topics(conf, all_topics("bench", 8))
         expected, n_msgs = _produce_job(conf, topics, ranks, windows)

@@ -56,8 +56,8 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
 
 
 def _bootstrap(env: Mapping[str, str]) -> str:
-    from ..deploy.config import load_settings
-    from ..deploy.state import resolve_bootstrap
+    from ..schemas.settings_loader import load_settings
+    from ..schemas.stackfile import resolve_bootstrap
     return resolve_bootstrap(load_settings(env=env))
 
 

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from ..deploy.topics import TopicNames
 from ..schemas import EVENT_BATCH, Codec
+from ..schemas.topics import TopicNames
 from .batch import BatchBuilder
 from .config import AttachSettings
 from .identity import RankIdentity

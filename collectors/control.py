@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..deploy.admin import quiet_kafka_logger
+from ..schemas.kafka_admin import quiet_kafka_logger
 from .profiling import ProfileRequest, ProfileWindows
 from .safety import ErrorBudget
 from .transport import LIBRDKAFKA_LOGGER

@@ -46,7 +46,7 @@ def child_env(base: Mapping[str, str], job: str, bootstrap_dir: Path, settings: 
 
 
 def _kafka_env(settings: Any) -> dict[str, str]:
-    from ..deploy.state import resolve_bootstrap
+    from ..schemas.stackfile import resolve_bootstrap
 
     kafka = settings.kafka
     out = {

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..deploy.admin import quiet_kafka_logger
+from ..schemas.kafka_admin import quiet_kafka_logger
+from ..schemas.settings import CollectorSettings
 from .batch import BatchBuilder, event_count
-from .config import CollectorConfig
 from .events import OpSummary
 from .recorder import Recorder
 from .safety import ErrorBudget
@@ -160,7 +160,7 @@ class Sender(threading.Thread):
     """Every ``flush_interval_s``: run periodic tasks, drain the buffer, encode, send."""
 
     def __init__(self, recorder: Recorder, builder: BatchBuilder, encode: Callable[[dict], bytes],
-                 sink: KafkaSink | NullSink, config: CollectorConfig, key: bytes):
+                 sink: KafkaSink | NullSink, config: CollectorSettings, key: bytes):
         super().__init__(name="perftracker-sender", daemon=True)
         self.recorder = recorder
         self.builder = builder

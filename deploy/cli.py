@@ -11,7 +11,9 @@ from typing import Any
 import click
 
 from ..schemas.errors import PerftrackerError
-from .config import Settings, describe_settings, load_settings
+from ..schemas.settings import Settings
+from ..schemas.settings_loader import describe_settings, load_settings
+from .demo.runner import FAULTS
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -144,8 +146,8 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 
 
 @cli.command()
-@click.option("--fault", default="slow-dataloader", show_default=True,
-              help="slow-dataloader | cpu-contention | slow-collective | gc-storm | none")
+@click.option("--fault", type=click.Choice(FAULTS), default="slow-dataloader", show_default=True,
+              help="Fault injected on one rank ('none' for a clean run).")
 @click.option("--ranks", type=int, default=4, show_default=True)
 @click.option("--steps", type=int, default=600, show_default=True)
 @click.pass_context

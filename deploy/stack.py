@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schemas.errors import PerftrackerError
-from .admin import ensure_topics
-from .config import Settings
-from .state import STATE_FILE, StackState, pid_alive, read_state
+from ..schemas.kafka_admin import ensure_topics
+from ..schemas.settings import Settings
+from ..schemas.stackfile import STATE_FILE, StackState, pid_alive, read_state
+from ..schemas.topics import all_topics
 from .tansu import free_port, start_broker
-from .topics import all_topics
 
 
 class StackError(PerftrackerError):

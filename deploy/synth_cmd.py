@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .config import Settings
+from ..schemas.settings import Settings
+from ..schemas.topics import TopicNames
 from .synthetic import SyntheticJob, produce
-from .topics import TopicNames
 
 
 def run_synthetic(settings: Settings, cfg: SyntheticJob, timeout_s: float,

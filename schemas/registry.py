@@ -231,7 +231,7 @@ def codec_for(settings: Any, record_name: str, topic: str, client: RegistryClien
               schemas: SchemaSet | None = None) -> Codec | RegistryCodec:
     """The codec a producer/consumer of ``topic`` should use under ``settings``.
 
-    ``settings``: a deploy ``Settings`` (or its ``KafkaSettings``). Without a registry URL
+    ``settings``: a :class:`~.settings.Settings` (or its ``KafkaSettings``). Without a registry URL
     this is the plain single-object :class:`~.codec.Codec`."""
     kafka = getattr(settings, "kafka", settings)
     url = getattr(kafka, "schema_registry_url", "") or ""

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..deploy.config import StoreSettings
 from ..schemas import MultiCodec, SchemaError
+from ..schemas.settings import StoreSettings
 from .base import BatchingSink
 from .errors import StoreUnavailable
 from .raw import RAW_TABLES, RawMessage, container

@@ -12,8 +12,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..deploy.config import Settings
-from ..deploy.state import pid_alive, read_state
+from ..schemas.settings import Settings
+from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
 from .errors import NoStore, SinkError, UnknownQuery
 from .queries import QUERIES, run_query

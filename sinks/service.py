@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..deploy.config import Settings
-from ..deploy.state import resolve_bootstrap
-from ..deploy.topics import TopicNames, all_topics
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import SINGLE_OBJECT_MAGIC
+from ..schemas.settings import Settings
+from ..schemas.stackfile import resolve_bootstrap
+from ..schemas.topics import TopicNames, all_topics
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
@@ -114,7 +114,7 @@ class SinkService:
     def start(self) -> None:
         from confluent_kafka import Consumer, Producer
 
-        from ..deploy.admin import ensure_topics
+        from ..schemas.kafka_admin import ensure_topics
 
         self._open_store()
         assert self.store is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from ..deploy.config import Settings
+from ..schemas.settings import Settings
 from .errors import SinkError, StoreUnavailable
 
 log = logging.getLogger(__name__)

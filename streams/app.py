@@ -14,8 +14,8 @@ from typing import Any
 
 import faust
 
-from ..deploy.config import Settings
-from ..deploy.topics import TopicNames
+from ..schemas.settings import Settings
+from ..schemas.topics import TopicNames
 from .agents import compare, diagnose, summarize
 from .context import StreamContext
 from .detect import DetectionPolicy

@@ -8,7 +8,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..deploy.topics import TopicNames
 from ..schemas import (
     ANOMALY,
     CONTROL,
@@ -20,6 +19,7 @@ from ..schemas import (
     MultiCodec,
     SchemaError,
 )
+from ..schemas.topics import TopicNames
 
 log = logging.getLogger("perftracker.streams")
 

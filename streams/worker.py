@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 
-from ..deploy.admin import ensure_topics
-from ..deploy.config import Settings
-from ..deploy.state import resolve_bootstrap
-from ..deploy.topics import all_topics
 from ..schemas.errors import ConfigError
+from ..schemas.kafka_admin import ensure_topics
+from ..schemas.settings import Settings
+from ..schemas.stackfile import resolve_bootstrap
+from ..schemas.topics import all_topics
+from .detect import DetectionPolicy
 
 
 def run_worker(settings: Settings) -> None:
-    """Check the broker, create missing topics, then run the Faust worker until stopped."""
+    """Check the settings and the broker, create missing topics, then run the Faust worker until stopped."""
+    DetectionPolicy.from_settings(settings.detection, settings.streams)  # a bad peer_groups fails here
     bootstrap = resolve_bootstrap(settings)
     if not bootstrap:
         raise ConfigError("no Kafka to connect to: set kafka.bootstrap_servers (or "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...schemas.errors import PerftrackerError
-from ..config import Settings
+from ...schemas.settings import Settings
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none")

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ...deploy.config import AlertSettings
+from ...schemas.settings import AlertSettings
 from .base import Channel, Event, Incident, Notification
 from .worker import ChannelWorker, DeliveryPolicy
 

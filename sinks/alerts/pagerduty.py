@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ...deploy.config import Secret
+from ...schemas.settings import Secret
 from .base import Event, HttpRequest, Notification
 
 SEVERITY_MS = ((100.0, "critical"), (10.0, "error"), (0.0, "warning"))

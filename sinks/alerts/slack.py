@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ...deploy.config import Secret
+from ...schemas.settings import Secret
 from .base import Event, HttpRequest, Notification
 
 _ICON = {Event.OPEN: ":rotating_light:", Event.UPDATE: ":warning:", Event.RESOLVE: ":white_check_mark:"}

@@ -14,7 +14,7 @@ import hmac
 import json
 import time
 
-from ...deploy.config import Secret
+from ...schemas.settings import Secret
 from .base import HttpRequest, Notification
 
 TIMESTAMP_HEADER = "X-Perftracker-Timestamp"

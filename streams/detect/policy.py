@@ -1,35 +1,48 @@
 """Detection policy: every threshold the detectors apply, in one frozen object.
 
 Scoring code computes numbers; this policy decides what those numbers mean.
-Built from the deploy settings (``DetectionSettings`` + ``StreamSettings``)
-with :meth:`DetectionPolicy.from_settings`, or with defaults for tests.
+The thresholds a user may tune are declared once, with their defaults and docs,
+in :mod:`perftracker.schemas.settings` (``DetectionSettings``; the window sizes
+in ``StreamSettings``): their fields here take those defaults, and
+:meth:`DetectionPolicy.from_settings` takes the loaded values. The other fields
+are internal thresholds, documented where they are declared. ``DetectionPolicy()``
+with keyword overrides serves tests and benchmarks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+
+from ...schemas.errors import ConfigError
+from ...schemas.settings import DetectionSettings, StreamSettings
+
+TUNABLE = DetectionSettings()  # defaults of the user-tunable thresholds (section detection)
+WINDOWS = StreamSettings()  # defaults of the window sizes (section streams)
 
 
-class PolicyError(ValueError):
+class PolicyError(ConfigError):
     """A detection setting that cannot be used (e.g. a malformed peer_groups)."""
 
 
 @dataclass(frozen=True)
 class DetectionPolicy:
-    """Thresholds and sizes. Times in seconds or ms as named; ratios are fractions."""
+    """Thresholds and sizes. Times in seconds or ms as named; ratios are fractions.
+
+    A field set to ``TUNABLE.x`` or ``WINDOWS.x`` is a setting (default and doc in
+    schemas.settings); the others are internal.
+    """
 
     # peer outliers (robust z = (value - median) / (1.4826 * MAD), MAD floored)
-    mad_threshold: float = 5.0
-    min_excess: float = 0.10
-    min_cost_ms_per_step: float = 1.0
+    mad_threshold: float = TUNABLE.mad_threshold
+    min_excess: float = TUNABLE.min_excess
+    min_cost_ms_per_step: float = TUNABLE.min_cost_ms_per_step
     min_step_share: float = 0.01  # ... and at least this share of the step time
     min_peers: int = 4  # ranks in a peer group (the rank itself included)
     noise_floor_rel: float = 0.02  # MAD floor as a fraction of the peer median
     noise_floor_ms: float = 0.05  # ... and in ms per step
     # persistence
-    persist_windows: int = 2
-    clear_windows: int = 2
+    persist_windows: int = TUNABLE.persist_windows
+    clear_windows: int = TUNABLE.clear_windows
     update_change: float = 0.25  # relative impact change that re-sends an incident
     # collectives: a rank is the late arriver of a (group, seq) when its time inside is the shortest
     late_fraction: float = 0.4  # of the compared seqs (one late call site among several in a group)
@@ -44,18 +57,18 @@ class DetectionPolicy:
     clock_ratio: float = 0.85  # sm clock / max (or / peers' median) below this is throttling
     hot_temp_c: float = 87.0
     # regression and hang
-    regression_pct: float = 5.0
+    regression_pct: float = TUNABLE.regression_pct
     history_windows: int = 120
-    hang_factor: float = 5.0
-    hang_floor_s: float = 30.0
+    hang_factor: float = TUNABLE.hang_factor
+    hang_floor_s: float = TUNABLE.hang_floor_s
     # windows
-    window_s: float = 5.0
-    window_grace_s: float = 3.0
+    window_s: float = WINDOWS.window_s
+    window_grace_s: float = WINDOWS.window_grace_s
     close_lag_ms: int = 500  # a rank's data past a window's end by this much closes it
     max_open_windows: int = 8  # per summarizer / comparator; oldest evicted (counted)
     max_duration_s: float = 3600.0  # longer durations are absurd input
     idle_after_s: float = 600.0  # state with no input for this long may be dropped
-    peer_groups: str = ""
+    peer_groups: str = TUNABLE.peer_groups
 
     @property
     def window_ms(self) -> int:
@@ -66,17 +79,13 @@ class DetectionPolicy:
         return int(round(self.window_grace_s * 1000))
 
     @classmethod
-    def from_settings(cls, detection: Any = None, streams: Any = None) -> DetectionPolicy:
-        """Copy every same-named attribute of the (duck-typed) settings objects."""
-        names = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for source in (detection, streams):
-            if source is None:
-                continue
-            for name in names:
-                if hasattr(source, name):
-                    kwargs[name] = getattr(source, name)
-        policy = cls(**kwargs)
+    def from_settings(cls, detection: DetectionSettings | None = None,
+                      streams: StreamSettings | None = None) -> DetectionPolicy:
+        """The loaded settings' thresholds and window sizes; internal thresholds keep their defaults."""
+        detection = detection or TUNABLE
+        streams = streams or WINDOWS
+        policy = cls(**{f.name: getattr(detection, f.name) for f in fields(DetectionSettings)},
+                     window_s=streams.window_s, window_grace_s=streams.window_grace_s)
         policy.peer_group_map()  # validate at start-up, not at the first window
         return policy
 

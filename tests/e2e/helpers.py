@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perftracker.deploy.config import load_settings
-from perftracker.deploy.topics import TopicNames
 from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas.settings_loader import load_settings
+from perftracker.schemas.topics import TopicNames
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -128,8 +128,8 @@ def launch_profiled(bootstrap: str, prefix: str, script: str, nproc: int, steps:
     """Topics under ``prefix``, a PROFILE request for ``profile_step``, then ``script``
     under ``perftracker launch`` (torchrun, ``nproc`` ranks, ``steps`` steps, no
     duty-cycle window); asserts it exits 0 and returns (topics, job)."""
-    from perftracker.deploy.admin import ensure_topics
-    from perftracker.deploy.topics import all_topics
+    from perftracker.schemas.kafka_admin import ensure_topics
+    from perftracker.schemas.topics import all_topics
 
     conf = {"bootstrap.servers": bootstrap}
     ensure_topics(conf, all_topics(prefix))

@@ -142,9 +142,9 @@ def test_broker_lost_mid_run_training_goes_on_and_the_collector_reconnects(tmp_p
     """
     import threading
 
-    from perftracker.deploy.admin import ensure_topics
     from perftracker.deploy.tansu import start_broker
-    from perftracker.deploy.topics import TopicNames, all_topics
+    from perftracker.schemas.kafka_admin import ensure_topics
+    from perftracker.schemas.topics import TopicNames, all_topics
 
     prefix, job = "rc", "job-reconnect"
     broker = start_broker(log_path=tmp_path / "tansu.log")

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.config import load_settings
 from perftracker.deploy.demo.runner import EXPECTED_CAUSE, run_demo
 from perftracker.deploy.stack import down
+from perftracker.schemas.settings_loader import load_settings
 
 pytestmark = pytest.mark.e2e
 

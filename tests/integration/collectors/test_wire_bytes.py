@@ -3,16 +3,16 @@
 import time
 
 from perftracker.collectors.batch import BatchBuilder
-from perftracker.collectors.config import CollectorConfig
 from perftracker.collectors.events import SpanKind
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, SendCounters, Sender
-from perftracker.deploy.admin import ensure_topics
-from perftracker.deploy.topics import Topic
 from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas.kafka_admin import ensure_topics
+from perftracker.schemas.settings import CollectorSettings
+from perftracker.schemas.topics import Topic
 
 IDENT = RankIdentity("wire", 0, 0, 1, "h", -1, "", 1)
 
@@ -25,7 +25,7 @@ def test_wire_bytes_come_from_librdkafka_and_are_smaller_than_the_encoded_batche
     counters = SendCounters()
     sink = KafkaSink({"bootstrap.servers": kafka_broker.bootstrap}, topic, counters,
                      lambda n: None, errors)
-    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorConfig(),
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorSettings(),
                     IDENT.key)
     for _ in range(3):  # a training loop's repetitive spans, as the collectors record them
         for i in range(2000):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.config import KafkaSettings, Settings, StoreSettings, StreamSettings
-from perftracker.deploy.topics import TopicNames
 from perftracker.schemas import MultiCodec
+from perftracker.schemas.settings import KafkaSettings, Settings, StoreSettings, StreamSettings
+from perftracker.schemas.topics import TopicNames
 from perftracker.sinks.service import SinkService
 
 from ..waiting import wait_for  # noqa: F401 - re-exported for the sink tests

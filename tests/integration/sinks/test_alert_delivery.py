@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from perftracker.deploy.config import Secret
+from perftracker.schemas.settings import Secret
 from perftracker.sinks import samples
 from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
 from perftracker.sinks.alerts.pagerduty import PagerDutyChannel

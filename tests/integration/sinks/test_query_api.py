@@ -9,8 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.config import Secret, Settings, StoreSettings
-from perftracker.deploy.state import StackState
+from perftracker.schemas.settings import Secret, Settings, StoreSettings
+from perftracker.schemas.stackfile import StackState
 from perftracker.sinks import client, samples
 from perftracker.sinks.api import QueryServer
 from perftracker.sinks.errors import NoStore, UnknownQuery

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.config import StoreSettings
 from perftracker.schemas import MultiCodec
+from perftracker.schemas.settings import StoreSettings
 from perftracker.sinks import samples
 from perftracker.sinks.clickhouse import ClickHouseSink
 from perftracker.sinks.raw import RawMessage

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer
-from perftracker.deploy.config import Secret
-from perftracker.deploy.state import StackState
+from perftracker.schemas.settings import Secret
+from perftracker.schemas.stackfile import StackState
 from perftracker.sinks import client, samples
 from perftracker.sinks.errors import StoreUnavailable
 from perftracker.sinks.rows import flat_rows

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from perftracker.deploy.state import pid_alive
 from perftracker.deploy.tansu import free_port
+from perftracker.schemas.stackfile import pid_alive
 
 from .conftest import Stack, stack_env
 

@@ -1,5 +1,4 @@
 from perftracker.collectors.batch import BatchBuilder, event_count
-from perftracker.collectors.config import CollectorConfig
 from perftracker.collectors.events import GroupRef, OpKind, OpSummary, SpanKind
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
@@ -7,6 +6,7 @@ from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 from perftracker.collectors.transport import NullSink, SendCounters, Sender
 from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas.settings import CollectorSettings
 
 IDENT = RankIdentity("j", 2, 2, 4, "h", -1, "", 123)
 WORLD = GroupRef("pg0-4-x", (0, 1, 2, 3))
@@ -65,7 +65,7 @@ def test_lost_batches_are_counted_and_the_count_travels_in_the_next_header():
         rec.dropped += n
 
     sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, FlakySink(counters, lost),
-                    CollectorConfig(), b"j|2")
+                    CollectorSettings(), b"j|2")
     for i in range(4):
         rec.span(SpanKind.USER, "x", i, 1)
     sender.flush_once()
@@ -83,7 +83,7 @@ def test_sender_survives_an_exception():
         raise ValueError("boom")
 
     sender = Sender(rec, BatchBuilder(IDENT), broken, NullSink(SendCounters(), lambda n: None),
-                    CollectorConfig(), b"k")
+                    CollectorSettings(), b"k")
     sender.flush_once()
     assert rec.errors.count == 1
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import yaml
-from perftracker.deploy.config import describe_settings
+from perftracker.schemas.settings_loader import describe_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "deploy" / "compose" / "docker-compose.yaml"

@@ -16,7 +16,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from perftracker.deploy.config import KafkaSettings, Secret, Settings
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.schemas import EVENT_BATCH, Codec, SchemaError, bundled_schemas
 from perftracker.schemas.registry import (
@@ -26,6 +25,7 @@ from perftracker.schemas.registry import (
     RegistryUnavailable,
     codec_for,
 )
+from perftracker.schemas.settings import KafkaSettings, Secret, Settings
 
 USER, PASSWORD = "svc-perftracker", "s3cr3t-pw"
 

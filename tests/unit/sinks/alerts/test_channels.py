@@ -1,6 +1,6 @@
 import json
 
-from perftracker.deploy.config import Secret
+from perftracker.schemas.settings import Secret
 from perftracker.sinks import samples
 from perftracker.sinks.alerts.base import Event, Incident, Notification
 from perftracker.sinks.alerts.pagerduty import PagerDutyChannel, severity

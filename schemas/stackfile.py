@@ -1,4 +1,9 @@
-"""Where the embedded stack runs: ``<data_dir>/stack.json`` written by `perftracker up`."""
+"""Where the embedded stack runs: ``<data_dir>/stack.json`` written by `perftracker up`.
+
+The file is the contract between `perftracker up` (which writes it) and every
+process that finds the embedded broker or the sink's query API through it
+(collectors, stream workers, the sink, the CLI's queries).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import Settings
+from .settings import Settings
 
 STATE_FILE = "stack.json"
 

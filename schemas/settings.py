@@ -1,23 +1,18 @@
-"""Settings: one file (TOML or YAML) plus ``PERFTRACKER_*`` environment variables.
+"""Every perftracker setting, declared once: section, name, type, default and doc.
 
-Each setting is declared once below (section, name, type, default, doc); its
-environment variable is ``PERFTRACKER_<SECTION>_<NAME>`` in upper case, and the
-environment wins over the file. Secrets (``Secret``) come from the environment
-or from a file named by ``<name>_file`` and never appear in reprs or errors.
-Nothing is read at import time: call :func:`load_settings` from ``main()``.
+A setting's environment variable is ``PERFTRACKER_<SECTION>_<NAME>`` in upper
+case (``PERFTRACKER_<NAME>`` for the top-level ones); the environment wins over
+the config file. Secrets (:class:`Secret`) come from the environment or from a
+file named by ``<name>_file`` and never appear in reprs or errors. Loading is
+:mod:`.settings_loader`'s job (call it from ``main()``); `perftracker config`
+lists every field below. This module is the bottom of the layering: any
+package may import it, and it imports the standard library only.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
-
-from ..schemas.errors import ConfigError
-
-ENV_PREFIX = "PERFTRACKER_"
 
 
 class Secret:
@@ -125,6 +120,41 @@ class AlertSettings:
 
 
 @dataclass(frozen=True)
+class CollectorSettings:
+    """Read by ``attach()`` in each training process, from the environment only."""
+
+    enabled: bool = field(default=True, metadata={"doc": "master switch; false = attach() does nothing"})
+    job: str = field(default="", metadata={"doc": "job id; empty = TORCHELASTIC_RUN_ID or a generated one"})
+    bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
+    buffer_mb: float = field(default=32.0, metadata={"doc": "bound of the in-process event buffer; oldest dropped when full"})
+    flush_interval_s: float = field(default=1.0, metadata={"doc": "a batch is built and sent this often"})
+    exit_flush_s: float = field(default=2.0, metadata={"doc": "longest wait for delivery at process exit"})
+    max_batch_events: int = field(default=20_000, metadata={"doc": "events per Kafka message at most"})
+    functions: str = field(default="", metadata={"doc": "extra functions to time, 'module:qualname' comma-separated"})
+    comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
+    ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})
+    forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
+    gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
+    gc_min_us: float = field(default=50.0, metadata={"doc": "GC pauses shorter than this are counted in stats, not sent"})
+    stats_file: str = field(default="", metadata={"doc": "write the collector's stats as JSON here at exit ({rank}, {pid} expand)"})
+    iteration_repeats: int = field(default=10, metadata={"doc": "identical repeats before an iteration pattern is locked"})
+    iteration_relearn: int = field(default=200, metadata={"doc": "non-matching events before the pattern is re-learned"})
+    control: bool = field(default=True, metadata={"doc": "follow pt.control profiling requests"})
+    profile_every_s: float = field(default=600.0, metadata={"doc": "duty-cycle profiling window period; 0 = only on request"})
+    profile_duration_s: float = field(default=2.0, metadata={"doc": "length of a duty-cycle profiling window"})
+    nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
+    nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
+    log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
+
+    @property
+    def buffer_events(self) -> int:
+        return max(1024, int(self.buffer_mb * 1024 * 1024) // EVENT_COST_BYTES)
+
+
+EVENT_COST_BYTES = 256  # measured size of one buffered event tuple with its ints
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = field(default=Path(".perftracker"), metadata={"doc": "state, logs and chDB data of the embedded stack"})
     log_level: str = field(default="INFO", metadata={"doc": "DEBUG, INFO, WARNING, ERROR"})
@@ -133,118 +163,6 @@ class Settings:
     streams: StreamSettings = field(default_factory=StreamSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-            data = yaml.safe_load(text) or {}
-        else:
-            import tomllib
-            data = tomllib.loads(text)
-    except Exception as exc:
-        raise ConfigError(f"config file {path} is not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a table of sections, got {type(data).__name__}")
-    return data
-
-
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    if typ is Secret:
-        return value if isinstance(value, Secret) else Secret(str(value))
-    if typ is Path:
-        return Path(str(value)).expanduser()
-    if typ is bool:
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return bool(value)
-    try:
-        return typ(value)
-    except (TypeError, ValueError):
-        shown = "***" if "password" in where or "secret" in where or "key" in where else repr(value)
-        raise ConfigError(f"{where}: expected {typ.__name__}, got {shown}") from None
-
-
-def _build(cls: type, section: str, file_values: Mapping[str, Any], env: Mapping[str, str]) -> Any:
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in file_values:
-        if key not in known and not (key.endswith("_file") and key[:-5] in known):
-            raise ConfigError(f"unknown setting {section + '.' if section else ''}{key}; known: {sorted(known)}")
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        typ = hints[f.name]
-        if isinstance(typ, type) and is_dataclass(typ):
-            sub = file_values.get(f.name, {})
-            if not isinstance(sub, Mapping):
-                raise ConfigError(f"[{f.name}] must be a table")
-            kwargs[f.name] = _build(typ, f.name, sub, env)
-            continue
-        where = f"{section}.{f.name}" if section else f.name
-        env_name = ENV_PREFIX + (f"{section}_{f.name}" if section else f.name).upper()
-        raw: Any = None
-        if env_name in env:
-            raw = env[env_name]
-        elif env_name + "_FILE" in env:
-            raw = _secret_file(env[env_name + "_FILE"], env_name + "_FILE")
-        elif f.name in file_values:
-            raw = file_values[f.name]
-            if typ is Secret:
-                raise ConfigError(f"{where} is a secret: set {env_name} or {f.name}_file, not the value in the file")
-        elif f.name + "_file" in file_values:
-            raw = _secret_file(file_values[f.name + "_file"], f"{where}_file")
-        if raw is not None:
-            kwargs[f.name] = _coerce(raw, typ, where)
-    return cls(**kwargs)
-
-
-def _secret_file(path: str, where: str) -> Secret:
-    try:
-        return Secret(Path(path).expanduser().read_text().strip())
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
-
-
-def default_config_path(env: Mapping[str, str]) -> Path | None:
-    if ENV_PREFIX + "CONFIG" in env:
-        return Path(env[ENV_PREFIX + "CONFIG"])
-    for candidate in (Path("perftracker.toml"), Path("perftracker.yaml")):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Read ``path`` (or ``$PERFTRACKER_CONFIG``, or ./perftracker.toml|yaml) and the environment."""
-    env = os.environ if env is None else env
-    path = path or default_config_path(env)
-    values = _read_file(path) if path else {}
-    return _build(Settings, "", values, env)
-
-
-def describe_settings() -> list[tuple[str, str, str, str]]:
-    """(env variable, type, default, doc) for every setting, for `perftracker config --help`."""
-    rows = []
-
-    def walk(cls: type, section: str) -> None:
-        hints = get_type_hints(cls)
-        for f in fields(cls):
-            typ = hints[f.name]
-            if isinstance(typ, type) and is_dataclass(typ):
-                walk(typ, f.name)
-                continue
-            default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-            env_name = ENV_PREFIX + (f"{section}_{f.name}" if section else f.name).upper()
-            rows.append((env_name, typ.__name__, repr(default), f.metadata.get("doc", "")))
-
-    walk(Settings, "")
-    return rows
+    collector: CollectorSettings = field(default_factory=CollectorSettings, metadata={
+        "env_only": "collector settings are read in each training process from PERFTRACKER_COLLECTOR_* "
+                    "(`perftracker launch` passes its environment on), not from the config file"})

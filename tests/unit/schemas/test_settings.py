@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.config import ConfigError, Secret, load_settings
+from perftracker.schemas.errors import ConfigError
+from perftracker.schemas.settings import CollectorSettings, Secret
+from perftracker.schemas.settings_loader import describe_settings, load_settings
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -73,3 +76,20 @@ def test_missing_file_is_a_config_error(tmp_path):
 def test_bad_env_value_names_the_setting():
     with pytest.raises(ConfigError, match="kafka.partitions: expected int"):
         load_settings(env={"PERFTRACKER_KAFKA_PARTITIONS": "many"})
+
+
+def test_collector_section_comes_from_its_env_variables():
+    s = load_settings(env={"PERFTRACKER_COLLECTOR_FLUSH_INTERVAL_S": "2", "PERFTRACKER_COLLECTOR_GC": "0"})
+    assert s.collector.flush_interval_s == 2.0 and s.collector.gc is False and s.collector.comms is True
+
+
+def test_collector_section_in_the_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[collector\] cannot be set in the config file"):
+        load_settings(write(tmp_path, "pt.toml", "[collector]\ngc = false\n"), env={})
+
+
+def test_described_settings_cover_every_section_collectors_included():
+    names = {row[0] for row in describe_settings()}
+    assert {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS", "PERFTRACKER_DETECTION_PEER_GROUPS",
+            "PERFTRACKER_COLLECTOR_FLUSH_INTERVAL_S", "PERFTRACKER_COLLECTOR_LOG_EVERY_S"} <= names
+    assert len({n for n in names if n.startswith("PERFTRACKER_COLLECTOR_")}) == len(fields(CollectorSettings))

@@ -1,4 +1,9 @@
-"""Create topics explicitly and check a broker is reachable (confluent-kafka AdminClient)."""
+"""Create topics explicitly and check a broker is reachable (confluent-kafka AdminClient).
+
+Shared by `perftracker up`, every stream worker and the sink (:func:`ensure_topics`)
+and by the collectors (:func:`quiet_kafka_logger`), so it sits at the bottom
+with the topic list it creates. confluent-kafka is imported only when called.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..schemas.errors import PerftrackerError
+from .errors import PerftrackerError
 from .topics import Topic
 
 
