@@ -64,8 +64,8 @@ def test_importing_the_collectors_pulls_in_no_server_module(slim_venv: Path) -> 
 
 def test_launch_from_the_collector_install_delivers_every_rank(slim_venv: Path, kafka_broker,
                                                                unique: str) -> None:
-    from perftracker.deploy.admin import ensure_topics
-    from perftracker.deploy.topics import TopicNames, all_topics
+    from perftracker.schemas.kafka_admin import ensure_topics
+    from perftracker.schemas.topics import TopicNames, all_topics
 
     prefix = f"slim{unique}"
     ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, all_topics(prefix))
