@@ -17,7 +17,8 @@ from types import ModuleType
 from typing import Any
 
 from ..deploy.topics import TopicNames
-from ..schemas import EVENT_BATCH, Codec
+from ..schemas import Codec
+from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
 from .config import AttachSettings
 from .identity import RankIdentity

@@ -118,7 +118,8 @@ def produce(cfg: SyntheticJob, conf: dict[str, str], topic: str) -> int:
     """Send the job's batches to ``topic`` keyed job|rank; returns the number sent."""
     from confluent_kafka import Producer
 
-    from ..schemas import EVENT_BATCH, Codec
+    from ..schemas import Codec
+    from ..schemas.vocabulary import EVENT_BATCH
 
     codec = Codec(EVENT_BATCH)
     producer = Producer({**conf, "linger.ms": 20, "compression.type": "lz4"})

@@ -12,6 +12,8 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
+from ..schemas.vocabulary import ANOMALY, FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW
+
 FUNCTIONS = ("train.py:forward", "train.py:backward", "torch.utils.data:DataLoader.__next__",
              "torch.optim:Optimizer.step", "comm:all_reduce:0")
 HOST_NAME = "node-{:03d}"
@@ -112,9 +114,9 @@ def job_records(job: str, world: int = 8, windows: int = 3, slow_rank: int = 3,
             slow = rank == slow_rank
             for fn in FUNCTIONS:
                 ms = 20.0 if slow and "DataLoader" in fn else 0.5 if slow and fn.startswith("comm:") else 10.0
-                yield "FunctionPattern", pattern(job, w, rank, fn, world, total_ms=ms)
-            yield "RankWindow", rank_window(job, w, rank, world, throttled=slow)
-        yield "FunctionComparison", comparison(job, w, world, slow_rank)
-        yield "FunctionComparison", comparison(job, w, world, slow_rank,
-                                               function="torch.utils.data:DataLoader.__next__")
-    yield "Anomaly", anomaly(job, f"{job}-inc", rank=slow_rank)
+                yield FUNCTION_PATTERN, pattern(job, w, rank, fn, world, total_ms=ms)
+            yield RANK_WINDOW, rank_window(job, w, rank, world, throttled=slow)
+        yield FUNCTION_COMPARISON, comparison(job, w, world, slow_rank)
+        yield FUNCTION_COMPARISON, comparison(job, w, world, slow_rank,
+                                              function="torch.utils.data:DataLoader.__next__")
+    yield ANOMALY, anomaly(job, f"{job}-inc", rank=slow_rank)
