@@ -17,7 +17,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-SPAN_KIND = {"dataloader": 1, "optimizer": 2, "forward": 3, "backward": 4}
+from ..schemas.vocabulary import SpanKind
+
+SPAN_KIND = {f: int(SpanKind[f.upper()]) for f in ("dataloader", "optimizer", "forward", "backward")}
 BASE_MS = {"dataloader": 2.0, "forward": 12.0, "backward": 20.0, "optimizer": 3.0}
 NAMES = {"dataloader": "torch.utils.data.DataLoader.__next__", "forward": "forward",
          "backward": "backward", "optimizer": "torch.optim.SGD.step"}

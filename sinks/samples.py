@@ -12,7 +12,13 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-from ..schemas.vocabulary import ANOMALY, FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW
+from ..schemas.vocabulary import (
+    ANOMALY,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    RANK_WINDOW,
+    SpanKind,
+)
 
 FUNCTIONS = ("train.py:forward", "train.py:backward", "torch.utils.data:DataLoader.__next__",
              "torch.optim:Optimizer.step", "comm:all_reduce:0")
@@ -23,6 +29,10 @@ def _start(window_id: int, window_s: float) -> datetime:
     return datetime.fromtimestamp(window_id * window_s, tz=timezone.utc).replace(microsecond=0)
 
 
+def _kind(function: str) -> int:
+    return int(SpanKind.COLLECTIVE if function.startswith("comm:") else SpanKind.DATALOADER)
+
+
 def pattern(job: str, window_id: int, rank: int, function: str, world: int = 8,
             total_ms: float = 10.0, steps: int = 50, window_s: float = 5.0) -> dict:
     total_ns = int(total_ms * 1e6 * steps)
@@ -31,7 +41,7 @@ def pattern(job: str, window_id: int, rank: int, function: str, world: int = 8,
         "job": job, "window_id": window_id, "window_start_ms": _start(window_id, window_s),
         "window_s": window_s, "rank": rank, "world_size": world, "host": HOST_NAME.format(rank // 8),
         "gpu": rank % 8, "signature": "sig-a", "function": function,
-        "kind": 100 if function.startswith("comm:") else 1, "steps": steps, "count": steps,
+        "kind": _kind(function), "steps": steps, "count": steps,
         "total_ns": total_ns, "p50_ns": per, "p90_ns": int(per * 1.1), "p99_ns": int(per * 1.3),
         "max_ns": int(per * 1.5), "hist": [0, 1, 4, 9, steps],
         "group_ranks": list(range(world)) if function.startswith("comm:") else [],
@@ -68,7 +78,7 @@ def comparison(job: str, window_id: int, world: int = 8, slow_rank: int = 3,
     host = HOST_NAME.format(slow_rank // 8)
     return {
         "job": job, "window_id": window_id, "window_start_ms": _start(window_id, window_s),
-        "window_s": window_s, "function": function, "kind": 100 if collective else 1,
+        "window_s": window_s, "function": function, "kind": _kind(function),
         "ranks_seen": world, "ranks_scored": world, "peer_groups": 1, "median_ms_per_step": 10.0,
         "groups": [{"key": "sig-a", "size": world, "median_ms_per_step": 10.0,
                     "median_calls_per_step": 1.0, "ranks": []}],
