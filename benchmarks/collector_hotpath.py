@@ -54,12 +54,12 @@ def measure(n: int = 2_000, rounds: int = 101) -> dict[str, float]:
     import torch
     import torch.distributed as dist
     from perftracker.collectors.comm import OP_SPECS, CommTimer
-    from perftracker.collectors.events import SpanKind
     from perftracker.collectors.hooks_python import timed_callable
     from perftracker.collectors.iteration import IterationDetector
     from perftracker.collectors.recorder import Recorder
     from perftracker.collectors.safety import ErrorBudget
     from perftracker.deploy.tansu import free_port
+    from perftracker.schemas.vocabulary import SpanKind
 
     rec = Recorder(1 << 20, IterationDetector(), ErrorBudget())
 

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from perftracker.schemas.vocabulary import Status
 from perftracker.streams.detect import DetectionPolicy
 
 from .scenarios import Scenario, event_scenarios, pattern_scenarios, stress_scenarios
@@ -79,7 +80,7 @@ def run_events(sc: Scenario, policy: DetectionPolicy) -> list[Incident]:
 def _incidents(pl: Pipeline, wms: int, t0_ms: int) -> list[Incident]:
     seen: dict[str, Incident] = {}
     for _, a in pl.anomalies:
-        if a["status"] == "OPEN" and a["incident_id"] not in seen:
+        if a["status"] == Status.OPEN and a["incident_id"] not in seen:
             window = (a["last_seen_ms"] - t0_ms) // wms - 1
             seen[a["incident_id"]] = Incident(a["cause"], a["kind"], tuple(a["ranks"]), int(window), a["summary"])
     return list(seen.values())

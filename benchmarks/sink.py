@@ -40,12 +40,18 @@ from perftracker.schemas.settings import (
     StreamSettings,
 )
 from perftracker.schemas.topics import TopicNames, all_topics
+from perftracker.schemas.vocabulary import (
+    ANOMALY,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    RANK_WINDOW,
+)
 from perftracker.sinks import samples
 from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import TABLES
 from perftracker.sinks.service import SinkService, tune_gc
 
-NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
+NAMES = [FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON, ANOMALY]
 
 
 class _Receiver:
@@ -75,8 +81,8 @@ class _Receiver:
 
 def _produce_job(conf: dict, topics: TopicNames, ranks: int, windows: int) -> tuple[int, int]:
     codec = MultiCodec(NAMES)
-    where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
-             "FunctionComparison": topics.findings, "Anomaly": topics.anomalies}
+    where = {FUNCTION_PATTERN: topics.patterns, RANK_WINDOW: topics.findings,
+             FUNCTION_COMPARISON: topics.findings, ANOMALY: topics.anomalies}
     p = Producer({**conf, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4"})
     rows = msgs = 0
     for name, rec in samples.job_records("bench-job", world=ranks, windows=windows, slow_rank=5):
@@ -116,7 +122,7 @@ def _alert_latency(conf: dict, topics: TopicNames, rx: _Receiver, samples_n: int
     for i in range(samples_n):
         rec = samples.anomaly("bench-alerts", incident_id=f"lat-{i}")
         t0 = time.perf_counter()
-        p.produce(topics.anomalies, value=codec.encode("Anomaly", rec), key=b"bench-alerts")
+        p.produce(topics.anomalies, value=codec.encode(ANOMALY, rec), key=b"bench-alerts")
         p.flush(5)
         t1 = _wait(lambda i=i: f"lat-{i}" in rx.arrived, 30)
         out.append((rx.arrived[f"lat-{i}"] - t0) * 1000 if t1 else float("nan"))

@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
         from . import api
         return getattr(api, name)
     if name == "SpanKind":
-        from .events import SpanKind
+        from ..schemas.vocabulary import SpanKind
         return SpanKind
     if name == "CollectorStats":
         from .collector import CollectorStats

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any, TypeVar, overload
 
+from ..schemas.vocabulary import SpanKind
 from .collector import Collector, CollectorStats
 from .config import load_attach_settings
-from .events import SpanKind
 from .identity import default_job, identity_from_env
 
 log = logging.getLogger("perftracker.collectors")

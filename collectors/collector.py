@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from ..schemas import EVENT_BATCH, Codec
+from ..schemas import Codec
 from ..schemas.topics import TopicNames
+from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
 from .config import AttachSettings
 from .identity import RankIdentity

@@ -39,7 +39,8 @@ class ControlFollower(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        from ..schemas import CONTROL, Codec
+        from ..schemas import Codec
+        from ..schemas.vocabulary import CONTROL
 
         codec = Codec(CONTROL)
         consumer = Consumer({**self._conf, "group.id": f"perftracker-collector-{self.job}",

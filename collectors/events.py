@@ -1,4 +1,4 @@
-"""Event kinds and the tuple layouts the hot path appends to the buffer.
+"""The tuple layouts the hot path appends to the buffer (span and op kinds: schemas.vocabulary).
 
 The hot path stores plain tuples (no objects, no formatting); the batch
 builder turns them into the columnar EventBatch off the training thread.
@@ -11,26 +11,14 @@ builder turns them into the columnar EventBatch off the training thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
-# the span kinds of the EventBatch schema are defined once, in the (pure) detection core
-from ..streams.detect.model import SpanKind
+from ..schemas.vocabulary import OpKind
 
 SPAN = 0
 COMM = 1
 ITER = 2
 
-__all__ = ["COMM", "ITER", "SPAN", "GroupRef", "OpKind", "OpSummary", "SpanKind"]
-
-
-class OpKind(IntEnum):
-    """Op summary kinds of a profiling window."""
-
-    CUDA_KERNEL = 0
-    MEMCPY = 1
-    MEMSET = 2
-    CPU_OP = 3
-    COMM_KERNEL = 4
+__all__ = ["COMM", "ITER", "SPAN", "GroupRef", "OpSummary"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-from .events import SpanKind
+from ..schemas.vocabulary import SpanKind
 from .patching import Patches
 from .recorder import Recorder
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..schemas import HARDWARE_BATCH, Codec
+from ..schemas import Codec
+from ..schemas.vocabulary import HARDWARE_BATCH
 from .control import ControlFollower
 from .hardware import HardwareSampler, open_nvml
 from .profiling import ProfileWindows

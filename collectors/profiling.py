@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .events import OpKind, OpSummary
+from ..schemas.vocabulary import OpKind
+from .events import OpSummary
 from .safety import ErrorBudget
 
 log = logging.getLogger("perftracker.collectors")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from .events import COMM, ITER, SPAN, GroupRef, SpanKind
+from ..schemas.vocabulary import SpanKind
+from .events import COMM, ITER, SPAN, GroupRef
 from .iteration import ExplicitSteps, Iteration, IterationDetector, Token
 from .safety import ErrorBudget
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..schemas.kafka_admin import quiet_kafka_logger
 from ..schemas.settings import CollectorSettings
+from ..schemas.vocabulary import HEARTBEAT_S
 from .batch import BatchBuilder, event_count
 from .events import OpSummary
 from .recorder import Recorder
@@ -28,7 +29,6 @@ LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
 
 log = logging.getLogger("perftracker.collectors")
 
-HEARTBEAT_S = 5.0  # an empty batch at least this often, so a silent rank is told from a dead one
 STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
 
 

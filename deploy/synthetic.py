@@ -17,7 +17,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-SPAN_KIND = {"dataloader": 1, "optimizer": 2, "forward": 3, "backward": 4}
+from ..schemas.vocabulary import SpanKind
+
+SPAN_KIND = {f: int(SpanKind[f.upper()]) for f in ("dataloader", "optimizer", "forward", "backward")}
 BASE_MS = {"dataloader": 2.0, "forward": 12.0, "backward": 20.0, "optimizer": 3.0}
 NAMES = {"dataloader": "torch.utils.data.DataLoader.__next__", "forward": "forward",
          "backward": "backward", "optimizer": "torch.optim.SGD.step"}
@@ -118,7 +120,8 @@ def produce(cfg: SyntheticJob, conf: dict[str, str], topic: str) -> int:
     """Send the job's batches to ``topic`` keyed job|rank; returns the number sent."""
     from confluent_kafka import Producer
 
-    from ..schemas import EVENT_BATCH, Codec
+    from ..schemas import Codec
+    from ..schemas.vocabulary import EVENT_BATCH
 
     codec = Codec(EVENT_BATCH)
     producer = Producer({**conf, "linger.ms": 20, "compression.type": "lz4"})

@@ -30,10 +30,7 @@ import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
 from .errors import SchemaError
-
-SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-CONFLUENT_MAGIC = b"\x00"
-_HEADER_LEN = 10
+from .vocabulary import CONFLUENT_MAGIC, SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_MAGIC
 
 
 @dataclass(frozen=True)
@@ -148,13 +145,13 @@ class Codec:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise SchemaError(f"expected bytes, got {type(data).__name__}")
         data = bytes(data)
-        if len(data) < _HEADER_LEN or data[:2] != SINGLE_OBJECT_MAGIC:
+        fp = writer_fingerprint(data)
+        if fp is None:
             raise SchemaError(
                 f"not an Avro single-object message (first bytes {data[:4].hex() or 'empty'}; "
                 f"expected c301 + fingerprint)")
-        fp = data[2:_HEADER_LEN]
         writer = self.schemas.by_fingerprint(fp)
-        body = io.BytesIO(data[_HEADER_LEN:])
+        body = io.BytesIO(data[SINGLE_OBJECT_HEADER_LEN:])
         if writer is None:
             return self._decode_unknown_writer(fp, body)
         if writer.name != self.name:
@@ -180,6 +177,13 @@ class Codec:
                 f"{self.name} v{version} body could not be read with v{self.writer.version}: {exc}"
             ) from exc
         return record
+
+
+def writer_fingerprint(data: bytes) -> bytes | None:
+    """The writer schema's fingerprint in a single-object message; None when ``data`` is not one."""
+    if len(data) < SINGLE_OBJECT_HEADER_LEN or not data.startswith(SINGLE_OBJECT_MAGIC):
+        return None
+    return data[len(SINGLE_OBJECT_MAGIC):SINGLE_OBJECT_HEADER_LEN]
 
 
 def _as_record(value: Any) -> dict:
@@ -221,12 +225,13 @@ class MultiCodec:
     def decode(self, data: bytes) -> tuple[str, dict]:
         """Return ``(record name, record)``; raises :class:`SchemaError` for anything unknown."""
         data = bytes(data) if isinstance(data, (bytearray, memoryview)) else data
-        if not isinstance(data, bytes) or len(data) < _HEADER_LEN or data[:2] != SINGLE_OBJECT_MAGIC:
+        fp = writer_fingerprint(data) if isinstance(data, bytes) else None
+        if fp is None:
             raise SchemaError("not an Avro single-object message")
         any_codec = next(iter(self.codecs.values()))
-        writer = any_codec.schemas.by_fingerprint(data[2:_HEADER_LEN])
+        writer = any_codec.schemas.by_fingerprint(fp)
         if writer is None:
-            raise SchemaError(f"unknown schema fingerprint {data[2:_HEADER_LEN][::-1].hex()} "
+            raise SchemaError(f"unknown schema fingerprint {fp[::-1].hex()} "
                               f"(expected one of {sorted(self.codecs)})")
         if writer.name not in self.codecs:
             raise SchemaError(f"message holds a {writer.name} record, expected one of {sorted(self.codecs)}")

@@ -33,18 +33,16 @@ from typing import Any
 import fastavro
 from fastavro.schema import parse_schema
 
-from .codec import (
-    CONFLUENT_MAGIC,
-    SINGLE_OBJECT_MAGIC,
-    Codec,
-    SchemaSet,
-    _fingerprint_of,
-    confluent_frame,
-)
+from .codec import Codec, SchemaSet, _fingerprint_of, confluent_frame
 from .errors import PerftrackerError, SchemaError
+from .vocabulary import (
+    CONFLUENT_HEADER_LEN,
+    CONFLUENT_MAGIC,
+    SINGLE_OBJECT_HEADER_LEN,
+    SINGLE_OBJECT_MAGIC,
+)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-_CONFLUENT_HEADER_LEN = 5
 
 __all__ = ["RegistryClient", "RegistryCodec", "RegistryError", "RegistryUnavailable", "codec_for",
            "confluent_frame", "subject_for"]
@@ -183,22 +181,23 @@ class RegistryCodec:
         return self.client.register(self.subject, self.inner.writer.raw)
 
     def encode(self, record: dict) -> bytes:
-        body = self.inner.encode(record)[len(SINGLE_OBJECT_MAGIC) + 8:]
+        body = self.inner.encode(record)[SINGLE_OBJECT_HEADER_LEN:]
         return confluent_frame(self.schema_id, body)
 
     def decode(self, data: bytes) -> dict:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise SchemaError(f"expected bytes, got {type(data).__name__}")
         data = bytes(data)
-        if data[:2] == SINGLE_OBJECT_MAGIC:
+        if data.startswith(SINGLE_OBJECT_MAGIC):
             return self.inner.decode(data)
-        if len(data) < _CONFLUENT_HEADER_LEN or data[:1] != CONFLUENT_MAGIC:
+        if len(data) < CONFLUENT_HEADER_LEN or not data.startswith(CONFLUENT_MAGIC):
             raise SchemaError(f"neither Confluent (00 + schema id) nor single-object (c301) framing "
                               f"(first bytes {data[:4].hex() or 'empty'})")
-        schema_id = int.from_bytes(data[1:5], "big")
+        schema_id = int.from_bytes(data[len(CONFLUENT_MAGIC):CONFLUENT_HEADER_LEN], "big")
         writer = self._writer(schema_id)
         try:
-            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, self.inner.writer.parsed)
+            record = fastavro.schemaless_reader(io.BytesIO(data[CONFLUENT_HEADER_LEN:]), writer,
+                                                self.inner.writer.parsed)
         except Exception as exc:  # fastavro raises several types
             raise SchemaError(f"corrupt {self.name} body (registry schema id {schema_id}): {exc}") from exc
         if not isinstance(record, dict):

@@ -19,9 +19,8 @@ import fastavro
 from fastavro.schema import parse_schema
 
 from ..schemas import MultiCodec, SchemaError, bundled_schemas
-from ..schemas.codec import SINGLE_OBJECT_MAGIC
-
-_HEADER_LEN = 10
+from ..schemas.codec import writer_fingerprint
+from ..schemas.vocabulary import SINGLE_OBJECT_HEADER_LEN
 
 
 class RecordDecoder:
@@ -35,11 +34,13 @@ class RecordDecoder:
 
     def decode(self, data: bytes) -> tuple[str, dict]:
         """``(record name, record)``; raises :class:`SchemaError` for anything unknown or corrupt."""
-        if type(data) is bytes and data[:2] == SINGLE_OBJECT_MAGIC:
-            hit = self._fast.get(data[2:_HEADER_LEN])
+        fp = writer_fingerprint(data) if type(data) is bytes else None
+        if fp is not None:
+            hit = self._fast.get(fp)
             if hit is not None:
                 try:
-                    record = fastavro.schemaless_reader(io.BytesIO(data[_HEADER_LEN:]), hit[1], None)
+                    record = fastavro.schemaless_reader(io.BytesIO(data[SINGLE_OBJECT_HEADER_LEN:]),
+                                                        hit[1], None)
                     return hit[0], record  # type: ignore[return-value]  # a record schema reads a dict
                 except Exception as exc:  # fastavro raises several types on corrupt bodies
                     raise SchemaError(f"corrupt {hit[0]} body: {exc}") from exc

@@ -23,9 +23,9 @@ from functools import cache
 import fastavro
 
 from ..schemas import bundled_schemas
+from ..schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, SINGLE_OBJECT_HEADER_LEN
 
-RAW_TABLES = {"FunctionPattern": "raw_function_patterns", "RankWindow": "raw_rank_windows"}
-_HEADER_LEN = 10
+RAW_TABLES = {FUNCTION_PATTERN: "raw_function_patterns", RANK_WINDOW: "raw_rank_windows"}
 
 _AVRO_TO_CH = {"int": "Int32", "long": "Int64", "float": "Float32", "double": "Float64",
                "string": "String", "boolean": "UInt8"}
@@ -117,7 +117,7 @@ def _zigzag(n: int) -> bytes:
 def container(name: str, messages: list[RawMessage]) -> bytes:
     """An Avro object container file of one block holding the messages' datums."""
     header = _container_header(name)
-    block = b"".join(m.value[_HEADER_LEN:] for m in messages)
+    block = b"".join(m.value[SINGLE_OBJECT_HEADER_LEN:] for m in messages)
     return header + _zigzag(len(messages)) + _zigzag(len(block)) + block + header[-16:]
 
 

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from ..schemas.vocabulary import ANOMALY, FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW, Status
+
 Row = tuple[Any, ...]
 Batches = list[tuple[str, list[Row]]]
 
-_STATUS_ORDER = {"OPEN": 0, "UPDATED": 1, "RESOLVED": 2}
+_STATUS_ORDER = {Status.OPEN: 0, Status.UPDATED: 1, Status.RESOLVED: 2}
 
 
 def _ms(value: Any) -> int:
@@ -120,8 +122,8 @@ def flat_rows(name: str, record: dict) -> Iterator[tuple[str, Row]]:
 
 
 ROW_BUILDERS = {
-    "FunctionPattern": pattern_rows,
-    "RankWindow": rank_window_rows,
-    "FunctionComparison": comparison_rows,
-    "Anomaly": anomaly_rows,
+    FUNCTION_PATTERN: pattern_rows,
+    RANK_WINDOW: rank_window_rows,
+    FUNCTION_COMPARISON: comparison_rows,
+    ANOMALY: anomaly_rows,
 }

@@ -12,6 +12,14 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
+from ..schemas.vocabulary import (
+    ANOMALY,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    RANK_WINDOW,
+    SpanKind,
+)
+
 FUNCTIONS = ("train.py:forward", "train.py:backward", "torch.utils.data:DataLoader.__next__",
              "torch.optim:Optimizer.step", "comm:all_reduce:0")
 HOST_NAME = "node-{:03d}"
@@ -19,6 +27,10 @@ HOST_NAME = "node-{:03d}"
 
 def _start(window_id: int, window_s: float) -> datetime:
     return datetime.fromtimestamp(window_id * window_s, tz=timezone.utc).replace(microsecond=0)
+
+
+def _kind(function: str) -> int:
+    return int(SpanKind.COLLECTIVE if function.startswith("comm:") else SpanKind.DATALOADER)
 
 
 def pattern(job: str, window_id: int, rank: int, function: str, world: int = 8,
@@ -29,7 +41,7 @@ def pattern(job: str, window_id: int, rank: int, function: str, world: int = 8,
         "job": job, "window_id": window_id, "window_start_ms": _start(window_id, window_s),
         "window_s": window_s, "rank": rank, "world_size": world, "host": HOST_NAME.format(rank // 8),
         "gpu": rank % 8, "signature": "sig-a", "function": function,
-        "kind": 100 if function.startswith("comm:") else 1, "steps": steps, "count": steps,
+        "kind": _kind(function), "steps": steps, "count": steps,
         "total_ns": total_ns, "p50_ns": per, "p90_ns": int(per * 1.1), "p99_ns": int(per * 1.3),
         "max_ns": int(per * 1.5), "hist": [0, 1, 4, 9, steps],
         "group_ranks": list(range(world)) if function.startswith("comm:") else [],
@@ -66,7 +78,7 @@ def comparison(job: str, window_id: int, world: int = 8, slow_rank: int = 3,
     host = HOST_NAME.format(slow_rank // 8)
     return {
         "job": job, "window_id": window_id, "window_start_ms": _start(window_id, window_s),
-        "window_s": window_s, "function": function, "kind": 100 if collective else 1,
+        "window_s": window_s, "function": function, "kind": _kind(function),
         "ranks_seen": world, "ranks_scored": world, "peer_groups": 1, "median_ms_per_step": 10.0,
         "groups": [{"key": "sig-a", "size": world, "median_ms_per_step": 10.0,
                     "median_calls_per_step": 1.0, "ranks": []}],
@@ -112,9 +124,9 @@ def job_records(job: str, world: int = 8, windows: int = 3, slow_rank: int = 3,
             slow = rank == slow_rank
             for fn in FUNCTIONS:
                 ms = 20.0 if slow and "DataLoader" in fn else 0.5 if slow and fn.startswith("comm:") else 10.0
-                yield "FunctionPattern", pattern(job, w, rank, fn, world, total_ms=ms)
-            yield "RankWindow", rank_window(job, w, rank, world, throttled=slow)
-        yield "FunctionComparison", comparison(job, w, world, slow_rank)
-        yield "FunctionComparison", comparison(job, w, world, slow_rank,
-                                               function="torch.utils.data:DataLoader.__next__")
-    yield "Anomaly", anomaly(job, f"{job}-inc", rank=slow_rank)
+                yield FUNCTION_PATTERN, pattern(job, w, rank, fn, world, total_ms=ms)
+            yield RANK_WINDOW, rank_window(job, w, rank, world, throttled=slow)
+        yield FUNCTION_COMPARISON, comparison(job, w, world, slow_rank)
+        yield FUNCTION_COMPARISON, comparison(job, w, world, slow_rank,
+                                              function="torch.utils.data:DataLoader.__next__")
+    yield ANOMALY, anomaly(job, f"{job}-inc", rank=slow_rank)

@@ -26,10 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from ..schemas import SchemaError, bundled_schemas
-from ..schemas.codec import SINGLE_OBJECT_MAGIC
+from ..schemas.codec import writer_fingerprint
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
+from ..schemas.vocabulary import (
+    ANOMALY,
+    DEADLETTER_OFFSET,
+    DEADLETTER_PARTITION,
+    DEADLETTER_REASON,
+    DEADLETTER_REASON_MAX_CHARS,
+    DEADLETTER_SOURCE_TOPIC,
+    DEADLETTER_STAGE,
+)
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
@@ -178,7 +187,8 @@ class SinkService:
         self.stats.consumed += 1
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
-        raw_name = self._raw_fps.get(value[2:10]) if value and value[:2] == SINGLE_OBJECT_MAGIC else None
+        fp = writer_fingerprint(value) if value else None
+        raw_name = self._raw_fps.get(fp) if fp is not None else None
         if raw_name is not None:
             self.sink.add_raw(raw_name, RawMessage(value, topic, partition, offset))  # type: ignore[arg-type]
             self.stats.rows_buffered += 1
@@ -195,7 +205,7 @@ class SinkService:
         for table, rows in batches:
             self.sink.add_rows(table, rows)
             self.stats.rows_buffered += len(rows)
-        if name == "Anomaly":
+        if name == ANOMALY:
             self.dispatcher.submit(record)
 
     def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
@@ -213,9 +223,10 @@ class SinkService:
         try:
             self._producer.produce(
                 self.topics.deadletter, value=value, key=topic.encode(),
-                headers=[("reason", reason[:1000].encode()), ("source_topic", topic.encode()),
-                         ("partition", str(partition).encode()), ("offset", str(offset).encode()),
-                         ("stage", b"sink")])
+                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
+                         (DEADLETTER_SOURCE_TOPIC, topic.encode()),
+                         (DEADLETTER_PARTITION, str(partition).encode()),
+                         (DEADLETTER_OFFSET, str(offset).encode()), (DEADLETTER_STAGE, b"sink")])
         except BufferError:
             log.warning("dead-letter queue full; message %s[%d]@%d not forwarded", topic, partition, offset)
 

@@ -8,22 +8,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schemas import (
+from ..schemas import Codec, MultiCodec, SchemaError
+from ..schemas.topics import TopicNames
+from ..schemas.vocabulary import (
     ANOMALY,
     CONTROL,
+    DEADLETTER_REASON,
+    DEADLETTER_REASON_MAX_CHARS,
+    DEADLETTER_SOURCE,
     EVENT_BATCH,
+    FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
     HARDWARE_BATCH,
     RANK_WINDOW,
-    Codec,
-    MultiCodec,
-    SchemaError,
 )
-from ..schemas.topics import TopicNames
 
 log = logging.getLogger("perftracker.streams")
-
-FUNCTION_COMPARISON = "FunctionComparison"
 
 
 def now_ms() -> int:
@@ -53,7 +53,8 @@ class StreamContext:
         try:
             await self.topics["deadletter"].send(
                 key=source.encode(), value=bytes(value),
-                headers=[("reason", reason[:1000].encode()), ("source", source.encode())])
+                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
+                         (DEADLETTER_SOURCE, source.encode())])
         except Exception as exc:  # the dead-letter path itself must never kill an agent
             self.counters["deadletter.send_failed"] += 1
             log.error("could not dead-letter a message from %s: %s", source, exc)

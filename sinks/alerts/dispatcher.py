@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...schemas.settings import AlertSettings
+from ...schemas.vocabulary import Status
 from .base import Channel, Event, Incident, Notification
 from .worker import ChannelWorker, DeliveryPolicy
 
@@ -77,7 +78,7 @@ class AlertDispatcher:
         if tracked and tracked.last_key == key:
             self.skipped += 1
             return None
-        if i.status == "RESOLVED":
+        if i.status == Status.RESOLVED:
             was_open = bool(tracked and tracked.opened)
             self._track(i.incident_id, _Tracked(False, key, now))
             if was_open or (tracked is None and i.impact_ms_per_step >= self.policy.min_impact_ms_per_step):

@@ -10,8 +10,9 @@ import time
 from html import escape
 from typing import Any
 
+from ...schemas.vocabulary import Status
 from .svg import share_color, slowdown_color, step_time_chart
-from .words import cause_title, evidence_lines, explain, who
+from .words import advice, cause_title, evidence_lines, explain, who
 
 CSS = """
 body{font:14px/1.45 -apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;color:#222;background:#f6f7f9}
@@ -28,7 +29,7 @@ table.grid th{background:#f0f2f5;font-weight:600}table.grid th.fn{text-align:lef
 .badge{display:inline-block;font-size:11px;padding:1px 7px;border-radius:9px;background:#eee;margin-left:6px;vertical-align:middle}
 .badge.open,.badge.updated{background:#fde2e1;color:#b31d28}.badge.resolved{background:#e6e6e6;color:#555}
 .card dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:8px 0}.card dt{color:#666}.card dd{margin:0}
-.card .summary{margin:6px 0;font-weight:500}.card .why{color:#333}.note{color:#666;font-size:12px}
+.card .summary{margin:6px 0;font-weight:500}.card .why{color:#333}.card .advice{color:#333;font-style:italic}.note{color:#666;font-size:12px}
 .missing{color:#8a6d3b;background:#fcf8e3;padding:6px 10px;border-radius:4px}
 """
 
@@ -121,7 +122,7 @@ def render_late_arrivals(rows: list[dict]) -> str:
 
 
 def render_card(inc: dict[str, Any]) -> str:
-    status = str(inc.get("status", "OPEN"))
+    status = str(inc.get("status", Status.OPEN.value))
     step_ms = inc.get("step_time_ms") or 0.0
     share = f" ({inc['impact_ms_per_step'] / step_ms:.0%} of the {step_ms:.1f} ms step)" if step_ms else ""
     facts = [("ranks", ", ".join(map(str, inc.get("ranks", []))) or "-"),
@@ -133,12 +134,17 @@ def render_card(inc: dict[str, Any]) -> str:
              ("last seen", _fmt_time(inc.get("last_seen_s"))), ("windows", str(inc.get("windows", "")))]
     facts += evidence_lines(inc.get("evidence"))
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
-    return (f'<div class="card incident {"resolved" if status == "RESOLVED" else ""}" '
+    return (f'<div class="card incident {"resolved" if status == Status.RESOLVED else ""}" '
             f'data-cause="{escape(str(inc.get("cause", "")))}" data-ranks="{escape(",".join(map(str, inc.get("ranks", []))))}">'
             f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), inc.get("hosts", [])))}'
             f'<span class="badge {status.lower()}">{escape(status)}</span></h3>'
             f'<p class="summary">{escape(str(inc.get("summary", "")))}</p>'
-            f'<p class="why">{escape(explain(inc))}</p><dl>{dl}</dl></div>')
+            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}<dl>{dl}</dl></div>')
+
+
+def _advice_line(inc: dict[str, Any]) -> str:
+    text = advice(str(inc.get("cause", "")))
+    return f'<p class="advice">What to check: {escape(text)}</p>' if text else ""
 
 
 def render_html(data: dict) -> str:

@@ -1,43 +1,13 @@
-"""Plain words for causes and evidence: what an on-call engineer reads on an incident card."""
+"""Plain words for causes and evidence: what an on-call engineer reads on an incident card.
+
+The words of each cause are in :data:`perftracker.schemas.causes.CAUSES`; an id this
+version does not know (a newer writer's) gets generic words."""
 
 from __future__ import annotations
 
 from typing import Any
 
-CAUSE_TITLES: dict[str, str] = {
-    "slow_dataloader": "Slow data loader",
-    "host_cpu_contention": "CPU contention on the host",
-    "gc_pause": "Garbage-collection pauses",
-    "slow_link": "Slow link / late collective",
-    "slow_gpu": "Slow GPU",
-    "gpu_throttle": "GPU throttling",
-    "stage_imbalance": "Pipeline stage imbalance",
-    "data_imbalance": "Data imbalance",
-    "shared_inefficiency": "Inefficiency shared by all ranks",
-    "regression": "Step time regression",
-    "hang": "Hang",
-    "slow_function": "Slow function",
-    "straggler": "Straggler",
-}
-
-CAUSE_EXPLANATIONS: dict[str, str] = {
-    "slow_dataloader": "Fetching the next batch takes longer on {who} than on its peers, so {who} "
-                       "reaches the gradient all_reduce last and every other rank waits for it.",
-    "host_cpu_contention": "{who} gets less CPU than its peers (another process competes for its "
-                           "core), so its Python and compute run slower and the others wait.",
-    "gc_pause": "Python's garbage collector pauses {who} for long stretches; the pauses delay its "
-                "arrival at the collectives and every other rank waits.",
-    "slow_link": "{who} enters the collective late or moves data slowly; the other ranks spend the "
-                 "difference waiting inside the call.",
-    "slow_gpu": "Kernels run slower on {who}'s GPU than on identical peers.",
-    "gpu_throttle": "{who}'s GPU runs below its normal clocks (throttling), so its kernels are slow.",
-    "stage_imbalance": "Pipeline stages carry unequal work; {who} does more per step.",
-    "data_imbalance": "{who} gets larger or harder batches than its peers.",
-    "shared_inefficiency": "Every rank spends more time here than expected; this is not one bad rank.",
-    "regression": "The job's step time rose above its recent best.",
-    "hang": "{who} never reached the pending collective; the others are stuck waiting.",
-    "slow_function": "A function on {who} takes longer than on its peers.",
-}
+from ...schemas.causes import CAUSES, Cause, CauseWords
 
 _UNITS = (("_ms_per_step", " (ms/step)"), ("_ms", " (ms)"), ("_ns", " (ns)"), ("_pct", " (%)"),
           ("_s", " (s)"), ("_mhz", " (MHz)"), ("_c", " (°C)"), ("_w", " (W)"))
@@ -51,13 +21,29 @@ def who(ranks: list[int], hosts: list[str]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {names}{where}"
 
 
+def _words(cause: str) -> CauseWords | None:
+    """The table's words for a cause id; None for an id this version does not know."""
+    try:
+        return CAUSES[Cause(cause)]
+    except ValueError:
+        return None
+
+
 def cause_title(cause: str) -> str:
-    return CAUSE_TITLES.get(cause, cause.replace("_", " ").capitalize())
+    words = _words(cause)
+    return words.title if words else cause.replace("_", " ").capitalize()
 
 
 def explain(incident: dict[str, Any]) -> str:
-    template = CAUSE_EXPLANATIONS.get(incident.get("cause", ""), "{who} differs from its peers.")
+    words = _words(incident.get("cause", ""))
+    template = words.explanation if words else "{who} differs from its peers."
     return template.format(who=who(list(incident.get("ranks") or []), []))
+
+
+def advice(cause: str) -> str:
+    """What to check first; '' for an unknown cause."""
+    words = _words(cause)
+    return words.advice if words else ""
 
 
 def label(key: str) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import FUNCTION_COMPARISON, StreamContext, now_ms
+from ...schemas.vocabulary import FUNCTION_COMPARISON
+from ..context import StreamContext, now_ms
 from ..detect import FunctionComparator
 
 POLL_INTERVAL_S = 0.5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...schemas import FUNCTION_PATTERN, HARDWARE_BATCH
+from ...schemas.vocabulary import FUNCTION_PATTERN, HARDWARE_BATCH
 from ..context import StreamContext, now_ms
 from ..detect import RankSummarizer
 

@@ -10,12 +10,11 @@ from .columnar import collective_lateness, peer_scores
 from .compare import FunctionComparator
 from .diagnose import JobDiagnoser
 from .findings import Finding
-from .model import Cause, Kind, SpanKind, Status
 from .policy import DetectionPolicy, PolicyError, parse_peer_groups
 from .summarize import RankSummarizer
 
 __all__ = [
-    "Cause", "DetectionPolicy", "Finding", "FunctionComparator", "JobDiagnoser", "Kind",
-    "PolicyError", "RankSummarizer", "SpanKind", "Status", "collective_lateness",
+    "DetectionPolicy", "Finding", "FunctionComparator", "JobDiagnoser",
+    "PolicyError", "RankSummarizer", "collective_lateness",
     "parse_peer_groups", "peer_scores",
 ]

@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...schemas.vocabulary import FUNCTION_PATTERN_VERSION, RANK_WINDOW_VERSION, SpanKind
 from .histogram import histogram
-from .model import (
-    COMM_PREFIX,
-    SCHEMA_VERSION,
-    STRUCTURAL,
-    SpanKind,
-    comm_op,
-    kind_function,
-)
+from .model import COMM_PREFIX, STRUCTURAL, comm_op, kind_function
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
@@ -101,7 +95,7 @@ def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: s
         d = np.concatenate([d, np.asarray(acc.durations, dtype=np.int64)])
     q = np.percentile(d, [50, 90, 99]) if len(d) else np.zeros(3)
     return {
-        "schema_version": SCHEMA_VERSION, "job": meta.job, "window_id": int(window_id),
+        "schema_version": FUNCTION_PATTERN_VERSION, "job": meta.job, "window_id": int(window_id),
         "window_start_ms": int(window_id * round(window_s * 1000)), "window_s": float(window_s),
         "rank": meta.rank, "world_size": meta.world_size, "host": meta.host, "gpu": meta.gpu,
         "signature": signature, "function": name, "kind": int(acc.kind), "steps": int(steps),
@@ -143,7 +137,7 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
     ``batches``: batches that arrived since the previous window closed (sign of life)."""
     hw = w.hw
     return {
-        "schema_version": SCHEMA_VERSION, "job": meta.job, "window_id": int(window_id),
+        "schema_version": RANK_WINDOW_VERSION, "job": meta.job, "window_id": int(window_id),
         "window_start_ms": int(window_id * round(window_s * 1000)), "window_s": float(window_s),
         "rank": meta.rank, "world_size": meta.world_size, "host": meta.host, "gpu": meta.gpu,
         "signature": signature,

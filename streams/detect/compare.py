@@ -15,8 +15,9 @@ from statistics import median
 
 import numpy as np
 
+from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
 from .columnar import binomial_tail, collective_lateness, peer_scores, seq_matrix
-from .model import NOT_COMPARED, SCHEMA_VERSION, SpanKind, finite_nonneg, to_ms
+from .model import NOT_COMPARED, finite_nonneg, to_ms
 from .policy import DetectionPolicy
 
 MAX_EVALUATED_REMEMBERED = 32
@@ -257,7 +258,7 @@ def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min
 
 def _empty_record(job: str, function: str, window_id: int, patterns: list[dict]) -> dict:
     return {
-        "schema_version": SCHEMA_VERSION, "job": job, "window_id": int(window_id),
+        "schema_version": FUNCTION_COMPARISON_VERSION, "job": job, "window_id": int(window_id),
         "window_start_ms": 0, "window_s": float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
         "function": function, "kind": 0, "ranks_seen": 0, "ranks_scored": 0, "peer_groups": 0,
         "median_ms_per_step": 0.0, "groups": [], "outliers": [], "members": [], "member_max_seq": [],

@@ -20,10 +20,11 @@ from collections import Counter
 
 import numpy as np
 
+from ...schemas.vocabulary import CONTROL_VERSION, FUNCTION_COMPARISON, RANK_WINDOW
 from .findings import Finding
 from .incidents import Track, step
 from .liveness import LivenessState, hang, note_collectives, regression
-from .model import SCHEMA_VERSION, to_ms
+from .model import to_ms
 from .policy import DetectionPolicy
 from .window import diagnose_window, step_ms
 
@@ -67,9 +68,9 @@ class JobDiagnoser:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
-        if record_name == "RankWindow":
+        if record_name == RANK_WINDOW:
             self._add_rank_window(wid, record, now_wall_ms)
-        elif record_name == "FunctionComparison":
+        elif record_name == FUNCTION_COMPARISON:
             self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = record
             if self.first_cmp[wid] is None:
                 self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
@@ -173,7 +174,7 @@ class JobDiagnoser:
         self.last_profile_window = wid
         rid = hashlib.sha1(f"{self.job}|profile|{wid}".encode()).hexdigest()[:16]
         return [{
-            "schema_version": SCHEMA_VERSION, "job": self.job, "request_id": rid, "command": "PROFILE",
+            "schema_version": CONTROL_VERSION, "job": self.job, "request_id": rid, "command": "PROFILE",
             "start_step": int(max(self.live.max_last_step, 0) + PROFILE_AHEAD_STEPS),
             "duration_s": PROFILE_DURATION_S, "reason": reg.summary, "issued_ms": int(to_ms(now)),
         }]

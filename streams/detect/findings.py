@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...schemas.causes import Cause
+from ...schemas.vocabulary import Kind, SpanKind
 from .accumulate import THERMAL_POWER_BITS
-from .model import KIND_PREFIX, Cause, Kind, SpanKind
+from .model import KIND_PREFIX
 
 COMPUTE = frozenset({SpanKind.OPTIMIZER, SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.OP_SUMMARY})
 CPU_ONLY = frozenset({SpanKind.PYTHON, SpanKind.DATALOADER, SpanKind.USER})
@@ -124,18 +126,6 @@ def rank_impact(outliers: list[dict]) -> float:
     gc = max((o["cost_ms_per_step"] for o in agg if o["kind"] == SpanKind.GC), default=0.0)
     named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
     return float(max(non_gc, gc, named))
-
-
-CAUSE_WORDS = {
-    Cause.SLOW_GPU: "its GPU computes slower than its peers' (no throttling seen)",
-    Cause.GPU_THROTTLE: "its GPU is throttled",
-    Cause.HOST_CPU_CONTENTION: "its host CPU is contended (CPU-side and compute work both slow)",
-    Cause.SLOW_DATALOADER: "its data loader is slow",
-    Cause.GC_PAUSE: "Python garbage collection pauses",
-    Cause.SLOW_FUNCTION: "a Python function is slow",
-    Cause.DATA_IMBALANCE: "it gets more work per step than its peers (data/MoE imbalance, not a fault)",
-    Cause.SLOW_LINK: "a slow network/PCIe link",
-}
 
 
 def kind_of(k: str) -> Kind:

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...schemas.vocabulary import ANOMALY_VERSION, Status
 from .findings import Finding
-from .model import SCHEMA_VERSION, Status
 from .policy import DetectionPolicy
 
 
@@ -95,7 +95,7 @@ def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float)
     t.explains_ms = float(f.evidence.get("explains_ms", f.impact_ms))
     evidence = dict(f.evidence, windows=t.streak)
     rec = {
-        "schema_version": SCHEMA_VERSION, "incident_id": t.incident_id, "job": job,
+        "schema_version": ANOMALY_VERSION, "incident_id": t.incident_id, "job": job,
         "status": status.value, "kind": f.kind.value, "cause": f.cause.value,
         "ranks": list(f.ranks), "hosts": list(f.hosts), "gpus": list(f.gpus), "function": f.function,
         "score": float(f.score), "impact_ms_per_step": round(float(f.impact_ms), 3),

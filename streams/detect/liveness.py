@@ -9,8 +9,8 @@ biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step.
 
 Hang: consecutive windows in which no rank completed an iteration while the
-collectors still send batches (heartbeats, at least every 5 s): a job whose ranks went
-silent has finished or died, it is not hung. A hang when they span max(hang_factor x
+collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
+ranks went silent has finished or died, it is not hung. A hang when they span max(hang_factor x
 typical step, hang_floor_s) and batches kept arriving through the stall and recently. The ranks named are
 those that never reached the pending collective: in the group most ranks are
 pending in, the members whose highest seq is below the group's highest.
@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...schemas.causes import Cause
+from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .findings import Finding
-from .model import Cause, Kind
 from .policy import DetectionPolicy
-
-HEARTBEAT_S = 5.0  # collectors send a batch at least this often, heartbeats included
 
 
 @dataclass

@@ -1,74 +1,25 @@
-"""Shared vocabulary of the detection core: enums, span kinds, record helpers."""
+"""What the detection stages share: function-name prefixes, span-kind groups, record helpers.
+
+The wire vocabulary itself (record names, versions, span kinds, Kind/Cause/Status) is in
+``schemas.vocabulary`` and ``schemas.causes``.
+"""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime
-from enum import Enum, IntEnum
 from typing import Any
 
-SCHEMA_VERSION = 1
+from ...schemas.vocabulary import SpanKind
+
 COMM_PREFIX = "comm:"
 KIND_PREFIX = "kind:"
-
-
-class SpanKind(IntEnum):
-    """EventBatch.spans.kind, plus the FunctionPattern-only kinds."""
-
-    PYTHON = 0
-    DATALOADER = 1
-    OPTIMIZER = 2
-    FORWARD = 3
-    BACKWARD = 4
-    GC = 5
-    CHECKPOINT = 6
-    SYNCHRONIZE = 7
-    USER = 8
-    COLLECTIVE = 100
-    OP_SUMMARY = 101
-
 
 # kinds whose time is waiting, never a rank's own slowness, or is periodic all-rank work
 NOT_COMPARED = frozenset({SpanKind.CHECKPOINT, SpanKind.SYNCHRONIZE, SpanKind.COLLECTIVE})
 # kinds that define what a rank does (its peer signature)
 STRUCTURAL = frozenset({SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD, SpanKind.BACKWARD})
 CPU_SIDE = frozenset({SpanKind.PYTHON, SpanKind.DATALOADER, SpanKind.USER})
-
-
-class Kind(str, Enum):
-    """Anomaly.kind."""
-
-    OUTLIER = "outlier"
-    STRAGGLER = "straggler"
-    EXPECTATION = "expectation"
-    IMBALANCE = "imbalance"
-    REGRESSION = "regression"
-    HANG = "hang"
-
-
-class Cause(str, Enum):
-    """Anomaly.cause: the root-cause class."""
-
-    SLOW_GPU = "slow_gpu"
-    GPU_THROTTLE = "gpu_throttle"
-    SLOW_LINK = "slow_link"
-    HOST_CPU_CONTENTION = "host_cpu_contention"
-    SLOW_DATALOADER = "slow_dataloader"
-    GC_PAUSE = "gc_pause"
-    STAGE_IMBALANCE = "stage_imbalance"
-    DATA_IMBALANCE = "data_imbalance"
-    SHARED_INEFFICIENCY = "shared_inefficiency"
-    REGRESSION = "regression"
-    HANG = "hang"
-    SLOW_FUNCTION = "slow_function"
-
-
-class Status(str, Enum):
-    """Anomaly.status."""
-
-    OPEN = "OPEN"
-    UPDATED = "UPDATED"
-    RESOLVED = "RESOLVED"
 
 
 def kind_function(kind: int) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, SpanKind
 from .accumulate import (
     RankMeta,
     WindowAcc,
@@ -26,7 +27,7 @@ from .accumulate import (
     rank_window_record,
     signature_of,
 )
-from .model import SpanKind, comm_function, kind_function
+from .model import comm_function, kind_function
 from .policy import DetectionPolicy
 
 FUTURE_SLACK_MS = 1000  # an event may end at most this long after its batch's wall time
@@ -295,8 +296,8 @@ class RankSummarizer:
         if w.functions or steps:
             add_kind_aggregates(w)
         for name, acc in sorted(w.functions.items()):
-            out.append(("FunctionPattern", pattern_record(self.meta, wid, wsec, sig, name, acc, steps)))
-        out.append(("RankWindow", rank_window_record(self.meta, wid, wsec, sig, w, self.sticky, self.health,
+            out.append((FUNCTION_PATTERN, pattern_record(self.meta, wid, wsec, sig, name, acc, steps)))
+        out.append((RANK_WINDOW, rank_window_record(self.meta, wid, wsec, sig, w, self.sticky, self.health,
                                                      batches=self.batches_since_close)))
         self.batches_since_close = 0
         return out

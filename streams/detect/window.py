@@ -22,15 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .findings import (
-    CAUSE_WORDS,
-    Finding,
-    classify,
-    rank_impact,
-    throttle_evidence,
-    top_function,
-)
-from .model import KIND_PREFIX, Cause, Kind, SpanKind, comm_op
+from ...schemas.causes import CAUSES, Cause
+from ...schemas.vocabulary import Kind, SpanKind
+from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
+from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
@@ -153,7 +148,7 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short(ranks)}"
     summary = (f"{who} on {', '.join(hosts[:3])}: {top['function']} takes {top['value_ms_per_step']:.1f} ms/step "
                f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({top['ratio']:.2f}x) - "
-               f"{CAUSE_WORDS.get(cause, cause.value)}; costs the job ~{impact:.1f} ms per step")
+               f"{CAUSES[cause].reason}; costs the job ~{impact:.1f} ms per step")
     intermittent = all(o.get("intermittent", False) for o in outs)
     if intermittent:
         evidence["intermittent"] = True

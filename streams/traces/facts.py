@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .kineto import OpKind
+from ...schemas.vocabulary import OpKind
 
 
 def _us(ns: float) -> float:
@@ -41,7 +41,7 @@ def rank_table(batches: dict[int, dict]) -> dict[int, dict[str, float]]:
         ops = b["kernels"]
         row = {
             "step_us": _us(sum(b["iterations"]["dur_ns"])),
-            "compute_kernel_us": _us(sum(o["total_ns"] for o in ops if o["kind"] == OpKind.KERNEL)),
+            "compute_kernel_us": _us(sum(o["total_ns"] for o in ops if o["kind"] == OpKind.CUDA_KERNEL)),
             "cpu_op_us": _us(sum(o["total_ns"] for o in ops if o["kind"] == OpKind.CPU_OP)),
             "comm_us": _us(sum(b["comms"]["dur_ns"])),
         }

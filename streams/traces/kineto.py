@@ -26,20 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...schemas.vocabulary import EVENT_BATCH_VERSION, OpKind, SpanKind
 from .collectives import collectives
 from .load import TraceError
 from .table import Cat, EventTable, build_table
 
-SCHEMA_VERSION = 2
 UNKNOWN_HOST = "unknown"  # Kineto traces do not record the host name
-
-
-class SpanKind:
-    PYTHON, DATALOADER, OPTIMIZER, FORWARD, BACKWARD, GC, CHECKPOINT, SYNCHRONIZE, USER = range(9)
-
-
-class OpKind:
-    KERNEL, MEMCPY, MEMSET, CPU_OP, COMM_KERNEL = range(5)
 
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -57,7 +49,7 @@ class RankInfo:
     pid: int
 
 
-def span_kind(name: str) -> int:
+def span_kind(name: str) -> SpanKind:
     """Span kind of a user annotation, from its name (see the module docstring)."""
     n = name.strip("# ").lower()
     if "dataloader" in n or "data_loader" in n:
@@ -136,23 +128,23 @@ def _spans(t: EventTable, names: _Names, steps: list) -> dict[str, list[int]]:
             kind = SpanKind.USER  # nested in a span of the same kind: counted once
         elif kind in _AGGREGATED:
             outer_end[key] = start + dur
-        for k, v in (("kind", kind), ("name", names(name)), ("path", -1), ("step", _step_at(steps, start)),
+        for k, v in (("kind", int(kind)), ("name", names(name)), ("path", -1), ("step", _step_at(steps, start)),
                      ("start_ns", start), ("dur_ns", dur)):
             cols[k].append(v)
     return cols
 
 
-def _op_kind(t: EventTable, row: int) -> int | None:
+def _op_kind(t: EventTable, row: int) -> OpKind | None:
     cat = t.cat[row]
     if cat == Cat.KERNEL:
-        return OpKind.COMM_KERNEL if t.name_of(row).startswith(("ncclKernel", "ncclDevKernel")) else OpKind.KERNEL
+        return OpKind.COMM_KERNEL if t.name_of(row).startswith(("ncclKernel", "ncclDevKernel")) else OpKind.CUDA_KERNEL
     return {int(Cat.MEMCPY): OpKind.MEMCPY, int(Cat.MEMSET): OpKind.MEMSET,
             int(Cat.CPU_OP): OpKind.CPU_OP}.get(int(cat))
 
 
 def op_summaries(t: EventTable, names: _Names, profile_id: str) -> list[dict]:
     """OpSummary records: one per (op kind, name), durations in ns."""
-    groups: dict[tuple[int, str], list[int]] = {}
+    groups: dict[tuple[OpKind, str], list[int]] = {}
     for r in np.flatnonzero(np.isin(t.cat, [Cat.KERNEL, Cat.MEMCPY, Cat.MEMSET, Cat.CPU_OP])):
         kind = _op_kind(t, int(r))
         if kind is not None:
@@ -162,7 +154,7 @@ def op_summaries(t: EventTable, names: _Names, profile_id: str) -> list[dict]:
         d = t.dur_ns[rows]
         p50, p99 = np.percentile(d, [50, 99])
         nbytes = sum(int(t.args.get(r, {}).get("bytes", 0) or 0) for r in rows) if kind == OpKind.MEMCPY else 0
-        out.append({"kind": kind, "name": names(name), "profile_id": profile_id, "count": len(rows),
+        out.append({"kind": int(kind), "name": names(name), "profile_id": profile_id, "count": len(rows),
                     "total_ns": int(d.sum()), "p50_ns": int(p50), "p99_ns": int(p99),
                     "max_ns": int(d.max()), "bytes": nbytes})
     return out
@@ -208,7 +200,7 @@ def parse_trace_with_skips(trace: dict, job: str, source: str = "<trace>",
     kernels = op_summaries(t, names, profile_id or f"import:{job}")
     end_ns = int(t.end_ns().max())
     batch = {
-        "schema_version": SCHEMA_VERSION, "job": job, "rank": info.rank,
+        "schema_version": EVENT_BATCH_VERSION, "job": job, "rank": info.rank,
         "local_rank": max(info.gpu, 0), "world_size": info.world_size, "host": info.host,
         "gpu": info.gpu, "gpu_uuid": "", "pid": info.pid, "seq": 0,
         "dropped_events": int(sum(t.skipped.values())), "wall_ns": end_ns, "mono_ns": end_ns,

@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas import Codec
 from perftracker.schemas.settings_loader import load_settings
 from perftracker.schemas.topics import TopicNames
+from perftracker.schemas.vocabulary import EVENT_BATCH
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -114,7 +115,7 @@ def request_profile(conf: dict[str, str], topic: str, job: str, request_id: str,
     import datetime as dt
 
     from confluent_kafka import Producer
-    from perftracker.schemas import CONTROL
+    from perftracker.schemas.vocabulary import CONTROL
 
     msg = {"job": job, "request_id": request_id, "command": "PROFILE", "start_step": start_step,
            "duration_s": 0.2, "reason": "e2e", "issued_ms": dt.datetime.now(dt.timezone.utc)}

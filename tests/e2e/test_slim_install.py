@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,10 @@ def slim_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "torch==2.13.0"], check=True, timeout=600)
-    subprocess.run([*pip, str(ROOT)], check=True, timeout=600, cwd=venv.parent)
+    source = venv.parent / "source"  # a copy: building in place would leave build/ in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info",
+                                                                 "__pycache__", ".perftracker"))
+    subprocess.run([*pip, str(source)], check=True, timeout=600, cwd=venv.parent)
     return venv
 
 

@@ -3,16 +3,16 @@
 import time
 
 from perftracker.collectors.batch import BatchBuilder
-from perftracker.collectors.events import SpanKind
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, SendCounters, Sender
-from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas import Codec
 from perftracker.schemas.kafka_admin import ensure_topics
 from perftracker.schemas.settings import CollectorSettings
 from perftracker.schemas.topics import Topic
+from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
 
 IDENT = RankIdentity("wire", 0, 0, 1, "h", -1, "", 1)
 

@@ -13,7 +13,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 from perftracker.deploy.synthetic import SyntheticJob, produce
-from perftracker.schemas import CONTROL, Codec
+from perftracker.schemas import Codec
+from perftracker.schemas.vocabulary import CONTROL
 
 from ..waiting import wait_for
 from .conftest import Stack

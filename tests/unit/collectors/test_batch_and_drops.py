@@ -1,12 +1,13 @@
 from perftracker.collectors.batch import BatchBuilder, event_count
-from perftracker.collectors.events import GroupRef, OpKind, OpSummary, SpanKind
+from perftracker.collectors.events import GroupRef, OpSummary
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 from perftracker.collectors.transport import NullSink, SendCounters, Sender
-from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas import Codec
 from perftracker.schemas.settings import CollectorSettings
+from perftracker.schemas.vocabulary import EVENT_BATCH, OpKind, SpanKind
 
 IDENT = RankIdentity("j", 2, 2, 4, "h", -1, "", 123)
 WORLD = GroupRef("pg0-4-x", (0, 1, 2, 3))

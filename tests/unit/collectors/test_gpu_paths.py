@@ -111,8 +111,8 @@ def test_ddp_hook_and_async_ops_on_cuda_are_timed_by_cuda_events(backend):
 @pytest.mark.gpu
 @needs_gpu
 def test_profiling_window_summarizes_cuda_kernels():
-    from perftracker.collectors.events import OpKind
     from perftracker.collectors.profiling import ProfileRequest, ProfileWindows
+    from perftracker.schemas.vocabulary import OpKind
 
     emitted = []
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0)

@@ -3,9 +3,9 @@ import time
 
 import pytest
 from perftracker.collectors.control import ControlFollower
-from perftracker.collectors.events import OpKind
 from perftracker.collectors.profiling import ProfileRequest, ProfileWindows, classify
 from perftracker.collectors.safety import ErrorBudget
+from perftracker.schemas.vocabulary import OpKind
 
 
 def test_classify():

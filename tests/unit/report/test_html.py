@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 
+from perftracker.schemas.causes import CAUSES, Cause
 from perftracker.sinks.report import json_path_for, render_html, write_report_files
 from perftracker.sinks.report.data import epoch_s, normalize_step_times
 from perftracker.sinks.report.svg import nice_max, slowdown_color
@@ -20,6 +22,16 @@ def test_page_has_every_panel_and_the_incident() -> None:
     assert 'data-cause="slow_dataloader"' in page and 'data-ranks="2"' in page
     assert "12.4 ms per step" in page
     assert "peer median (ms)" in page  # evidence keys in words
+
+
+def test_card_words_come_from_the_cause_table() -> None:
+    words = CAUSES[Cause.SLOW_DATALOADER]
+    page = render_html(report_data())
+    assert escape(words.title) in page and escape(words.advice) in page
+    assert escape(words.explanation.format(who="rank 2")) in page
+    unknown = render_html(report_data([incident(cause="a_cause_from_a_newer_writer")]))
+    assert "A cause from a newer writer" in unknown and "rank 2 differs from its peers." in unknown
+    assert 'class="advice"' not in unknown
 
 
 def test_fault_onset_and_detection_are_marked_on_the_step_time_chart() -> None:

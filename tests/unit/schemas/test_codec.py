@@ -6,15 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
-from perftracker.schemas import (
-    ANOMALY,
-    CONTROL,
-    EVENT_BATCH,
-    Codec,
-    MultiCodec,
-    SchemaError,
-    bundled_schemas,
-)
+from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
+from perftracker.schemas.vocabulary import ANOMALY, CONTROL, EVENT_BATCH
 
 
 def event_batch() -> dict:

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
-from perftracker.schemas import EVENT_BATCH, Codec, SchemaError, bundled_schemas
+from perftracker.schemas import Codec, SchemaError, bundled_schemas
 from perftracker.schemas.registry import (
     RegistryClient,
     RegistryCodec,
@@ -26,6 +26,7 @@ from perftracker.schemas.registry import (
     codec_for,
 )
 from perftracker.schemas.settings import KafkaSettings, Secret, Settings
+from perftracker.schemas.vocabulary import EVENT_BATCH
 
 USER, PASSWORD = "svc-perftracker", "s3cr3t-pw"
 

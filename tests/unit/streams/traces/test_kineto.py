@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.schemas import EVENT_BATCH, Codec
-from perftracker.streams.traces.kineto import (
-    SpanKind,
-    parse_trace,
-    parse_trace_with_skips,
-    span_kind,
-)
+from perftracker.schemas import Codec
+from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
+from perftracker.streams.traces.kineto import parse_trace, parse_trace_with_skips, span_kind
 from perftracker.streams.traces.load import RawTrace, TraceError, read_traces
 
 from .helpers import dlrm_archive, tiny_trace
