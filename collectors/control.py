@@ -54,7 +54,7 @@ class ControlFollower(threading.Thread):
                 if msg is None or msg.error():
                     continue
                 try:
-                    self.handle(codec.decode(msg.value()))
+                    self.handle(codec.decode(msg.value() or b""))  # a null value is a bad message
                 except Exception as exc:  # noqa: BLE001 - a bad message is skipped
                     self.errors.caught("control message", exc)
         except Exception as exc:  # noqa: BLE001

@@ -19,7 +19,7 @@ from ..schemas.vocabulary import ANOMALY, FUNCTION_COMPARISON, FUNCTION_PATTERN,
 Row = tuple[Any, ...]
 Batches = list[tuple[str, list[Row]]]
 
-_STATUS_ORDER = {Status.OPEN: 0, Status.UPDATED: 1, Status.RESOLVED: 2}
+_STATUS_ORDER: dict[str, int] = {Status.OPEN.value: 0, Status.UPDATED.value: 1, Status.RESOLVED.value: 2}
 
 
 def _ms(value: Any) -> int:
