@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..schemas.settings import CollectorSettings, KafkaSettings
-from ..schemas.settings_loader import load_section
+from ..schemas.settings_loader import load_section, refuse_unwired
 
 
 @dataclass(frozen=True)
@@ -32,4 +32,6 @@ def load_attach_settings(env: Mapping[str, str] | None = None, **overrides: obje
     collector = load_section(CollectorSettings, "collector", env)
     if overrides:
         collector = dataclasses.replace(collector, **overrides)  # type: ignore[arg-type]
-    return AttachSettings(collector, load_section(KafkaSettings, "kafka", env))
+    kafka = load_section(KafkaSettings, "kafka", env)
+    refuse_unwired(kafka)
+    return AttachSettings(collector, kafka)

@@ -52,7 +52,7 @@ class KafkaSettings:
     sasl_password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "SASL password (env or *_file only)"})
     ssl_ca_location: str = field(default="", metadata={"doc": "CA bundle path for TLS"})
     profile: str = field(default="auto", metadata={"doc": "'tansu' (local broker quirks), 'kafka', or 'auto' (tansu when embedded)"})
-    schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL; empty = single-object encoding"})
+    schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL; not wired into collectors, workers and sink yet: refused when set"})
     schema_registry_username: str = field(default="", metadata={"doc": "basic-auth user of the schema registry"})
     schema_registry_password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "basic-auth password of the schema registry (env or *_file only)"})
 

@@ -189,3 +189,15 @@ def test_unreachable_registry_is_unavailable_not_a_schema_error():
         codec.encode(event_batch())
     assert PASSWORD not in str(info.value)
     assert not isinstance(info.value, SchemaError)
+
+
+def test_a_configured_registry_is_refused_until_the_components_use_it() -> None:
+    from perftracker.collectors.config import load_attach_settings
+    from perftracker.schemas.errors import ConfigError
+    from perftracker.schemas.settings_loader import load_settings
+
+    env = {"PERFTRACKER_KAFKA_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"}
+    for load in (load_settings, load_attach_settings):
+        with pytest.raises(ConfigError, match="do not use a Schema Registry yet"):
+            load(env=env)
+    assert load_settings(env={}).kafka.schema_registry_url == ""
