@@ -1,10 +1,13 @@
 """The sink protocol (after quix-streams): ``setup``, ``add``, ``flush``.
 
-The service adds rows as messages arrive and calls ``flush`` when
-:meth:`BatchingSink.due` says so; Kafka offsets are committed only after
-``flush`` returned. ``flush`` raises :class:`StoreUnavailable` (with
-``retry_after``) to push back: the rows stay buffered, the offsets stay
-uncommitted, and the service retries later.
+How the sink service drives it: rows are added as messages arrive; when
+:meth:`BatchingSink.due` says so, the service hands everything buffered to the
+background flusher with :meth:`BatchingSink.take`, which writes it with
+:meth:`BatchingSink.write_batch` while decoding goes on. Kafka offsets are committed
+only after that batch is written. A write raises :class:`StoreUnavailable` (with
+``retry_after``) to push back: the batch is kept, the offsets stay uncommitted, and the
+flusher retries it. :meth:`Sink.flush` (write everything buffered, in the caller's thread)
+is the protocol's synchronous form, used by tools and tests that own a sink directly.
 """
 
 from __future__ import annotations
