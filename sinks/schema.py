@@ -38,7 +38,8 @@ DT = "DateTime64(3, 'UTC')"
 LC = "LowCardinality(String)"
 REPLICA_PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
 _CLUSTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_CREATE = re.compile(r"^(CREATE (?:TABLE|MATERIALIZED VIEW) IF NOT EXISTS \w+)")
+_DDL_TARGET = re.compile(r"^((?:CREATE (?:TABLE|MATERIALIZED VIEW)|DROP TABLE|ALTER TABLE)"
+                         r"(?: IF (?:NOT )?EXISTS)? \w+)")
 
 
 def on_cluster(cluster: str) -> str:
@@ -58,8 +59,12 @@ def replicated(engine: str) -> str:
 
 
 def cluster_statement(sql: str, cluster: str) -> str:
-    """A ``CREATE TABLE|MATERIALIZED VIEW IF NOT EXISTS name`` statement run ``ON CLUSTER``."""
-    return _CREATE.sub(lambda m: m.group(1) + on_cluster(cluster), sql, count=1) if cluster else sql
+    """A migration's ``CREATE``/``DROP``/``ALTER`` statement run ``ON CLUSTER`` (unchanged for one node)."""
+    if not cluster:
+        return sql
+    if not _DDL_TARGET.match(sql):
+        raise ValueError(f"cannot run on a cluster (not CREATE/DROP/ALTER TABLE name): {sql[:80]}")
+    return _DDL_TARGET.sub(lambda m: m.group(1) + on_cluster(cluster), sql, count=1)
 
 
 @dataclass(frozen=True)

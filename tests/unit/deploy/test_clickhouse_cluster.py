@@ -54,14 +54,26 @@ def test_cluster_ddl_runs_every_statement_on_the_cluster_with_replicated_tables(
     single, clustered = _ddl(""), _ddl("perftracker")
     assert len(clustered) == len(single)
     for sql in clustered:
-        assert re.match(r"(CREATE (TABLE|MATERIALIZED VIEW) IF NOT EXISTS|ALTER TABLE) \w+ "
-                        r"ON CLUSTER `perftracker`[ (]", sql), sql
+        assert re.match(r"(CREATE (TABLE|MATERIALIZED VIEW) IF NOT EXISTS|DROP TABLE IF EXISTS|ALTER TABLE) "
+                        r"\w+ ON CLUSTER `perftracker`( |\(|$)", sql), sql
         engine = re.search(r"ENGINE = (\w+)", sql)
         if engine and engine.group(1) != "Null":
             assert engine.group(1).startswith("Replicated"), sql
             assert schema.REPLICA_PATH in sql, sql
     incidents = next(s for s in clustered if "EXISTS incidents " in s)
     assert f"ReplicatedReplacingMergeTree({schema.REPLICA_PATH}, version)" in incidents
+
+
+def test_cluster_statement_handles_every_ddl_form_a_migration_may_hold():
+    for sql, expected in (
+            ("DROP TABLE IF EXISTS raw_x", "DROP TABLE IF EXISTS raw_x ON CLUSTER `c`"),
+            ("ALTER TABLE t ADD CONSTRAINT k CHECK a > 0", "ALTER TABLE t ON CLUSTER `c` ADD CONSTRAINT k CHECK a > 0"),
+            ("CREATE MATERIALIZED VIEW IF NOT EXISTS v TO t AS SELECT 1",
+             "CREATE MATERIALIZED VIEW IF NOT EXISTS v ON CLUSTER `c` TO t AS SELECT 1")):
+        assert schema.cluster_statement(sql, "c") == expected
+        assert schema.cluster_statement(sql, "") == sql
+    with pytest.raises(ValueError, match="cannot run on a cluster"):
+        schema.cluster_statement("INSERT INTO t VALUES (1)", "c")
 
 
 def test_cluster_name_must_be_an_identifier():
