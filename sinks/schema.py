@@ -12,13 +12,23 @@ lands on the same key and collapses at merge time; readers that must be exact
 before merges use ``FINAL`` or ``argMax``. Retention is a TTL on the event
 time, re-applied from settings on every start (``ALTER ... MODIFY TTL`` only
 when it changed).
+
+ClickHouse cluster: ``migrate(..., cluster="name")`` runs every statement
+``ON CLUSTER name`` and makes each MergeTree table ``Replicated*`` (Keeper path
+``/clickhouse/tables/{shard}/{database}/{table}``, replica ``{replica}``: the
+server's macros). That is one shard with any number of replicas, each holding
+every row; several shards would also need ``Distributed`` tables, which are not
+created here. With ``cluster=""`` (the default) the statements are the
+single-node ones.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
+from ..schemas.errors import ConfigError
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -26,6 +36,35 @@ log = logging.getLogger(__name__)
 MIGRATIONS_TABLE = "perftracker_schema_migrations"
 DT = "DateTime64(3, 'UTC')"
 LC = "LowCardinality(String)"
+REPLICA_PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+_CLUSTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_DDL_TARGET = re.compile(r"^((?:CREATE (?:TABLE|MATERIALIZED VIEW)|DROP TABLE|ALTER TABLE)"
+                         r"(?: IF (?:NOT )?EXISTS)? \w+)")
+
+
+def on_cluster(cluster: str) -> str:
+    """`` ON CLUSTER `name` `` for a cluster name, '' for a single node."""
+    if not cluster:
+        return ""
+    if not _CLUSTER_NAME.fullmatch(cluster):
+        raise ConfigError(f"ClickHouse cluster name {cluster!r} is not an identifier (letters, digits, _ . -)")
+    return f" ON CLUSTER `{cluster}`"
+
+
+def replicated(engine: str) -> str:
+    """``ReplacingMergeTree(version)`` -> ``ReplicatedReplacingMergeTree(<path>, <replica>, version)``."""
+    name, _, args = engine.partition("(")
+    args = args.removesuffix(")")
+    return f"Replicated{name}({REPLICA_PATH}{', ' + args if args else ''})"
+
+
+def cluster_statement(sql: str, cluster: str) -> str:
+    """A migration's ``CREATE``/``DROP``/``ALTER`` statement run ``ON CLUSTER`` (unchanged for one node)."""
+    if not cluster:
+        return sql
+    if not _DDL_TARGET.match(sql):
+        raise ValueError(f"cannot run on a cluster (not CREATE/DROP/ALTER TABLE name): {sql[:80]}")
+    return _DDL_TARGET.sub(lambda m: m.group(1) + on_cluster(cluster), sql, count=1)
 
 
 @dataclass(frozen=True)
@@ -46,9 +85,10 @@ class Table:
     def ttl_expr(self, days: int) -> str:
         return f"toDateTime({self.ttl_column}) + toIntervalDay({int(days)})"
 
-    def create_sql(self, days: int) -> str:
+    def create_sql(self, days: int, cluster: str = "") -> str:
         cols = ",\n  ".join(f"`{c}` {t}" for c, t in self.columns)
-        parts = [f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n) ENGINE = {self.engine}"]
+        engine = replicated(self.engine) if cluster else self.engine
+        parts = [f"CREATE TABLE IF NOT EXISTS {self.name}{on_cluster(cluster)} (\n  {cols}\n) ENGINE = {engine}"]
         if self.partition_by:
             parts.append(f"PARTITION BY {self.partition_by}")
         parts.append(f"ORDER BY {self.order_by}")
@@ -141,34 +181,41 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-def _applied(store: Store) -> set[int]:
+def _applied(store: Store, cluster: str = "") -> set[int]:
+    engine = replicated("ReplacingMergeTree") if cluster else "ReplacingMergeTree"
     store.command(
-        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version UInt32, description String, "
-        "applied_at DateTime DEFAULT now()) ENGINE = ReplacingMergeTree ORDER BY version")
+        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE}{on_cluster(cluster)} (version UInt32, description String, "
+        f"applied_at DateTime DEFAULT now()) ENGINE = {engine} ORDER BY version")
     res = store.query(f"SELECT DISTINCT version FROM {MIGRATIONS_TABLE}")
     return {int(r[0]) for r in res.rows}
 
 
-def migrate(store: Store, retention_days: int = 30, incident_retention_days: int = 365) -> list[int]:
-    """Apply the migrations not applied yet and the configured retention; return the versions applied."""
-    done = _applied(store)
+def migrate(store: Store, retention_days: int = 30, incident_retention_days: int = 365,
+            cluster: str = "") -> list[int]:
+    """Apply the migrations not applied yet and the configured retention; return the versions applied.
+
+    ``cluster``: run the DDL ``ON CLUSTER`` with replicated tables (module docstring); '' = one node.
+    """
+    done = _applied(store, cluster)
     applied = []
     for m in MIGRATIONS:
         if m.version in done:
             continue
         for name in m.tables:
             t = TABLES[name]
-            store.command(t.create_sql(incident_retention_days if t.incident_retention else retention_days))
+            days = incident_retention_days if t.incident_retention else retention_days
+            store.command(t.create_sql(days, cluster))
         for sql in m.statements:
-            store.command(sql)
+            store.command(cluster_statement(sql, cluster))
         store.insert(MIGRATIONS_TABLE, ["version", "description"], [[m.version], [m.description]])
         log.info("store schema migrated to v%d (%s)", m.version, m.description)
         applied.append(m.version)
-    apply_retention(store, retention_days, incident_retention_days)
+    apply_retention(store, retention_days, incident_retention_days, cluster)
     return applied
 
 
-def apply_retention(store: Store, retention_days: int, incident_retention_days: int) -> list[str]:
+def apply_retention(store: Store, retention_days: int, incident_retention_days: int,
+                    cluster: str = "") -> list[str]:
     """Change the TTL of the tables whose retention differs from the settings; return their names."""
     res = store.query("SELECT name, engine_full FROM system.tables WHERE database = currentDatabase()")
     engines = dict(res.rows)
@@ -179,7 +226,7 @@ def apply_retention(store: Store, retention_days: int, incident_retention_days: 
         days = incident_retention_days if t.incident_retention else retention_days
         if f"toIntervalDay({int(days)})" in engines[t.name]:
             continue
-        store.command(f"ALTER TABLE {t.name} MODIFY TTL {t.ttl_expr(days)}")
+        store.command(f"ALTER TABLE {t.name}{on_cluster(cluster)} MODIFY TTL {t.ttl_expr(days)}")
         log.info("retention of %s set to %d days", t.name, days)
         changed.append(t.name)
     return changed
