@@ -78,6 +78,7 @@ class StoreSettings:
     max_backlog_rows: int = field(default=2_000_000, metadata={"doc": "rows kept while the store is down; older ones are dropped and counted"})
     query_port: int = field(default=0, metadata={"doc": "port of the sink's local query API (chDB); 0 = any free port"})
     raw_ingest: bool = field(default=True, metadata={"doc": "let ClickHouse decode FunctionPattern and RankWindow (Avro + materialized views); false = decode in Python"})
+    cluster: str = field(default="", metadata={"doc": "ClickHouse cluster name: migrations run ON CLUSTER with Replicated tables; empty = one server (or chDB)"})
 
 
 @dataclass(frozen=True)

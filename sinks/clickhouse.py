@@ -32,7 +32,8 @@ class ClickHouseSink(BatchingSink):
         self._codec = MultiCodec(list(RAW_TABLES))
 
     def setup(self) -> None:
-        migrate(self.store, self.settings.retention_days, self.settings.incident_retention_days)
+        migrate(self.store, self.settings.retention_days, self.settings.incident_retention_days,
+                cluster=self.settings.cluster)
 
     def write(self, table: str, columns: list[str], rows: Sequence[Sequence[Any]]) -> None:
         self.store.insert(table, columns, list(zip(*rows, strict=True)))  # column-oriented: fastest
