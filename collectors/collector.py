@@ -12,22 +12,24 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ..schemas import Codec
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
 from .config import AttachSettings
+from .counters import CollectorCounters
 from .identity import RankIdentity
 from .iteration import IterationDetector
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
 from .selfcost import background_cpu_by_thread
-from .transport import KafkaSink, NullSink, SendCounters, Sender
+from .transport import KafkaSink, NullSink, Sender
 
 log = logging.getLogger("perftracker.collectors")
 
@@ -58,35 +60,39 @@ class CollectorStats:
     background_cpu_by_thread: dict[str, float]  # the same by thread (empty if unknown)
 
 
+class Part(Protocol):
+    """An optional part (profiler windows, control follower, NVML sampler): stopped at close."""
+
+    def close(self) -> None: ...
+
+
 class Collector:
     def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str):
         cfg = settings.collector
         self.settings = settings
         self.identity = identity
-        self.errors = ErrorBudget(cfg.log_every_s)
+        self.counters = CollectorCounters()
+        self.errors = ErrorBudget(cfg.log_every_s, self.counters)
         detector = IterationDetector(cfg.iteration_repeats, cfg.iteration_relearn)
-        self.recorder = Recorder(cfg.buffer_events, detector, self.errors)
+        self.recorder = Recorder(cfg.buffer_events, detector, self.errors, self.counters)
         self.patches = Patches()
         self.imports = PostImportHook()
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
-        self.counters = SendCounters()
         self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
         self.sink = self._make_sink(bootstrap)
         codec = Codec(EVENT_BATCH)
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
-        self.gc_timer: Any = None
-        self.windows: Any = None  # ProfileWindows once torch is imported
-        self.extras: list[Any] = []  # optional parts with a close(): control, profiler, nvml
-        self._removers: list[Any] = []
+        self._parts: list[Part] = []  # closed first to last
+        self._removers: list[Callable[[], None]] = []
         self._pid = os.getpid()
         self._closed = False
         self._background_cpu: dict[str, float] | None = None  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
-        on_lost = self._lost
+        on_lost = self.recorder.lost
         if not bootstrap:
             log.warning("perftracker: no Kafka broker configured (PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS "
                         "or `perftracker up`); events are counted, not sent")
@@ -97,16 +103,30 @@ class Collector:
             self.errors.caught("kafka producer", exc)
             return NullSink(self.counters, on_lost)
 
-    def _lost(self, n_events: int) -> None:
-        self.recorder.dropped += n_events
+    # -- what the hooks and optional parts hand in ----------------------------------------
+    def add_remover(self, remove: Callable[[], None]) -> None:
+        """``remove()`` undoes one hook at :meth:`remove_hooks` (patches have their own undo)."""
+        self._removers.append(remove)
+
+    def add_part(self, part: Part, *, close_first: bool = False) -> None:
+        """Close ``part`` at :meth:`close`, before the sender's last flush."""
+        if close_first:
+            self._parts.insert(0, part)
+        else:
+            self._parts.append(part)
+
+    def set_identity(self, identity: RankIdentity) -> None:
+        """A more precise identity (the GPU, once NVML knows it) for later batches."""
+        self.identity = identity
+        self.sender.set_identity(identity)
 
     def start(self) -> None:
         from .hooks_python import GcTimer
         cfg = self.settings.collector
         if cfg.gc:
-            gc_timer = self.gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
+            gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
             gc_timer.install()
-            self._removers.append(gc_timer.remove)
+            self.add_remover(gc_timer.remove)
         self.imports.when_imported("torch", self._on_torch)
         self.sender.start()
         atexit.register(self.close)
@@ -125,19 +145,19 @@ class Collector:
         self._closed = True  # the child has no sender thread; never flush from it
 
     def stats(self) -> CollectorStats:
-        rec = self.recorder
+        rec, counters = self.recorder, self.counters
         pattern = rec.detector.pattern or ()
         return CollectorStats(
             job=self.identity.job, rank=self.identity.rank, events_buffered=len(rec.events),
-            events_sent=self.counters.events_sent, events_dropped=rec.dropped,
-            batches_sent=self.counters.batches_sent, batches_failed=self.counters.batches_failed,
-            bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
-            wire_bytes=self.counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
+            events_sent=counters.events_sent, events_dropped=counters.events_dropped,
+            batches_sent=counters.batches_sent, batches_failed=counters.batches_failed,
+            bytes_sent=counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
+            wire_bytes=counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
             wire_ratio=round(self.sender.wire_ratio(), 4),
-            errors_caught=self.errors.count, step=rec.step,
-            gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
+            errors_caught=counters.errors_caught, step=rec.step,
+            gc_short_pauses=counters.gc_short_pauses,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
-            profile_windows=self.windows.windows_done if self.windows is not None else 0,
+            profile_windows=counters.profile_windows,
             **_background(self._background_cpu if self._closed else background_cpu_by_thread()))
 
     def close(self) -> None:
@@ -148,8 +168,8 @@ class Collector:
             self._closed = True
         try:
             self._background_cpu = background_cpu_by_thread()
-            for extra in self.extras:
-                extra.close()
+            for part in self._parts:
+                part.close()
             self.sender.close(self.settings.collector.exit_flush_s)
             if self.settings.collector.stats_file:
                 self._write_stats(self.settings.collector.stats_file)

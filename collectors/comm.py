@@ -170,9 +170,10 @@ class CommTimer:
 
         A synchronous call records here with no further Python call: the group
         comes from the registry's cached default when none is given, and the
-        event tuple goes straight into the recorder's buffer (the layout and the
-        drop accounting of :meth:`Recorder.comm`). An async call takes the
-        general path, which times it until its Work completes.
+        event tuple goes straight into the recorder's buffer (the layout of
+        :meth:`Recorder.comm`, a drop counted in the recorder's ``overflow``
+        cell as there). An async call takes the general path, which times it
+        until its Work completes.
         """
         rec, registry, general = self.rec, self.registry, self._record
         name, group_idx, async_idx = spec.name, params.group, params.async_op
@@ -206,7 +207,7 @@ class CommTimer:
                     nbytes = nbytes_of(tensor)
                 events = rec.events
                 if len(events) >= rec.capacity:
-                    rec.dropped += 1
+                    rec.overflow.value += 1
                 events.append((COMM, name, state.ref, seq, nbytes, rec.step, t0, t1 - t0))
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(name, exc)

@@ -14,14 +14,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..schemas.kafka_admin import quiet_kafka_logger
 from ..schemas.settings import CollectorSettings
 from ..schemas.vocabulary import HEARTBEAT_S
 from .batch import BatchBuilder, event_count
+from .counters import CollectorCounters
 from .events import OpSummary
+from .identity import RankIdentity
 from .recorder import Recorder
 from .safety import ErrorBudget
 
@@ -32,29 +33,27 @@ log = logging.getLogger("perftracker.collectors")
 STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
 
 
-@dataclass
-class SendCounters:
-    batches_sent: int = 0
-    events_sent: int = 0
-    bytes_sent: int = 0
-    batches_failed: int = 0
-    events_in_flight: int = 0  # produced, delivery not yet reported
-    # from librdkafka's statistics (-1 unknown): bytes written to the brokers (compressed,
-    # with request framing) up to the last statistics, when (monotonic ns), and bytes_sent then
-    wire_bytes: int = -1
-    wire_at_ns: int = 0
-    bytes_sent_at_wire: int = 0
+class BatchSink(Protocol):
+    """Where the sender's encoded batches go; it counts what it delivers in ``counters``."""
+
+    counters: CollectorCounters
+    wire_at_ns: int  # when ``wire_bytes`` was last read (monotonic ns)
+
+    def send(self, key: bytes, payload: bytes, n_events: int) -> None: ...
+    def poll(self) -> None: ...
+    def flush(self, timeout_s: float) -> int: ...
 
 
 class KafkaSink:
     """confluent-kafka producer; counts delivered and failed messages."""
 
-    def __init__(self, conf: Mapping[str, str], topic: str, counters: SendCounters,
+    def __init__(self, conf: Mapping[str, str], topic: str, counters: CollectorCounters,
                  on_lost: Callable[[int], None], errors: ErrorBudget):
         from confluent_kafka import Producer
 
         self.topic = topic
         self.counters = counters
+        self.wire_at_ns = 0
         self._on_lost = on_lost
         self._errors = errors
         self._wire = WireBytes()
@@ -68,21 +67,23 @@ class KafkaSink:
         })
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
+        counters = self.counters
+
         def delivered(err: object, _msg: object) -> None:
-            self.counters.events_in_flight -= n_events
+            counters.inc(CollectorCounters.events_in_flight, by=-n_events)
             if err is None:
-                self.counters.batches_sent += 1
-                self.counters.events_sent += n_events
-                self.counters.bytes_sent += len(payload)
+                counters.inc(CollectorCounters.batches_sent)
+                counters.inc(CollectorCounters.events_sent, by=n_events)
+                counters.inc(CollectorCounters.bytes_sent, by=len(payload))
             else:
-                self.counters.batches_failed += 1
+                counters.inc(CollectorCounters.batches_failed)
                 self._on_lost(n_events)
 
         try:
             self.producer.produce(self.topic, payload, key, on_delivery=delivered)
-            self.counters.events_in_flight += n_events
+            counters.inc(CollectorCounters.events_in_flight, by=n_events)
         except BufferError:
-            self.counters.batches_failed += 1
+            counters.inc(CollectorCounters.batches_failed)
             self._on_lost(n_events)
         self.producer.poll(0)
 
@@ -94,7 +95,7 @@ class KafkaSink:
         try:
             self.producer.produce(topic, payload, key)
         except BufferError:
-            self.counters.batches_failed += 1
+            self.counters.inc(CollectorCounters.batches_failed)
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for delivery; return messages still queued."""
@@ -107,9 +108,9 @@ class KafkaSink:
         """librdkafka's statistics: each broker connection's ``txbytes``, summed over time."""
         try:
             counters = self.counters
-            counters.wire_bytes = self._wire.add(json.loads(stats_json)["brokers"])
-            counters.wire_at_ns = time.monotonic_ns()
-            counters.bytes_sent_at_wire = counters.bytes_sent
+            counters.set(CollectorCounters.wire_bytes, self._wire.add(json.loads(stats_json)["brokers"]))
+            self.wire_at_ns = time.monotonic_ns()
+            counters.set(CollectorCounters.bytes_sent_at_wire, counters.bytes_sent)
         except Exception as exc:  # noqa: BLE001 - called from librdkafka: never raise back
             self._errors.caught("kafka statistics", exc)
 
@@ -141,12 +142,14 @@ class WireBytes:
 class NullSink:
     """No broker configured: every batch is counted as lost."""
 
-    def __init__(self, counters: SendCounters, on_lost: Callable[[int], None]):
+    wire_at_ns = 0  # never: wire_bytes stays unknown
+
+    def __init__(self, counters: CollectorCounters, on_lost: Callable[[int], None]):
         self.counters = counters
         self._on_lost = on_lost
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
-        self.counters.batches_failed += 1
+        self.counters.inc(CollectorCounters.batches_failed)
         self._on_lost(n_events)
 
     def poll(self) -> None:
@@ -160,7 +163,7 @@ class Sender(threading.Thread):
     """Every ``flush_interval_s``: run periodic tasks, drain the buffer, encode, send."""
 
     def __init__(self, recorder: Recorder, builder: BatchBuilder, encode: Callable[[dict], bytes],
-                 sink: KafkaSink | NullSink, config: CollectorSettings, key: bytes):
+                 sink: BatchSink, config: CollectorSettings, key: bytes):
         super().__init__(name="perftracker-sender", daemon=True)
         self.recorder = recorder
         self.builder = builder
@@ -168,12 +171,25 @@ class Sender(threading.Thread):
         self.sink = sink
         self.config = config
         self.key = key
-        self.tasks: list[Callable[[], None]] = []
-        self.kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self._tasks: list[Callable[[], object]] = []
+        self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._last_send = 0.0
+
+    def add_task(self, task: Callable[[], object]) -> None:
+        """Run ``task()`` on the sender thread at every send cycle, before the buffer is drained."""
+        self._tasks.append(task)
+
+    def add_kernels(self, ops: list[OpSummary]) -> None:
+        """Op summaries of one profiling window, sent with the next batch (the newest 16 are kept)."""
+        self._kernels.append(ops)
+        self.recorder.counters.inc(CollectorCounters.profile_windows)
+
+    def set_identity(self, identity: RankIdentity) -> None:
+        """The identity later batches carry (e.g. once the GPU is known)."""
+        self.builder.identity = identity
 
     def run(self) -> None:
         while not self._stop_event.wait(self.config.flush_interval_s):
@@ -183,7 +199,7 @@ class Sender(threading.Thread):
         """One send cycle; never raises."""
         with self._lock:
             try:
-                for task in self.tasks:
+                for task in self._tasks:
                     task()
                 self._send_available(final)
                 self.sink.poll()
@@ -194,7 +210,7 @@ class Sender(threading.Thread):
         limit = self.config.max_batch_events
         while True:
             events = self.recorder.drain(limit)
-            kernels = self.kernels.popleft() if self.kernels else []
+            kernels = self._kernels.popleft() if self._kernels else []
             now = time.monotonic()
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
                 return
@@ -202,7 +218,7 @@ class Sender(threading.Thread):
             self.sink.send(self.key, self.encode(record), event_count(record))
             self._last_send = now
             final = False
-            if len(events) < limit and not self.kernels:
+            if len(events) < limit and not self._kernels:
                 return
 
     def close(self, timeout_s: float) -> None:
@@ -214,9 +230,10 @@ class Sender(threading.Thread):
         self.flush_once(final=True)
         left = self.sink.flush(deadline - time.monotonic())
         if left:
-            lost = self.sink.counters.events_in_flight
-            self.recorder.dropped += lost
-            self.sink.counters.events_in_flight = 0
+            counters = self.sink.counters
+            lost = counters.events_in_flight
+            self.recorder.lost(lost)
+            counters.set(CollectorCounters.events_in_flight, 0)
             log.warning("perftracker: %d batches (%d events) undelivered at exit", left, lost)
 
     def bytes_per_s(self) -> float:
@@ -229,7 +246,7 @@ class Sender(threading.Thread):
         counters = self.sink.counters
         if counters.wire_bytes < 0:
             return -1.0
-        return counters.wire_bytes / self._elapsed_s(counters.wire_at_ns)
+        return counters.wire_bytes / self._elapsed_s(self.sink.wire_at_ns)
 
     def wire_ratio(self) -> float:
         """Bytes on the wire per encoded batch byte delivered, up to the last statistics
