@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
+from ..schemas.counters import Counter, CounterSet
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import (
     ANOMALY,
@@ -30,6 +30,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class StreamCounters(CounterSet):
+    """A stream worker's counters (``GET /perftracker/stats/`` shows their snapshot)."""
+
+    component = "stream"
+
+    records_in = Counter("records decoded and processed", labels=("record",))
+    records_out = Counter("records produced (Anomaly records by status)", labels=("record", "status"))
+    dead_lettered = Counter("messages parked on the dead-letter topic, by where they were read",
+                            labels=("source",))
+    dead_letter_failures = Counter("messages that could not be parked on the dead-letter topic")
+    errors = Counter("exceptions while processing one message or one tick (the message is skipped)",
+                     labels=("source",))
+
+
 @dataclass
 class StreamContext:
     """Wiring shared by the agents of one worker process (plain attributes, no logic)."""
@@ -37,7 +51,7 @@ class StreamContext:
     names: TopicNames
     policy: Any  # perftracker.streams.detect.DetectionPolicy
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
-    counters: Counter = field(default_factory=Counter)
+    counters: StreamCounters = field(default_factory=StreamCounters)
     inputs: MultiCodec = field(default_factory=lambda: MultiCodec([EVENT_BATCH, HARDWARE_BATCH]))
     pattern_codec: Codec = field(default_factory=lambda: Codec(FUNCTION_PATTERN))
     findings: MultiCodec = field(default_factory=lambda: MultiCodec([RANK_WINDOW, FUNCTION_COMPARISON]))
@@ -46,8 +60,8 @@ class StreamContext:
 
     async def dead_letter(self, source: str, raw: Any, reason: str) -> None:
         """Park an undecodable message on the dead-letter topic with the reason; never raise."""
-        self.counters[f"deadletter.{source}"] += 1
-        if self.counters[f"deadletter.{source}"] <= 5 or self.counters[f"deadletter.{source}"] % 1000 == 0:
+        n = self.counters.inc(StreamCounters.dead_lettered, source)
+        if n <= 5 or n % 1000 == 0:
             log.warning("dead-lettered a message from %s: %s", source, reason)
         value = raw if isinstance(raw, (bytes, bytearray)) else repr(raw).encode()
         try:
@@ -56,15 +70,22 @@ class StreamContext:
                 headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
                          (DEADLETTER_SOURCE, source.encode())])
         except Exception as exc:  # the dead-letter path itself must never kill an agent
-            self.counters["deadletter.send_failed"] += 1
+            self.counters.inc(StreamCounters.dead_letter_failures)
             log.error("could not dead-letter a message from %s: %s", source, exc)
 
     def failed(self, source: str, exc: BaseException) -> None:
         """Count an exception raised while processing one message or tick; log it at most now and then."""
-        key = f"error.{source}"
-        self.counters[key] += 1
-        if self.counters[key] <= 3 or self.counters[key] % 1000 == 0:
-            log.exception("error #%d in %s (message skipped): %s", self.counters[key], source, exc)
+        n = self.counters.inc(StreamCounters.errors, source)
+        if n <= 3 or n % 1000 == 0:
+            log.exception("error #%d in %s (message skipped): %s", n, source, exc)
+
+    def count_in(self, record: str) -> None:
+        """One ``record`` (a record name) consumed and processed."""
+        self.counters.inc(StreamCounters.records_in, record)
+
+    def count_out(self, record: str, status: str = "") -> None:
+        """One ``record`` produced (an Anomaly with its ``status``)."""
+        self.counters.inc(StreamCounters.records_out, record, status)
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
         """Decode with a (Multi)Codec; bad bytes go to the dead-letter topic and return None."""

@@ -12,4 +12,4 @@ def register_views(app: Any, ctx: StreamContext) -> None:
     async def stats(web: Any, request: Any) -> Any:
         assigned = sorted(f"{tp.topic}:{tp.partition}" for tp in app.consumer.assignment()) \
             if app.consumer is not None else []
-        return web.json({"counters": dict(ctx.counters), "assigned": assigned})
+        return web.json({"counters": ctx.counters.snapshot(), "assigned": assigned})

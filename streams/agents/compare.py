@@ -26,7 +26,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 if key not in comparators:
                     comparators[key] = FunctionComparator(key[0], key[1], ctx.policy)
                 comparators[key].add(pattern, now_ms())
-                ctx.counters["in.FunctionPattern"] += 1
+                ctx.count_in(ctx.pattern_codec.name)
             except Exception as exc:
                 ctx.failed("compare", exc)
 
@@ -38,7 +38,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 for record in c.poll(now):
                     await ctx.topics["findings"].send(
                         key=record["job"].encode(), value=ctx.findings.encode(FUNCTION_COMPARISON, record))
-                    ctx.counters[f"out.{FUNCTION_COMPARISON}"] += 1
+                    ctx.count_out(FUNCTION_COMPARISON)
             except Exception as exc:
                 ctx.failed("compare.tick", exc)
             if c.idle(now):

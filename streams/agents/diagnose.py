@@ -25,7 +25,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 if job not in diagnosers:
                     diagnosers[job] = JobDiagnoser(job, ctx.policy)
                 diagnosers[job].add(name, record, now_ms())
-                ctx.counters[f"in.{name}"] += 1
+                ctx.count_in(name)
             except Exception as exc:
                 ctx.failed("diagnose", exc)
 
@@ -37,10 +37,10 @@ def register(app: Any, ctx: StreamContext) -> None:
                 anomalies, controls = d.poll(now)
                 for record in anomalies:
                     await ctx.topics["anomalies"].send(key=job.encode(), value=ctx.anomaly_codec.encode(record))
-                    ctx.counters[f"out.Anomaly.{record['status']}"] += 1
+                    ctx.count_out(ctx.anomaly_codec.name, record["status"])
                 for record in controls:
                     await ctx.topics["control"].send(key=job.encode(), value=ctx.control_codec.encode(record))
-                    ctx.counters["out.Control"] += 1
+                    ctx.count_out(ctx.control_codec.name)
             except Exception as exc:
                 ctx.failed("diagnose.tick", exc)
             if d.idle(now):

@@ -34,7 +34,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                     s.add_hardware(record, now)
                 else:
                     s.add_events(record, now)
-                ctx.counters[f"in.{name}"] += 1
+                ctx.count_in(name)
                 await emit(ctx, s.poll(now))
             except Exception as exc:
                 ctx.failed("summarize", exc)
@@ -58,4 +58,4 @@ async def emit(ctx: StreamContext, closed: list[tuple[str, dict]]) -> None:
             await ctx.topics["patterns"].send(key=key, value=ctx.pattern_codec.encode(record))
         else:
             await ctx.topics["findings"].send(key=record["job"].encode(), value=ctx.findings.encode(name, record))
-        ctx.counters[f"out.{name}"] += 1
+        ctx.count_out(name)
