@@ -21,12 +21,12 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
+from ..schemas.counters import Counter, CounterSet
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
@@ -52,16 +52,19 @@ from .store import Store, StoreTarget, parse_store_url
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SinkStats:
-    consumed: int = 0
-    rows_buffered: int = 0
-    rows_written: int = 0
-    rows_dropped: int = 0
-    dead_lettered: int = 0
-    flushes: int = 0
-    flush_failures: int = 0
-    commits: int = 0
+class SinkCounters(CounterSet):
+    """The sink's counters (``GET /health`` and the stop log line show their snapshot)."""
+
+    component = "sink"
+
+    consumed = Counter("messages consumed from Kafka")
+    rows_buffered = Counter("rows (and raw messages) added to the store's buffer")
+    rows_written = Counter("rows written to the store")
+    rows_dropped = Counter("rows dropped while the store was down (oldest first, past max_backlog_rows)")
+    dead_lettered = Counter("messages sent to the dead-letter topic: undecodable or unmappable")
+    flushes = Counter("batches written to the store")
+    flush_failures = Counter("failed attempts to write a batch (retried with backoff)")
+    commits = Counter("offset commits after a successful flush")
 
 
 def consumer_conf(settings: Settings) -> dict[str, Any]:
@@ -86,7 +89,10 @@ class SinkService:
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
         self.codec = RecordDecoder(names)
         self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
-        self.stats = SinkStats()
+        self.stats = SinkCounters()
+        # added to inline: once per message, on the consumer thread only
+        self._consumed = self.stats.cell(SinkCounters.consumed)
+        self._rows_buffered = self.stats.cell(SinkCounters.rows_buffered)
         self.dispatcher = dispatcher or build_dispatcher(settings.alerts)
         self._stop = threading.Event()
         self._offsets: dict[tuple[str, int], int] = {}
@@ -184,14 +190,14 @@ class SinkService:
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
-        self.stats.consumed += 1
+        self._consumed.value += 1
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
         fp = writer_fingerprint(value) if value else None
         raw_name = self._raw_fps.get(fp) if fp is not None else None
         if raw_name is not None:
             self.sink.add_raw(raw_name, RawMessage(value, topic, partition, offset))  # type: ignore[arg-type]
-            self.stats.rows_buffered += 1
+            self._rows_buffered.value += 1
             return
         try:
             name, record = self.codec.decode(value or b"")
@@ -204,7 +210,7 @@ class SinkService:
             return
         for table, rows in batches:
             self.sink.add_rows(table, rows)
-            self.stats.rows_buffered += len(rows)
+            self._rows_buffered.value += len(rows)
         if name == ANOMALY:
             self.dispatcher.submit(record)
 
@@ -218,7 +224,7 @@ class SinkService:
 
     def _dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None,
                      reason: str) -> None:
-        self.stats.dead_lettered += 1
+        self.stats.inc(SinkCounters.dead_lettered)
         log.debug("dead-letter %s[%d]@%d: %s", topic, partition, offset, reason)
         try:
             self._producer.produce(
@@ -241,12 +247,12 @@ class SinkService:
         idle_flush = caught_up and self.sink.buffered >= self.sink.flush_rows // 10
         if not self.flusher.busy and (self.sink.due() or idle_flush):
             self.flusher.submit(self.sink.take(), dict(self._offsets))
-        self.stats.rows_dropped = self.sink.dropped_rows
-        self.stats.flush_failures = self.flusher.failures
+        self.stats.set(SinkCounters.rows_dropped, self.sink.dropped_rows)
+        self.stats.set(SinkCounters.flush_failures, self.flusher.failures)
 
     def _flushed(self, done: Flushed) -> None:
-        self.stats.flushes += 1
-        self.stats.rows_written += done.rows
+        self.stats.inc(SinkCounters.flushes)
+        self.stats.inc(SinkCounters.rows_written, by=done.rows)
         self._commit(done.offsets)
 
     def _final_flush(self) -> None:
@@ -274,7 +280,7 @@ class SinkService:
         tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
         try:
             self._consumer.commit(offsets=tps, asynchronous=False)
-            self.stats.commits += 1
+            self.stats.inc(SinkCounters.commits)
             for key, off in offsets.items():
                 if self._offsets.get(key) == off:
                     del self._offsets[key]
@@ -290,7 +296,7 @@ class SinkService:
             self._offsets.pop((tp.topic, tp.partition), None)
 
     def stats_dict(self) -> dict:
-        return {**asdict(self.stats), "alerts": self.dispatcher.stats()}
+        return {**self.stats.snapshot(), "alerts": self.dispatcher.stats()}
 
 
 def tune_gc() -> None:

@@ -96,3 +96,16 @@ def test_wire_bytes_follow_each_broker_connection_through_resets_and_disconnects
     assert wire.add({"b/bootstrap": {"txbytes": 0}}) == 1150  # broker gone: what was sent stays
     assert wire.add({"b/1": {"txbytes": 300}}) == 1450  # reconnected: its counter started again
     assert wire.add({"b/1": {"txbytes": 350}, "b/bootstrap": {"state": "INIT"}}) == 1500
+
+
+def test_every_loss_is_counted_by_the_recorder_with_its_reason():
+    from perftracker.collectors.counters import DropReason
+
+    rec = recorder(capacity=1)
+    rec.span(SpanKind.USER, "x", 0, 1)
+    rec.span(SpanKind.USER, "x", 1, 1)  # the buffer is full: the first one falls out
+    rec.lost(3)
+    rec.lost(1, DropReason.CUDA_QUEUE_FULL)
+    assert rec.dropped == 5
+    assert rec.counters.series(CollectorCounters.events_dropped) == {
+        ("buffer_full",): 1, ("undelivered",): 3, ("cuda_queue_full",): 1}

@@ -1,0 +1,101 @@
+"""Named counters: declared once, counted by declaration, flattened for JSON, sampled for export."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from perftracker.schemas.counters import Counter, CounterSet, Kind, Sample
+
+
+class Things(CounterSet):
+    component = "things"
+
+    seen = Counter("things seen")
+    lost = Counter("things lost", labels=("reason", "detail"))
+    queued = Counter("things queued now", kind=Kind.GAUGE, initial=-1)
+
+
+def test_unlabelled_counter_reads_as_its_value_and_inc_returns_the_new_one():
+    things = Things()
+    assert things.seen == 0 and things.queued == -1
+    assert things.inc(Things.seen) == 1 and things.inc(Things.seen, by=4) == 5
+    assert things.seen == 5 and things.value(Things.seen) == 5
+
+
+def test_labelled_counter_keeps_one_value_per_label_values_and_reads_as_their_sum():
+    things = Things()
+    things.inc(Things.lost, "full", "")
+    things.inc(Things.lost, "late", "x", by=2)
+    assert things.lost == 3
+    assert things.value(Things.lost, "late", "x") == 2 and things.value(Things.lost, "gone", "") == 0
+    assert things.series(Things.lost) == {("full", ""): 1, ("late", "x"): 2}
+
+
+def test_snapshot_is_flat_in_declaration_order_and_leaves_empty_label_values_out():
+    things = Things()
+    things.inc(Things.lost, "full", "")
+    things.inc(Things.lost, "late", "x")
+    things.set(Things.queued, 7)
+    assert list(things.snapshot().items()) == [("seen", 0), ("lost.full", 1), ("lost.late.x", 1),
+                                               ("queued", 7)]
+
+
+def test_samples_carry_the_declaration_for_an_exporter():
+    things = Things()
+    things.inc(Things.lost, "full", "a")
+    samples = list(things.samples())
+    assert samples[0] == Sample("things", "seen", "things seen", Kind.COUNTER, (), 0)
+    assert samples[1].labels == (("reason", "full"), ("detail", "a")) and samples[1].value == 1
+    assert samples[2].kind is Kind.GAUGE and samples[2].value == -1
+
+
+def test_misuse_fails_loudly():
+    class Other(CounterSet):
+        seen = Counter("another set's counter")
+
+    things = Things()
+    with pytest.raises(ValueError, match="labels"):
+        things.inc(Things.lost, "only-one")
+    with pytest.raises(ValueError, match="cannot go down"):
+        things.inc(Things.seen, by=-1)
+    with pytest.raises(KeyError, match="not declared"):
+        things.inc(Other.seen)
+    with pytest.raises(AttributeError, match="inc"):
+        things.seen = 3
+    things.inc(Things.queued, by=-2)  # a gauge may go down
+    assert things.queued == -3
+
+
+def test_sets_are_independent_and_subclasses_inherit_declarations():
+    class More(Things):
+        extra = Counter("one more")
+
+    a, b = Things(), More()
+    a.inc(Things.seen)
+    b.inc(More.extra)
+    assert a.seen == 1 and b.seen == 0 and b.extra == 1
+    assert [c.name for c in More.declared] == ["seen", "lost", "queued", "extra"]
+
+
+def test_inc_from_many_threads_loses_nothing():
+    things = Things()
+
+    def count() -> None:
+        for _ in range(10_000):
+            things.inc(Things.seen)
+            things.inc(Things.lost, "r", "")
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert things.seen == 40_000 and things.lost == 40_000
+
+
+def test_a_cell_is_the_same_value_the_set_reads():
+    things = Things()
+    cell = things.cell(Things.lost, "hot", "")
+    cell.value += 3
+    assert things.lost == 3 and things.cell(Things.lost, "hot", "") is cell
