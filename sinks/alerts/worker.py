@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...schemas.counters import Counter, CounterSet
 from .base import Channel, DeliveryError, Event, HttpRequest, Notification
@@ -53,7 +54,7 @@ class AlertCounters(CounterSet):
     retries = Counter("delivery attempts repeated after a failure", labels=("channel",))
     dropped = Counter("notifications dropped because the channel's queue was full", labels=("channel",))
 
-    CHANNEL = (delivered, failed, retries, dropped)
+    CHANNEL: ClassVar[tuple[Counter, ...]] = (delivered, failed, retries, dropped)  # per channel
 
     def of_channel(self, channel: str) -> dict[str, int]:
         """One channel's counters by name."""
