@@ -9,14 +9,15 @@ Order of reasoning (each step only sees what the earlier ones left):
      caused) or is a member of a group some other rank held up is a propagated victim
      and is dropped; one with no abnormal function of its own is
      reported as entering the collective late (uninstrumented code before it);
-  3. slow links: a collective group whose pure transfer time exceeds its sibling groups
-     (same op and size); localized by link hardware evidence or group intersection;
-  4. stage imbalance: ``kind:`` aggregates whose peer groups (stages) differ by far;
+  3. slow links: a collective group whose pure transfer time t exceeds its sibling groups'
+     (same op and size): t >= median * (1 + link_excess), robust z = (t - median) /
+     max(MAD_TO_SIGMA * MAD, noise_floor_rel * median) >= mad_threshold, and its excess per
+     step >= min_cost_ms_per_step; localized by link hardware evidence or group intersection;
+  4. stage imbalance: forward/backward/optimizer ``kind:`` aggregates where one peer group
+     (stage) spends >= (1 + 2 * min_excess) x the other groups' median, costing the min cost;
   5. expectations: GC, data loading or a Python function taking too large a share of
      every rank's step (a problem all ranks share has no outlier); a Python function above
      ``step_wrapper_share`` of the step is the step wrapper itself and is left out.
-Slow links are scored like peer outliers: robust z = (t - median) / max(MAD_TO_SIGMA * MAD,
-noise_floor_rel * median) over the sibling groups' transfer times.
 """
 
 from __future__ import annotations
