@@ -97,3 +97,11 @@ class Status(str, Enum):
     OPEN = "OPEN"
     UPDATED = "UPDATED"
     RESOLVED = "RESOLVED"
+
+
+class ControlCommand(str, Enum):
+    """Control.command: what the stream workers ask every collector of a job to do."""
+
+    PROFILE = "PROFILE"
+    STOP_PROFILE = "STOP_PROFILE"
+    PING = "PING"
