@@ -43,7 +43,7 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
             if not settings.collector.enabled:
                 return None
             job = job or settings.collector.job or default_job(env)
-            identity = identity_from_env(job, env)
+            identity = identity_from_env(job, env, settings.collector.host)
             bootstrap = settings.collector.bootstrap_servers or _bootstrap(env)
             collector = Collector(settings, identity, bootstrap)
             collector.start()

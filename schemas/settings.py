@@ -127,6 +127,7 @@ class CollectorSettings:
     enabled: bool = field(default=True, metadata={"doc": "master switch; false = attach() does nothing"})
     job: str = field(default="", metadata={"doc": "job id; empty = TORCHELASTIC_RUN_ID or a generated one"})
     bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
+    host: str = field(default="", metadata={"doc": "machine name reported for this rank; empty = the hostname (in Kubernetes set it to the node name: the pod name is not the machine)"})
     buffer_mb: float = field(default=32.0, metadata={"doc": "bound of the in-process event buffer; oldest dropped when full"})
     flush_interval_s: float = field(default=1.0, metadata={"doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"doc": "longest wait for delivery at process exit"})
