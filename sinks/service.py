@@ -30,6 +30,7 @@ from ..deploy.state import resolve_bootstrap
 from ..deploy.topics import TopicNames, all_topics
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import SINGLE_OBJECT_MAGIC
+from ..schemas.validate import validate
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
@@ -50,6 +51,7 @@ class SinkStats:
     rows_written: int = 0
     rows_dropped: int = 0
     dead_lettered: int = 0
+    rows_rejected: int = 0  # rows the store refused, dead-lettered (part of dead_lettered)
     flushes: int = 0
     flush_failures: int = 0
     commits: int = 0
@@ -98,7 +100,8 @@ class SinkService:
         while not self._stop.is_set():
             try:
                 self.store = self._open_store_fn(target)
-                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw)
+                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw,
+                                           self._dead_letter_row)
                 self.sink.setup()
                 self.flusher = BackgroundFlusher(self.sink, self._stop)
                 return
@@ -185,12 +188,16 @@ class SinkService:
             return
         try:
             name, record = self.codec.decode(value or b"")
-            batches = ROW_BUILDERS[name](record)
+            invalid = validate(name, record)
+            batches = [] if invalid else ROW_BUILDERS[name](record)
         except SchemaError as exc:
             self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
             return
         except (KeyError, TypeError, ValueError) as exc:
             self._dead_letter(topic, partition, offset, value, f"unmappable record: {exc!r}")
+            return
+        if invalid:
+            self._dead_letter(topic, partition, offset, value, f"invalid: {invalid}")
             return
         for table, rows in batches:
             self.sink.add_rows(table, rows)
@@ -201,19 +208,26 @@ class SinkService:
     def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
         self._dead_letter(m.topic, m.partition, m.offset, m.value, reason)
 
+    def _dead_letter_row(self, table: str, row: dict[str, Any], reason: str) -> None:
+        """A row the store refused (flush thread): its values as JSON, headers ``table`` and ``reason``."""
+        self.stats.rows_rejected += 1
+        value = json.dumps({"table": table, "row": row}, default=str).encode()
+        self._dead_letter(table, -1, -1, value, f"rejected by the store: {reason}", table)
+
     def idle(self) -> bool:
         """Everything consumed so far is in the store (or dead-lettered)."""
         return self.sink is not None and self.flusher is not None and (
             not self.sink.buffered and not self.flusher.busy)
 
     def _dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None,
-                     reason: str) -> None:
+                     reason: str, table: str = "") -> None:
         self.stats.dead_lettered += 1
         log.debug("dead-letter %s[%d]@%d: %s", topic, partition, offset, reason)
+        where = [("table", table.encode())] if table else [("source_topic", topic.encode())]
         try:
             self._producer.produce(
                 self.topics.deadletter, value=value, key=topic.encode(),
-                headers=[("reason", reason[:1000].encode()), ("source_topic", topic.encode()),
+                headers=[("reason", reason[:1000].encode()), *where,
                          ("partition", str(partition).encode()), ("offset", str(offset).encode()),
                          ("stage", b"sink")])
         except BufferError:

@@ -20,6 +20,7 @@ from ..schemas import (
     MultiCodec,
     SchemaError,
 )
+from ..schemas.validate import limits_for, validate
 
 log = logging.getLogger("perftracker.streams")
 
@@ -66,12 +67,17 @@ class StreamContext:
             log.exception("error #%d in %s (message skipped): %s", self.counters[key], source, exc)
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
-        """Decode with a (Multi)Codec; bad bytes go to the dead-letter topic and return None."""
+        """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
+        bad bytes and absurd records go to the dead-letter topic with the reason and return None."""
         try:
             decoded = codec.decode(raw)
         except SchemaError as exc:
             await self.dead_letter(source, raw, str(exc))
             return None
-        if isinstance(decoded, tuple):
-            return decoded
-        return codec.name, decoded
+        name, record = decoded if isinstance(decoded, tuple) else (codec.name, decoded)
+        reason = validate(name, record, limits_for(self.policy.max_duration_s))
+        if reason is not None:
+            self.counters[f"invalid.{source}"] += 1
+            await self.dead_letter(source, raw, f"invalid: {reason}")
+            return None
+        return name, record
