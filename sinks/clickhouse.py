@@ -86,13 +86,14 @@ class ClickHouseSink(BatchingSink):
         return batch
 
     def write_batch(self, batch: dict[str, list]) -> int:
-        written = 0
+        """Rows (and raw messages) written; rows the store rejected are not counted."""
+        written, rejected = 0, self.rejected_rows
         for key in [k for k in batch if k.startswith(RAW_PREFIX)]:
             messages = batch[key]
             self._write_raw(key[len(RAW_PREFIX):], messages)
             del batch[key]
             written += len(messages)
-        return written + super().write_batch(batch)
+        return written + super().write_batch(batch) - (self.rejected_rows - rejected)
 
     def flush(self) -> int:
         """Synchronous flush; on failure what was not written goes back into the buffers."""
