@@ -11,10 +11,9 @@ which are dead-lettered while the others are written.
 
 from __future__ import annotations
 
-from ..schemas.validate import (
+from ..schemas.rules import (
     DEFAULT_LIMITS,
     INT64_MAX,
-    RULES,
     FloatArrays,
     Floats,
     IntArrays,
@@ -29,6 +28,7 @@ from ..schemas.validate import (
     TotalWithin,
     static,
 )
+from ..schemas.validate import RULES
 
 
 def _between(x: str, lo: int | float, hi: int | float) -> str:

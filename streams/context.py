@@ -20,7 +20,8 @@ from ..schemas import (
     MultiCodec,
     SchemaError,
 )
-from ..schemas.validate import limits_for, validate
+from ..schemas.rules import limits_for
+from ..schemas.validate import validate
 
 log = logging.getLogger("perftracker.streams")
 

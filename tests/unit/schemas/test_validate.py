@@ -8,7 +8,8 @@ import math
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.schemas import MultiCodec
-from perftracker.schemas.validate import RULES, Limits, limits_for, validate
+from perftracker.schemas.rules import Limits, limits_for
+from perftracker.schemas.validate import RULES, validate
 from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
