@@ -22,7 +22,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from perftracker.deploy.stack import worker_stats
 from perftracker.deploy.synthetic import SyntheticJob, batches
-from perftracker.schemas import EVENT_BATCH, Codec
+from perftracker.schemas import Codec
+from perftracker.schemas.vocabulary import EVENT_BATCH
 
 from ...hostile import Hostile, hostile_messages, odd_but_valid_batches
 from ..waiting import wait_for
