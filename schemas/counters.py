@@ -193,10 +193,10 @@ class CounterSet:
         with self._lock:
             cell.value = value
 
-    def observe(self, counter: Histogram, value: int, *labels: str) -> None:
+    def observe(self, counter: Counter, value: int, *labels: str) -> None:
         """Count one observation of a histogram (``value`` in its unit) for ``labels``."""
         cell = self.cell(counter, *labels)
-        if not isinstance(cell, Buckets):
+        if not isinstance(counter, Histogram) or not isinstance(cell, Buckets):
             raise TypeError(f"{counter!r} is not a Histogram")
         i = bisect.bisect_left(counter.buckets, value)
         with self._lock:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def consumer_lag(consumer: Any) -> dict[tuple[str, str], int]:
+def consumer_lag(consumer: Any) -> dict[tuple[str, ...], int]:
     """(topic, partition) -> lag of a confluent-kafka consumer's assigned partitions; a
     partition not read or not fetched yet has none."""
-    lags = {}
+    lags: dict[tuple[str, ...], int] = {}
     for tp in consumer.position(consumer.assignment()):
         if tp.offset < 0:  # nothing read yet: no position
             continue

@@ -24,12 +24,12 @@ log = logging.getLogger("perftracker.streams")
 LAG_INTERVAL_S = 2.0
 
 
-def consumer_lag(consumer: Any) -> dict[tuple[str, str], int]:
+def consumer_lag(consumer: Any) -> dict[tuple[str, ...], int]:
     """(topic, partition) -> lag of a Faust consumer's assigned partitions (see the module docstring)."""
     if consumer is None:
         return {}
     read = getattr(consumer, "_read_offset", {})  # Faust: last offset handed to an agent, per partition
-    lags = {}
+    lags: dict[tuple[str, ...], int] = {}
     for tp in consumer.assignment():
         high, last = consumer.highwater(tp), read.get(tp)
         if high is None or last is None:
