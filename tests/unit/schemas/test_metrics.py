@@ -104,3 +104,18 @@ def test_server_binds_localhost_serves_metrics_and_frees_its_port():
     with pytest.raises(OSError):
         urllib.request.urlopen(server.url, timeout=2)
     server.close()  # idempotent
+
+
+def test_every_exported_metric_is_documented():
+    from pathlib import Path
+
+    from perftracker.collectors.counters import CollectorCounters
+    from perftracker.sinks.alerts.worker import AlertCounters
+    from perftracker.sinks.service import SinkCounters
+    from perftracker.streams.context import StreamCounters
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters):
+        for c in cls.declared:
+            name = f"perftracker_{cls.component}_{c.name}" + ("_total" if c.kind is Kind.COUNTER else "")
+            assert f"| `{name}` | {c.kind.value} |" in doc, f"document {name} in docs/operations.md"
