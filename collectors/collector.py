@@ -8,6 +8,7 @@ that attaches before the user's script runs never imports torch itself.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from .config import AttachSettings
 from .counters import CollectorCounters
 from .identity import RankIdentity
 from .iteration import IterationDetector
+from .job_agreement import JobAgreement, torch_distributed
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
@@ -67,7 +69,8 @@ class Part(Protocol):
 
 
 class Collector:
-    def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str):
+    def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str,
+                 job_settled: bool = True):
         cfg = settings.collector
         self.settings = settings
         self.identity = identity
@@ -90,6 +93,13 @@ class Collector:
         self._closed = False
         self._background_cpu: dict[str, float] | None = None  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
+        self._identity_listeners: list[Callable[[RankIdentity], None]] = []
+        self.agreement: JobAgreement | None = None
+        if not job_settled:
+            self.agreement = JobAgreement(identity.job, self._agreed_job, cfg.job_agreement_s,
+                                          torch_distributed)
+            self.sender.add_task(self.agreement.poll)
+            self.sender.hold_until(self.agreement.ready)
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
         on_lost = self.recorder.lost
@@ -116,9 +126,22 @@ class Collector:
             self._parts.append(part)
 
     def set_identity(self, identity: RankIdentity) -> None:
-        """A more precise identity (the GPU, once NVML knows it) for later batches."""
+        """A more precise identity (the GPU once NVML knows it, the agreed job) for later batches."""
         self.identity = identity
         self.sender.set_identity(identity)
+        for listener in self._identity_listeners:
+            listener(identity)
+
+    def on_identity(self, listener: Callable[[RankIdentity], None]) -> None:
+        """Call ``listener(identity)`` whenever the identity changes (parts that send on their own)."""
+        self._identity_listeners.append(listener)
+
+    def job_settled(self) -> bool:
+        """False while the ranks still agree on the job id (see :mod:`.job_agreement`)."""
+        return self.agreement is None or self.agreement.ready()
+
+    def _agreed_job(self, job: str) -> None:
+        self.set_identity(dataclasses.replace(self.identity, job=job))
 
     def start(self) -> None:
         from .hooks_python import GcTimer

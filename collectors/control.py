@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..schemas.kafka_admin import quiet_kafka_logger
+from ..schemas.vocabulary import ControlCommand
 from .profiling import ProfileRequest, ProfileWindows
 from .safety import ErrorBudget
 from .transport import LIBRDKAFKA_LOGGER
@@ -71,7 +72,7 @@ class ControlFollower(threading.Thread):
             return
         self._seen.add(msg["request_id"])
         self.received += 1
-        if msg["command"] == "PROFILE":
+        if msg["command"] == ControlCommand.PROFILE:
             self.windows.request(ProfileRequest(msg["request_id"], int(msg["start_step"]),
                                                 float(msg["duration_s"])))
         elif msg["command"] == "STOP_PROFILE":

@@ -31,6 +31,7 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     if cfg.control and isinstance(collector.sink, KafkaSink):
         follower = ControlFollower(collector.kafka_conf, collector.topics.control,
                                    collector.identity.job, windows, collector.errors)
+        collector.on_identity(lambda ident: setattr(follower, "job", ident.job))
         follower.start()
         collector.add_part(follower)
 
@@ -49,12 +50,14 @@ def _start_nvml(collector: Collector, torch: ModuleType) -> HardwareSampler | No
     sink = collector.sink
 
     def send(record: dict) -> None:
-        if isinstance(sink, KafkaSink):
-            sink.send_to(collector.topics.hardware, identity.key, codec.encode(record))
+        # samples taken while the ranks still agree on the job id (a few seconds) are skipped
+        if isinstance(sink, KafkaSink) and collector.job_settled():
+            sink.send_to(collector.topics.hardware, collector.identity.key, codec.encode(record))
 
     cfg = collector.settings.collector
     sampler = HardwareSampler(nvml, identity, send, cfg.nvml_interval_s,
                               cfg.nvml_profile_interval_s, collector.errors)
+    collector.on_identity(lambda ident: setattr(sampler, "identity", ident))
     sampler.start()
     collector.add_part(sampler)
     return sampler

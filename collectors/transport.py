@@ -177,6 +177,7 @@ class Sender(threading.Thread):
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._last_send = 0.0
+        self._may_send: Callable[[], bool] = lambda: True
 
     def add_task(self, task: Callable[[], object]) -> None:
         """Run ``task()`` on the sender thread at every send cycle, before the buffer is drained."""
@@ -188,8 +189,14 @@ class Sender(threading.Thread):
         self.recorder.counters.inc(CollectorCounters.profile_windows)
 
     def set_identity(self, identity: RankIdentity) -> None:
-        """The identity later batches carry (e.g. once the GPU is known)."""
+        """The identity (and message key) later batches carry (the GPU once known, the agreed job)."""
         self.builder.identity = identity
+        self.key = identity.key
+
+    def hold_until(self, may_send: Callable[[], bool]) -> None:
+        """Keep batches back (events stay in the recorder's bounded buffer) until ``may_send()``;
+        the last flush at exit sends regardless."""
+        self._may_send = may_send
 
     def run(self) -> None:
         while not self._stop_event.wait(self.config.flush_interval_s):
@@ -201,7 +208,8 @@ class Sender(threading.Thread):
             try:
                 for task in self._tasks:
                     task()
-                self._send_available(final)
+                if final or self._may_send():
+                    self._send_available(final)
                 self.sink.poll()
             except Exception as exc:  # noqa: BLE001 - the sender thread must survive
                 self.recorder.errors.caught("sender", exc)

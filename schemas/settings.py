@@ -127,8 +127,10 @@ class CollectorSettings:
     """Read by ``attach()`` in each training process, from the environment only."""
 
     enabled: bool = field(default=True, metadata={"doc": "master switch; false = attach() does nothing"})
-    job: str = field(default="", metadata={"doc": "job id; empty = TORCHELASTIC_RUN_ID or a generated one"})
+    job: str = field(default="", metadata={"doc": "job id; empty = the launcher's run id (torchrun rdzv id, SLURM_JOB_ID, JobSet/PyTorchJob name), else rank 0's id agreed through the job's c10d store"})
+    job_agreement_s: float = field(default=120.0, metadata={"doc": "longest wait for the job's process group to agree on a job id; batches are held meanwhile"})
     bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
+    host: str = field(default="", metadata={"doc": "machine name reported for this rank; empty = the hostname (in Kubernetes set it to the node name: the pod name is not the machine)"})
     buffer_mb: float = field(default=32.0, metadata={"doc": "bound of the in-process event buffer; oldest dropped when full"})
     flush_interval_s: float = field(default=1.0, metadata={"doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"doc": "longest wait for delivery at process exit"})

@@ -48,6 +48,7 @@ DEADLETTER_SOURCE_TOPIC = "source_topic"  # the sink: where the message was cons
 DEADLETTER_PARTITION = "partition"
 DEADLETTER_OFFSET = "offset"
 DEADLETTER_STAGE = "stage"  # ... and which stage refused it ("sink")
+DEADLETTER_TABLE = "table"  # sink: the table that refused the row (the value is the row as JSON)
 
 # --- liveness -------------------------------------------------------------------------
 HEARTBEAT_S = 5.0  # collectors send a batch at least this often (empty ones included), so a
@@ -97,3 +98,11 @@ class Status(str, Enum):
     OPEN = "OPEN"
     UPDATED = "UPDATED"
     RESOLVED = "RESOLVED"
+
+
+class ControlCommand(str, Enum):
+    """Control.command: what the stream workers ask every collector of a job to do."""
+
+    PROFILE = "PROFILE"
+    STOP_PROFILE = "STOP_PROFILE"
+    PING = "PING"

@@ -59,10 +59,11 @@ class BackgroundFlusher:
     def _write(self, batch: dict[str, list[Sequence[Any]]]) -> int:
         delay = min(0.5, self._max_backoff_s)
         total = sum(len(rows) for rows in batch.values())  # tables written before a failure count
+        rejected = self.sink.rejected_rows
         while True:
             try:
                 self.sink.write_batch(batch)
-                return total
+                return total - (self.sink.rejected_rows - rejected)
             except StoreUnavailable as exc:
                 self.failures += 1
                 pending = sum(len(rows) for rows in batch.values())

@@ -174,10 +174,18 @@ def _raw_ingest_statements() -> tuple[str, ...]:
     return migration_statements()
 
 
+def _raw_constraint_statements() -> tuple[str, ...]:
+    from .raw import recreate_raw_tables
+
+    return recreate_raw_tables()
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial tables", tables=tuple(TABLES)),
     Migration(2, "raw Avro ingestion: Null tables and materialized views",
               statements=_raw_ingest_statements()),
+    Migration(3, "content rules as constraints on the raw Avro tables",
+              statements=_raw_constraint_statements()),
 )
 
 

@@ -33,6 +33,7 @@ from ..schemas.metrics import exposition, registry_of
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
+from ..schemas.validate import validate
 from ..schemas.vocabulary import (
     ANOMALY,
     DEADLETTER_OFFSET,
@@ -41,6 +42,7 @@ from ..schemas.vocabulary import (
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE_TOPIC,
     DEADLETTER_STAGE,
+    DEADLETTER_TABLE,
 )
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
@@ -69,6 +71,7 @@ class SinkCounters(CounterSet):
     flushes = Counter("batches written to the store")
     flush_failures = Counter("failed attempts to write a batch (retried with backoff)")
     commits = Counter("offset commits after a successful flush")
+    rows_rejected = Counter("rows the store refused, dead-lettered one by one (part of dead_lettered)")
     decode_errors = Counter("messages that could not be decoded (dead-lettered)")
     backlog_rows = Counter("rows buffered or being written, not yet in the store", kind=Kind.GAUGE)
     flush_ms = Histogram("from a batch handed to the store to it being written, retries included, in ms",
@@ -125,7 +128,8 @@ class SinkService:
         while not self._stop.is_set():
             try:
                 self.store = self._open_store_fn(target)
-                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw)
+                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw,
+                                           self._dead_letter_row)
                 self.sink.setup()
                 self.flusher = BackgroundFlusher(self.sink, self._stop)
                 return
@@ -215,13 +219,17 @@ class SinkService:
             return
         try:
             name, record = self.codec.decode(value or b"")
-            batches = ROW_BUILDERS[name](record)
+            invalid = validate(name, record)
+            batches = [] if invalid else ROW_BUILDERS[name](record)
         except SchemaError as exc:
             self.stats.inc(SinkCounters.decode_errors)
             self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
             return
         except (KeyError, TypeError, ValueError) as exc:
             self._dead_letter(topic, partition, offset, value, f"unmappable record: {exc!r}")
+            return
+        if invalid:
+            self._dead_letter(topic, partition, offset, value, f"invalid: {invalid}")
             return
         for table, rows in batches:
             self.sink.add_rows(table, rows)
@@ -232,20 +240,26 @@ class SinkService:
     def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
         self._dead_letter(m.topic, m.partition, m.offset, m.value, reason)
 
+    def _dead_letter_row(self, table: str, row: dict[str, Any], reason: str) -> None:
+        """A row the store refused (flush thread): its values as JSON, headers ``table`` and ``reason``."""
+        self.stats.inc(SinkCounters.rows_rejected)
+        value = json.dumps({"table": table, "row": row}, default=str).encode()
+        self._dead_letter(table, -1, -1, value, f"rejected by the store: {reason}", table)
+
     def idle(self) -> bool:
         """Everything consumed so far is in the store (or dead-lettered)."""
         return self.sink is not None and self.flusher is not None and (
             not self.sink.buffered and not self.flusher.busy)
 
     def _dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None,
-                     reason: str) -> None:
+                     reason: str, table: str = "") -> None:
         self.stats.inc(SinkCounters.dead_lettered)
         log.debug("dead-letter %s[%d]@%d: %s", topic, partition, offset, reason)
+        where = [(DEADLETTER_TABLE, table.encode())] if table else [(DEADLETTER_SOURCE_TOPIC, topic.encode())]
         try:
             self._producer.produce(
                 self.topics.deadletter, value=value, key=topic.encode(),
-                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
-                         (DEADLETTER_SOURCE_TOPIC, topic.encode()),
+                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()), *where,
                          (DEADLETTER_PARTITION, str(partition).encode()),
                          (DEADLETTER_OFFSET, str(offset).encode()), (DEADLETTER_STAGE, b"sink")])
         except BufferError:

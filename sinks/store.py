@@ -3,12 +3,15 @@
 ``Store`` is the only thing that talks to ClickHouse. It serializes calls with
 a lock (chDB is an in-process engine shared by the sink and its query API
 threads) and turns driver errors into :class:`StoreUnavailable` for writes,
-so the sink can keep its batch and retry.
+so the sink can keep its batch and retry, except errors the rows themselves
+cause (:func:`rejects_rows`), which become :class:`RowsRejected`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..schemas.settings import Settings
-from .errors import SinkError, StoreUnavailable
+from .errors import RowsRejected, SinkError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ class Store:
                 self._client.insert(table, data, column_names=list(columns),
                                     column_oriented=column_oriented)
             except Exception as exc:
-                raise StoreUnavailable(f"insert into {table} failed: {_scrub(exc, self.target)}") from None
+                raise _insert_error(table, exc, self.target) from None
 
     def raw_insert(self, table: str, data: bytes, fmt: str) -> int:
         """``INSERT INTO table FORMAT fmt`` with ``data``; returns the rows ClickHouse read."""
@@ -134,7 +137,7 @@ class Store:
             try:
                 summary = self._client.raw_insert(table, None, data, fmt=fmt)
             except Exception as exc:
-                raise StoreUnavailable(f"insert into {table} failed: {_scrub(exc, self.target)}") from None
+                raise _insert_error(table, exc, self.target) from None
         return int(getattr(summary, "written_rows", 0) or 0)
 
     def ping(self) -> bool:
@@ -152,6 +155,34 @@ class Store:
                 self._client.close()
             except Exception as exc:  # closing twice or a dead connection
                 log.debug("closing store: %s", exc)
+
+
+# ClickHouse error codes caused by the inserted values, never by the store's state: parsing and
+# conversion (6, 26, 27, 38, 41, 53, 69, 70, 72, 117), array sizes (128, 190), string size (131),
+# out of range (321), throwIf (395), violated constraint (469). Anything else (network, timeouts,
+# memory, too many parts, missing tables, permissions) keeps the batch for a retry.
+DATA_ERROR_CODES = frozenset({6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 128, 131, 190, 321, 395, 469})
+_CODE = re.compile(r"\bCode: (\d+)")
+
+
+def rejects_rows(exc: BaseException) -> bool:
+    """True when ``exc`` (raised by an insert) is about the rows, so retrying them cannot help:
+    the driver could not serialize a value for its column (a negative number into a UInt32,
+    text into a number), or ClickHouse answered with a data error code."""
+    from clickhouse_connect.driver.exceptions import DataError
+
+    if isinstance(exc, (DataError, ValueError, TypeError, OverflowError, struct.error)):
+        return True
+    code = getattr(exc, "code", None)
+    if not isinstance(code, int):
+        found = _CODE.search(str(exc))
+        code = int(found.group(1)) if found else None
+    return code in DATA_ERROR_CODES
+
+
+def _insert_error(table: str, exc: BaseException, target: StoreTarget) -> SinkError:
+    message = f"insert into {table} failed: {_scrub(exc, target)}"
+    return RowsRejected(message) if rejects_rows(exc) else StoreUnavailable(message)
 
 
 def _scrub(exc: BaseException, target: StoreTarget) -> str:

@@ -9,7 +9,9 @@ from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
+from ..schemas.validate import validate
 from ..schemas.vocabulary import (
     ANOMALY,
     CONTROL,
@@ -44,6 +46,8 @@ class StreamCounters(CounterSet):
     dead_lettered = Counter("messages parked on the dead-letter topic, by where they were read",
                             labels=("source",))
     dead_letter_failures = Counter("messages that could not be parked on the dead-letter topic")
+    invalid = Counter("records that decoded but failed content validation (dead-lettered), by source",
+                      labels=("source",))
     errors = Counter("exceptions while processing one message or one tick (the message is skipped)",
                      labels=("source",))
     events_in = Counter("events (spans, collectives, iterations) in the EventBatches processed")
@@ -120,13 +124,18 @@ class StreamContext:
                                   max(0, now_ms() - int(anomaly["last_seen_ms"])), anomaly["status"])
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
-        """Decode with a (Multi)Codec; bad bytes go to the dead-letter topic and return None."""
+        """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
+        bad bytes and absurd records go to the dead-letter topic with the reason and return None."""
         try:
             decoded = codec.decode(raw)
         except SchemaError as exc:
             self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, str(exc))
             return None
-        if isinstance(decoded, tuple):
-            return decoded
-        return codec.name, decoded
+        name, record = decoded if isinstance(decoded, tuple) else (codec.name, decoded)
+        reason = validate(name, record, limits_for(self.policy.max_duration_s))
+        if reason is not None:
+            self.counters.inc(StreamCounters.invalid, source)
+            await self.dead_letter(source, raw, f"invalid: {reason}")
+            return None
+        return name, record

@@ -7,14 +7,14 @@ from typing import Any
 from ...schemas.vocabulary import FUNCTION_PATTERN, HARDWARE_BATCH
 from ..context import StreamContext, now_ms
 from ..detect import RankSummarizer
-from ..health import RankHealth
+from ..gaps import GapMetrics
 
 POLL_INTERVAL_S = 0.5
 
 
 def register(app: Any, ctx: StreamContext) -> None:
     summarizers: dict[tuple[str, int], RankSummarizer] = {}
-    health = RankHealth(ctx.counters)
+    gaps = GapMetrics(ctx.counters)
 
     def summarizer_for(record: dict) -> RankSummarizer:
         key = (record["job"], int(record["rank"]))
@@ -36,7 +36,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                     s.add_hardware(record, now)
                 else:
                     s.add_events(record, now)
-                    health.batch_in(s.job, s.rank, s.health, record)
+                    gaps.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
                 ctx.count_in(name)
                 await emit(ctx, s.poll(now))
             except Exception as exc:
@@ -52,7 +52,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 ctx.failed("summarize.tick", exc)
             if s.idle(now):
                 del summarizers[key]
-                health.forget(*key)
+                gaps.forget(*key)
 
 
 async def emit(ctx: StreamContext, closed: list[tuple[str, dict]]) -> None:

@@ -74,6 +74,23 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     return out
 
 
+def persisting(tracks: dict[str, Track], f: Finding, policy: DetectionPolicy) -> bool:
+    """``f`` was seen in the previous window too, or is open (a one-window candidate explains nothing)."""
+    t = tracks.get(f.identity)
+    return t is not None and (t.open or t.streak >= policy.persist_windows - 1)
+
+
+def explained_ms(tracks: dict[str, Track], findings: list[Finding], exclude: str,
+                 policy: DetectionPolicy) -> float:
+    """Step time (ms) the root causes of a window account for: the persisting ``findings``,
+    plus the open incidents not among them (other than ``exclude``)."""
+    explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
+                    if persisting(tracks, f, policy))
+    seen = {f.identity for f in findings}
+    explained += sum(t.explains_ms for i, t in tracks.items() if t.open and i != exclude and i not in seen)
+    return explained
+
+
 def _finite(x: Any) -> Any:
     """Evidence as strict JSON: NaN and infinities become null."""
     if isinstance(x, float):

@@ -67,8 +67,9 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
                f"was requested")
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
                 "pct": round(100 * excess / best, 2), "windows": k}
-    return Finding(Kind.REGRESSION, Cause.REGRESSION, "regression", (), (), (), "iteration",
-                   float(recent / best), float(excess), summary, evidence, extra_windows=1)
+    return Finding(kind=Kind.REGRESSION, cause=Cause.REGRESSION, identity="regression", ranks=(), hosts=(),
+                   gpus=(), function="iteration", score=float(recent / best), impact_ms=float(excess),
+                   summary=summary, evidence=evidence, extra_windows=1)
 
 
 def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionPolicy) -> Finding | None:
@@ -130,7 +131,7 @@ def _hang_finding(state: LivenessState, rank_windows: dict[int, dict], stalled_s
                f"seq {top_seq} of group {group or '?'} that the other ranks are waiting in")
     evidence = {"stalled_s": stalled_s, "pending_group": group, "pending_seq": top_seq,
                 "last_functions": last_fn, "last_step": state.max_last_step}
-    return Finding(Kind.HANG, Cause.HANG, "hang", tuple(culprits), hosts,
-                   tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in culprits})),
-                   next(iter(last_fn.values()), ""), float(stalled_s), float(stalled_s * 1000), summary,
-                   evidence, immediate=True)
+    return Finding(kind=Kind.HANG, cause=Cause.HANG, identity="hang", ranks=tuple(culprits), hosts=hosts,
+                   gpus=tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in culprits})),
+                   function=next(iter(last_fn.values()), ""), score=float(stalled_s),
+                   impact_ms=float(stalled_s * 1000), summary=summary, evidence=evidence, immediate=True)

@@ -5,14 +5,19 @@ Order of reasoning (each step only sees what the earlier ones left):
      -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
      merged per host, data imbalance merged per function;
   2. stragglers: late arrivers of collectives among peers. A straggler that was itself
-     waiting in another collective (a member of a group some other rank held up) is a
-     propagated victim and is dropped; one with no abnormal function of its own is
+     waiting in another collective (at least ``propagated_wait_share`` of the wait it
+     caused) or is a member of a group some other rank held up is a propagated victim
+     and is dropped; one with no abnormal function of its own is
      reported as entering the collective late (uninstrumented code before it);
-  3. slow links: a collective group whose pure transfer time exceeds its sibling groups
-     (same op and size); localized by link hardware evidence or group intersection;
-  4. stage imbalance: ``kind:`` aggregates whose peer groups (stages) differ by far;
+  3. slow links: a collective group whose pure transfer time t exceeds its sibling groups'
+     (same op and size): t >= median * (1 + link_excess), robust z = (t - median) /
+     max(MAD_TO_SIGMA * MAD, noise_floor_rel * median) >= mad_threshold, and its excess per
+     step >= min_cost_ms_per_step; localized by link hardware evidence or group intersection;
+  4. stage imbalance: forward/backward/optimizer ``kind:`` aggregates where one peer group
+     (stage) spends >= (1 + 2 * min_excess) x the other groups' median, costing the min cost;
   5. expectations: GC, data loading or a Python function taking too large a share of
-     every rank's step (a problem all ranks share has no outlier).
+     every rank's step (a problem all ranks share has no outlier); a Python function above
+     ``step_wrapper_share`` of the step is the step wrapper itself and is left out.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
 from ...schemas.vocabulary import Kind, SpanKind
+from .columnar import MAD_TO_SIGMA
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
@@ -52,7 +58,7 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
             continue
         for o in c["outliers"]:
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
-    stragglers, victims = _stragglers(comparisons, policy.late_p_value)
+    stragglers, victims = _stragglers(comparisons, policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
     findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows)
@@ -62,11 +68,11 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
     return sorted(findings, key=lambda f: -f.impact_ms)
 
 
-def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list[dict]], set[int]]:
+def _stragglers(comparisons: list[dict], policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
     """Late arrivers of peer collectives, and the ranks that only propagate someone else's
     delay: members other than the late arriver of any collective (pipeline send/recv
     included), and late arrivers that themselves waited, in another collective, at least
-    half as long as the wait they caused."""
+    ``propagated_wait_share`` of the wait they caused."""
     late: dict[int, list[dict]] = defaultdict(list)
     victims: set[int] = set()
     for c in comparisons:
@@ -74,7 +80,7 @@ def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list
             continue
         names = {s["rank"] for s in c["stragglers"]}
         for s in c["stragglers"] if not c["mixed_signatures"] else []:
-            if s["p_value"] <= p_value:
+            if s["p_value"] <= policy.late_p_value:
                 late[s["rank"]].append({**s, "function": c["function"]})
         if names:
             victims.update(r for r in c["members"] if r not in names)
@@ -82,7 +88,7 @@ def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list
     for rank, entries in late.items():
         caused = max(s["caused_ms_per_step"] for s in entries)
         own = {s["function"] for s in entries}
-        if any(w >= 0.5 * caused for fn, w in waited.get(rank, []) if fn not in own):
+        if any(w >= policy.propagated_wait_share * caused for fn, w in waited.get(rank, []) if fn not in own):
             victims.add(rank)
     return late, victims
 
@@ -113,7 +119,7 @@ def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[di
         rw = rank_windows.get(rank, {})
         gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
-        cause = classify(outs, gpu, hw, policy.min_excess)
+        cause = classify(outs, gpu, hw, policy)
         if cause in HOST_LEVEL:
             key: tuple = (cause, outs[0]["host"])
         elif cause == Cause.DATA_IMBALANCE:
@@ -153,8 +159,9 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     if intermittent:
         evidence["intermittent"] = True
         summary += " (intermittent: the slow tail, not every call)"
-    return Finding(kind, cause, f"{cause.value}|{key[1]}", ranks, hosts, gpus, top["function"],
-                   float(max(o["robust_z"] for o in outs)), float(impact), summary, evidence,
+    return Finding(kind=kind, cause=cause, identity=f"{cause.value}|{key[1]}", ranks=ranks, hosts=hosts,
+                   gpus=gpus, function=top["function"], score=float(max(o["robust_z"] for o in outs)),
+                   impact_ms=float(impact), summary=summary, evidence=evidence,
                    extra_windows=1 if intermittent else 0)
 
 
@@ -177,9 +184,10 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
         evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
                     "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
                     "groups": sorted(s["function"] for s in late)}
-        out.append(Finding(Kind.STRAGGLER, Cause.SLOW_FUNCTION, f"late|{rank}", (rank,), (top["host"],),
-                           (int(top["gpu"]),), top["function"], float(top["late_fraction"] * 10), impact,
-                           summary, evidence))
+        out.append(Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=f"late|{rank}",
+                           ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
+                           function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
+                           summary=summary, evidence=evidence))
     return out
 
 
@@ -197,7 +205,7 @@ def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
         t = np.array([c["transfer_ms_median"] for c in group])
         per_step = np.array([c["transfer_ms_per_step"] for c in group])
         m, mad = float(np.median(t)), float(np.median(np.abs(t - np.median(t))))
-        scale = max(1.4826 * mad, policy.noise_floor_rel * m, 1e-6)
+        scale = max(MAD_TO_SIGMA * mad, policy.noise_floor_rel * m, 1e-6)
         ms = float(np.median(per_step))
         for c, ti, pi in zip(group, t, per_step, strict=False):
             if ti >= m * (1 + policy.link_excess) and (ti - m) / scale >= policy.mad_threshold \
@@ -250,8 +258,9 @@ def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[l
         evidence = {"transfer_ms_median": round(c["transfer_ms_median"], 3), "ratio": round(ratio, 3),
                     "robust_z": round(z, 1), "localized_by": how, "hardware": suspects,
                     "group_members": len(c["members"])}
-        findings.append(Finding(Kind.OUTLIER, Cause.SLOW_LINK, f"slow_link|{_short(ranks)}", ranks, hosts,
-                                gpus, c["function"], float(z), float(cost), summary, evidence))
+        findings.append(Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_LINK, identity=f"slow_link|{_short(ranks)}",
+                                ranks=ranks, hosts=hosts, gpus=gpus, function=c["function"], score=float(z),
+                                impact_ms=float(cost), summary=summary, evidence=evidence))
     return _dedupe(findings), covered
 
 
@@ -288,9 +297,10 @@ def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[F
                        f"(~{impact:.1f} ms per step); no rank is faulty")
             evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
                         "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
-            found[ident] = Finding(Kind.IMBALANCE, Cause.STAGE_IMBALANCE, ident, ranks, (), (),
-                                   c["function"], float(g["median_ms_per_step"] / others), impact, summary,
-                                   evidence)
+            found[ident] = Finding(kind=Kind.IMBALANCE, cause=Cause.STAGE_IMBALANCE, identity=ident, ranks=ranks,
+                                   hosts=(), gpus=(), function=c["function"],
+                                   score=float(g["median_ms_per_step"] / others), impact_ms=impact,
+                                   summary=summary, evidence=evidence)
     return list(found.values())
 
 
@@ -302,7 +312,7 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
     for c in comparisons:
         limit = _share_limit(c, policy)
         share = c["median_ms_per_step"] / job_step_ms
-        if limit is None or share <= limit or share > 0.5 and c["kind"] == SpanKind.PYTHON:
+        if limit is None or share <= limit or share > policy.step_wrapper_share and c["kind"] == SpanKind.PYTHON:
             continue
         cost = (share - limit) * job_step_ms
         if cost < policy.min_cost_ms_per_step:
@@ -314,8 +324,9 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
                     "explains_ms": round(c["median_ms_per_step"], 3),
                     "median_ms_per_step": round(c["median_ms_per_step"], 3), "step_ms": round(job_step_ms, 3),
                     "ranks": c["ranks_seen"]}
-        out.append(Finding(Kind.EXPECTATION, Cause.SHARED_INEFFICIENCY, f"shared|{c['function']}", (), (), (),
-                           c["function"], float(share / limit), float(cost), summary, evidence))
+        out.append(Finding(kind=Kind.EXPECTATION, cause=Cause.SHARED_INEFFICIENCY,
+                           identity=f"shared|{c['function']}", ranks=(), hosts=(), gpus=(), function=c["function"],
+                           score=float(share / limit), impact_ms=float(cost), summary=summary, evidence=evidence))
     return out
 
 

@@ -1,8 +1,8 @@
 """Gaps and drops of every rank as worker metrics, with labels that stay few.
 
-Each rank's summarizer keeps ``health``: ``lost_batches`` (sequence-number
-gaps it found) and ``dropped_events`` (the running total the rank's collector
-writes in every batch header). Exported per rank, a 4,000-rank job would make
+Each rank's summarizer keeps its transport health: ``lost_batches``
+(sequence-number gaps it found) and ``dropped_events`` (the running total the
+rank's collector writes in every batch header). Exported per rank, a 4,000-rank job would make
 4,000 series per metric, and a fleet of such jobs a Prometheus problem. So
 this exports per **job**: counters of batches lost and events dropped, summed
 over its ranks as they are found, and one gauge naming the job's worst rank
@@ -28,20 +28,19 @@ def event_count(batch: Mapping) -> int:
         return 0
 
 
-class RankHealth:
-    """Turns the summarizers' per-rank health into per-job metrics (see the module docstring)."""
+class GapMetrics:
+    """Turns the summarizers' per-rank transport health into per-job metrics (module docstring)."""
 
     def __init__(self, counters: StreamCounters):
         self.counters = counters
         self._ranks: dict[str, dict[int, tuple[int, int]]] = {}  # job -> rank -> (lost, dropped)
         self._worst: dict[str, tuple[int, int]] = {}  # job -> (rank, lost) exported
 
-    def batch_in(self, job: str, rank: int, health: Mapping[str, int], batch: Mapping) -> None:
-        """After an EventBatch of ``job``/``rank`` was folded in: count its events and what
-        its rank lost or dropped since the previous one."""
+    def batch_in(self, job: str, rank: int, lost: int, dropped: int, batch: Mapping) -> None:
+        """After an EventBatch of ``job``/``rank`` was folded in: count its events and what its
+        rank lost (``lost``: batches missing so far) or dropped (``dropped``: its collector's total)."""
         self.counters.inc(StreamCounters.events_in, by=event_count(batch))
         ranks = self._ranks.setdefault(job, {})
-        lost, dropped = int(health.get("lost_batches", 0)), int(health.get("dropped_events", 0))
         prev_lost, prev_dropped = ranks.get(rank, (0, 0))
         ranks[rank] = (lost, dropped)
         if lost > prev_lost:

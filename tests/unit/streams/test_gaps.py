@@ -5,37 +5,34 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from perftracker.streams.context import StreamContext, StreamCounters, now_ms
-from perftracker.streams.health import RankHealth, event_count
+from perftracker.streams.gaps import GapMetrics, event_count
 from perftracker.streams.metrics import consumer_lag
 
+# batch_in(job, rank, lost batches so far, dropped events total, batch)
 BATCH = {"spans": {"kind": [0, 1, 2]}, "comms": {"op": [0]}, "iterations": {"step": [1, 2]}}
-
-
-def health(lost: int = 0, dropped: int = 0) -> dict[str, int]:
-    return {"lost_batches": lost, "dropped_events": dropped, "bytes_received": 0}
 
 
 def test_gaps_and_drops_add_up_per_job_and_the_worst_rank_is_one_series():
     c = StreamCounters()
-    h = RankHealth(c)
-    h.batch_in("j", 0, health(), BATCH)
-    h.batch_in("j", 0, health(lost=2, dropped=10), BATCH)
-    h.batch_in("j", 1, health(lost=1, dropped=5), BATCH)
-    h.batch_in("j", 1, health(lost=5, dropped=5), BATCH)  # rank 1 becomes the worst
-    h.batch_in("k", 0, health(lost=1), BATCH)
+    h = GapMetrics(c)
+    h.batch_in("j", 0, 0, 0, BATCH)
+    h.batch_in("j", 0, 2, 10, BATCH)
+    h.batch_in("j", 1, 1, 5, BATCH)
+    h.batch_in("j", 1, 5, 5, BATCH)  # rank 1 becomes the worst
+    h.batch_in("k", 0, 1, 0, BATCH)
     assert c.value(StreamCounters.events_in) == 5 * 6
     assert c.series(StreamCounters.batches_lost) == {("j",): 7, ("k",): 1}
     assert c.series(StreamCounters.events_dropped) == {("j",): 15}
     assert c.series(StreamCounters.worst_rank_batches_lost) == {("j", "1"): 5, ("k", "0"): 1}
-    h.batch_in("j", 0, health(lost=2, dropped=3), BATCH)  # collector restarted: counts anew from 3
+    h.batch_in("j", 0, 2, 3, BATCH)  # collector restarted: counts anew from 3
     assert c.value(StreamCounters.events_dropped, "j") == 18
 
 
 def test_a_jobs_series_go_with_its_last_rank():
     c = StreamCounters()
-    h = RankHealth(c)
-    h.batch_in("j", 0, health(lost=1, dropped=1), BATCH)
-    h.batch_in("j", 1, health(), BATCH)
+    h = GapMetrics(c)
+    h.batch_in("j", 0, 1, 1, BATCH)
+    h.batch_in("j", 1, 0, 0, BATCH)
     h.forget("j", 0)
     assert c.series(StreamCounters.batches_lost) == {("j",): 1}
     h.forget("j", 1)
