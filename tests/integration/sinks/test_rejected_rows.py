@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from perftracker.deploy.config import StoreSettings
+from perftracker.schemas.settings import StoreSettings
 from perftracker.schemas import MultiCodec, SchemaError
 from perftracker.schemas.validate import validate
 from perftracker.sinks import samples
