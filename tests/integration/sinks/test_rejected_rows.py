@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from perftracker.schemas.settings import StoreSettings
 from perftracker.schemas import MultiCodec, SchemaError
+from perftracker.schemas.settings import StoreSettings
 from perftracker.schemas.validate import validate
 from perftracker.sinks import samples
 from perftracker.sinks.clickhouse import ClickHouseSink
