@@ -55,7 +55,7 @@ def register_metrics(app: Any, ctx: StreamContext, settings: StreamSettings) -> 
     async def serve_metrics() -> None:
         try:
             server = MetricsServer(registry_of(ctx.counters), settings.metrics_port, settings.metrics_host)
-        except OSError as exc:  # port taken: detection goes on without metrics
+        except (OSError, ImportError) as exc:  # port taken: detection goes on without metrics
             log.error("metrics endpoint on %s:%d not started: %s", settings.metrics_host,
                       settings.metrics_port, exc)
             return
