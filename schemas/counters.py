@@ -16,10 +16,11 @@ subclass; the attribute's name is the counter's name::
 
 Counting costs one lock and one add (what prometheus client_python pays per
 event); names and labels are only formatted by :meth:`CounterSet.snapshot` and
-:meth:`CounterSet.samples`. A :class:`Histogram` counts observations (latencies)
-into fixed buckets the same way (``stats.observe(SinkCounters.flush_ms, 12)``). A hot path that cannot afford a call and a lock
+:meth:`CounterSet.samples`. A hot path that cannot afford a call and a lock
 takes its :class:`Cell` once and adds to ``cell.value`` inline (see the cell's
-docstring for what that gives up).
+docstring for what that gives up). A :class:`Histogram` counts observations
+(latencies) into fixed buckets at the same cost:
+``stats.observe(SinkCounters.flush_ms, 12)``.
 """
 
 from __future__ import annotations
