@@ -152,6 +152,8 @@ class Collector:
             self.add_remover(gc_timer.remove)
         self.imports.when_imported("torch", self._on_torch)
         self.sender.start()
+        if cfg.metrics_port > 0:
+            self._serve_metrics(cfg.metrics_host, cfg.metrics_port + self.identity.local_rank)
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self._after_fork_child)
 
@@ -162,6 +164,23 @@ class Collector:
             self.torch_hooks = True
         except Exception as exc:  # noqa: BLE001
             self.errors.caught("torch hooks", exc)
+
+    def _serve_metrics(self, host: str, port: int) -> None:
+        """The opt-in Prometheus endpoint (PERFTRACKER_COLLECTOR_METRICS_PORT + LOCAL_RANK)."""
+        from ..schemas.metrics import MetricsServer, registry_of
+
+        labels = {"job": self.identity.job, "rank": str(self.identity.rank)}
+        try:
+            server = MetricsServer(registry_of(self.counters, const_labels=labels), port, host)
+        except ImportError:
+            log.warning("perftracker: PERFTRACKER_COLLECTOR_METRICS_PORT is set but prometheus-client "
+                        "is not installed (pip install prometheus-client); metrics endpoint off")
+            return
+        except OSError as exc:
+            log.warning("perftracker: metrics endpoint on %s:%d not started: %s", host, port, exc)
+            return
+        self.add_part(server)
+        log.info("perftracker: collector metrics at %s", server.url)
 
     def _after_fork_child(self) -> None:
         self.recorder.silence()

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..schemas.errors import PerftrackerError
+from ..schemas.logs import setup_logging
 from ..schemas.settings import Settings
 from ..schemas.settings_loader import describe_settings, load_settings
 from .demo.runner import FAULTS
@@ -31,6 +32,7 @@ def cli(ctx: click.Context, config_path: Path | None, data_dir: Path | None) -> 
     settings = load_settings(config_path)
     if data_dir is not None:
         settings = dataclasses.replace(settings, data_dir=data_dir)
+    setup_logging(settings, "cli", to_file=False)  # `worker` and `sink` add their log file
     ctx.obj = {"settings": settings}
 
 

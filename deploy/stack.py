@@ -122,12 +122,14 @@ def _start_sink(settings: Settings, state: StackState, data_dir: Path, extra_env
 
 def _start_worker(settings: Settings, state: StackState, data_dir: Path, index: int,
                   timeout_s: float, extra_env: dict[str, str]) -> None:
-    web_port = free_port()
+    web_port, metrics_port = free_port(), free_port()
     log = data_dir / "logs" / f"worker-{index}.log"
-    env = _child_env(settings, state.bootstrap, **extra_env, PERFTRACKER_STREAMS_WEB_PORT=str(web_port))
+    env = _child_env(settings, state.bootstrap, **extra_env, PERFTRACKER_STREAMS_WEB_PORT=str(web_port),
+                     PERFTRACKER_STREAMS_METRICS_PORT=str(metrics_port), PERFTRACKER_LOG_FILE=str(log))
     proc = _spawn(["worker"], env, log)
     state.worker_pids.append(proc.pid)
     state.worker_ports.append(web_port)
+    state.worker_metrics_ports.append(metrics_port)
     state.save(data_dir)
     _wait_for(lambda: (worker_stats(web_port) or {}).get("assigned"), f"worker {index}", timeout_s, proc, log)
 
@@ -193,9 +195,11 @@ def status(settings: Settings) -> dict:
     state = read_state(settings.data_dir.resolve())
     if state is None:
         return {"running": False, "data_dir": str(settings.data_dir.resolve())}
+    metrics = state.worker_metrics_ports or [0] * len(state.worker_pids)
     workers = [{"pid": pid, "alive": pid_alive(pid), "port": port,
+                "metrics_url": f"http://127.0.0.1:{mport}/metrics" if mport else "",
                 "stats": worker_stats(port) if pid_alive(pid) else None}
-               for pid, port in zip(state.worker_pids, state.worker_ports, strict=False)]
+               for pid, port, mport in zip(state.worker_pids, state.worker_ports, metrics, strict=False)]
     return {
         "running": stack_running(state),
         "data_dir": str(settings.data_dir.resolve()),

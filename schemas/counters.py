@@ -18,20 +18,24 @@ Counting costs one lock and one add (what prometheus client_python pays per
 event); names and labels are only formatted by :meth:`CounterSet.snapshot` and
 :meth:`CounterSet.samples`. A hot path that cannot afford a call and a lock
 takes its :class:`Cell` once and adds to ``cell.value`` inline (see the cell's
-docstring for what that gives up).
+docstring for what that gives up). A :class:`Histogram` counts observations
+(latencies) into fixed buckets at the same cost:
+``stats.observe(SinkCounters.flush_ms, 12)``.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar, NamedTuple, NoReturn, overload
 
 
 class Kind(enum.Enum):
     COUNTER = "counter"  # only goes up, or mirrors a count kept elsewhere
     GAUGE = "gauge"  # a current value: goes up and down, or is set
+    HISTOGRAM = "histogram"  # observations counted in buckets, with their sum (see Histogram)
 
 
 class Counter:
@@ -70,7 +74,30 @@ class Counter:
         raise AttributeError(f"counter {self.name!r} is changed with inc() or set(), not assigned")
 
     def __repr__(self) -> str:
-        return f"Counter({self.name!r}, labels={self.labels})"
+        return f"{type(self).__name__}({self.name!r}, labels={self.labels})"
+
+    def new_cell(self) -> Cell:
+        return Cell(self.initial)
+
+
+class Histogram(Counter):
+    """Declares a histogram: :meth:`CounterSet.observe` counts a value into the first bucket
+    whose upper bound holds it (inclusive, Prometheus' ``le``; above the last: ``+Inf``).
+
+    Values and bounds are ints in the unit the name states (``flush_ms``). On a set it
+    reads as the number of observations; its series carry the counts and the sum.
+    """
+
+    __slots__ = ("buckets",)
+
+    def __init__(self, help: str, *, buckets: Sequence[int], labels: Sequence[str] = ()):
+        super().__init__(help, labels=labels, kind=Kind.HISTOGRAM)
+        if not buckets or list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"histogram buckets must be increasing and unique, got {buckets}")
+        self.buckets = tuple(int(b) for b in buckets)
+
+    def new_cell(self) -> Cell:
+        return Buckets(len(self.buckets) + 1)
 
 
 class Cell:
@@ -91,6 +118,18 @@ class Cell:
         self.value = value
 
 
+class Buckets(Cell):
+    """A histogram's series: ``value`` is the number of observations, ``counts`` the number in
+    each bucket (not cumulative; the last one is ``+Inf``), ``sum`` their total."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, n_buckets: int):
+        super().__init__(0)
+        self.counts = [0] * n_buckets
+        self.sum = 0
+
+
 class Sample(NamedTuple):
     """One series at one moment: what an exporter formats (Prometheus text, JSON)."""
 
@@ -100,6 +139,7 @@ class Sample(NamedTuple):
     kind: Kind
     labels: tuple[tuple[str, str], ...]  # (label name, value) in declaration order
     value: int
+    suffix: str = ""  # a histogram's part: "_bucket" (labels end with ("le", bound)), "_sum", "_count"
 
 
 class CounterSet:
@@ -120,7 +160,7 @@ class CounterSet:
         self._series: dict[Counter, dict[tuple[str, ...], Cell]] = {c: {} for c in self.declared}
         for counter in self.declared:
             if not counter.labels:
-                self._series[counter][()] = Cell(counter.initial)
+                self._series[counter][()] = counter.new_cell()
 
     def cell(self, counter: Counter, *labels: str) -> Cell:
         """The cell of one series, created at its first use."""
@@ -133,7 +173,7 @@ class CounterSet:
             if len(labels) != len(counter.labels):
                 raise ValueError(f"{counter.name} takes labels {counter.labels}, got {labels}")
             with self._lock:
-                cell = series.setdefault(labels, Cell(counter.initial))
+                cell = series.setdefault(labels, counter.new_cell())
         return cell
 
     def inc(self, counter: Counter, *labels: str, by: int = 1) -> int:
@@ -154,6 +194,38 @@ class CounterSet:
         with self._lock:
             cell.value = value
 
+    def observe(self, counter: Counter, value: int, *labels: str) -> None:
+        """Count one observation of a histogram (``value`` in its unit) for ``labels``."""
+        cell = self.cell(counter, *labels)
+        if not isinstance(counter, Histogram) or not isinstance(cell, Buckets):
+            raise TypeError(f"{counter!r} is not a Histogram")
+        i = bisect.bisect_left(counter.buckets, value)
+        with self._lock:
+            cell.counts[i] += 1
+            cell.sum += value
+            cell.value += 1
+
+    def replace(self, counter: Counter, values: Mapping[tuple[str, ...], int]) -> None:
+        """Every series of a labelled gauge at once (e.g. lag per assigned partition): series
+        not in ``values`` are removed, so what is gone stops being exported."""
+        for labels in values:
+            self.cell(counter, *labels)
+        with self._lock:
+            series = self._series[counter]
+            for labels in [k for k in series if k not in values]:
+                del series[labels]
+            for labels, value in values.items():
+                series[labels].value = value
+
+    def remove(self, counter: Counter, *labels: str) -> None:
+        """Forget every series whose label values start with ``labels`` (a job gone): it stops
+        being exported; counting it again starts it from its initial value."""
+        n = len(labels)
+        with self._lock:
+            series = self._series[counter]
+            for key in [k for k in series if k[:n] == labels]:
+                del series[key]
+
     def value(self, counter: Counter, *labels: str) -> int:
         """One series' value (its initial value if nothing was counted for these labels)."""
         cell = self._series[counter].get(labels)
@@ -166,14 +238,38 @@ class CounterSet:
 
     def snapshot(self) -> dict[str, int]:
         """Flat, JSON-ready: ``name`` for an unlabelled counter, ``name.value1.value2`` for a
-        labelled one (empty label values left out, as Prometheus treats an empty label)."""
+        labelled one (empty label values left out, as Prometheus treats an empty label).
+        A histogram gives its number of observations, and their sum as ``name_sum``."""
+        out: dict[str, int] = {}
         with self._lock:
-            return {".".join((counter.name, *(v for v in labels if v))): cell.value
-                    for counter, series in self._series.items() for labels, cell in series.items()}
+            for counter, series in self._series.items():
+                for labels, cell in series.items():
+                    values = tuple(v for v in labels if v)
+                    out[".".join((counter.name, *values))] = cell.value
+                    if isinstance(cell, Buckets):
+                        out[".".join((counter.name + "_sum", *values))] = cell.sum
+        return out
 
     def samples(self) -> Iterator[Sample]:
-        """Every series with its declaration, for an exporter."""
+        """Every series with its declaration, for an exporter; a histogram's series as its
+        cumulative buckets (``_bucket``, label ``le``), ``_sum`` and ``_count``."""
         for counter in self.declared:
-            for labels, value in self.series(counter).items():
-                yield Sample(self.component, counter.name, counter.help, counter.kind,
-                             tuple(zip(counter.labels, labels, strict=True)), value)
+            with self._lock:
+                cells = [(labels, cell.value, list(getattr(cell, "counts", ())), getattr(cell, "sum", 0))
+                         for labels, cell in self._series[counter].items()]
+            for labels, value, counts, total in cells:
+                named = tuple(zip(counter.labels, labels, strict=True))
+                if not isinstance(counter, Histogram):
+                    yield Sample(self.component, counter.name, counter.help, counter.kind, named, value)
+                    continue
+                yield from self._histogram_samples(counter, named, counts, total, value)
+
+    def _histogram_samples(self, counter: Histogram, named: tuple[tuple[str, str], ...],
+                           counts: list[int], total: int, value: int) -> Iterator[Sample]:
+        head = (self.component, counter.name, counter.help, counter.kind)
+        running = 0
+        for bound, n in zip((*map(str, counter.buckets), "+Inf"), counts, strict=True):
+            running += n
+            yield Sample(*head, (*named, ("le", bound)), running, "_bucket")
+        yield Sample(*head, named, total, "_sum")
+        yield Sample(*head, named, value, "_count")

@@ -88,6 +88,8 @@ class StreamSettings:
     window_grace_s: float = field(default=3.0, metadata={"doc": "wait this long past a window's end for late ranks"})
     web_port: int = field(default=6066, metadata={"doc": "Faust web port of a worker (0 = any free port)"})
     workers: int = field(default=1, metadata={"doc": "worker processes `perftracker up` starts"})
+    metrics_port: int = field(default=0, metadata={"doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the worker's metrics endpoint binds"})
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class CollectorSettings:
     nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
     nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
     log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
+    metrics_port: int = field(default=0, metadata={"doc": "opt-in Prometheus endpoint of each training process at this port + LOCAL_RANK (needs prometheus-client); 0 = off"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the collector's metrics endpoint binds"})
 
     @property
     def buffer_events(self) -> int:
@@ -161,6 +165,8 @@ EVENT_COST_BYTES = 256  # measured size of one buffered event tuple with its int
 class Settings:
     data_dir: Path = field(default=Path(".perftracker"), metadata={"doc": "state, logs and chDB data of the embedded stack"})
     log_level: str = field(default="INFO", metadata={"doc": "DEBUG, INFO, WARNING, ERROR"})
+    log_format: str = field(default="text", metadata={"doc": "text (one line per record) or json (one JSON object per line)"})
+    log_file: str = field(default="", metadata={"doc": "log file of a worker or sink; empty = <data_dir>/logs/<worker|sink>.log, '-' = standard error only"})
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     streams: StreamSettings = field(default_factory=StreamSettings)

@@ -23,6 +23,7 @@ class StackState:
     broker_pid: int
     worker_pids: list[int] = field(default_factory=list)
     worker_ports: list[int] = field(default_factory=list)
+    worker_metrics_ports: list[int] = field(default_factory=list)  # each worker's GET /metrics
     sink_pid: int = 0
     query_url: str = ""  # the sink's local query API (chDB owner)
     store_url: str = ""

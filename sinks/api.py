@@ -1,6 +1,7 @@
 """The sink's local query API (127.0.0.1 only): other processes read chDB through it.
 
 ``GET /health`` -> ``{"ok": true, "stats": {...}}``;
+``GET /metrics`` -> the sink's counters in Prometheus' text format;
 ``GET /query/<name>?param=value`` -> ``{"columns": [...], "rows": [[...], ...]}``
 for the named queries of :mod:`.queries` (datetimes as ISO 8601 strings).
 Errors answer ``{"error": "..."}`` with 400 (bad name or parameters) or 503.
@@ -35,9 +36,11 @@ def to_json_value(value: Any) -> Any:
 class QueryServer:
     """Serves the named queries of one :class:`Store` in a background thread."""
 
-    def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None):
+    def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None,
+                 metrics: Callable[[], tuple[bytes, str]] | None = None):
         self.store = store
         self._stats = stats or dict
+        self.metrics = metrics
         handler = type("Handler", (_Handler,), {"server_ref": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._httpd.daemon_threads = True
@@ -61,7 +64,7 @@ class QueryServer:
         if path == "/health":
             return 200, {"ok": True, "stats": self._stats()}
         if not path.startswith("/query/"):
-            return 404, {"error": f"no such endpoint {path!r}; use /health or /query/<name>"}
+            return 404, {"error": f"no such endpoint {path!r}; use /health, /metrics or /query/<name>"}
         name = unquote(path[len("/query/"):])
         try:
             res = run_query(self.store, name, dict(parse_qsl(query, keep_blank_values=True)))
@@ -77,10 +80,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         parsed = urlparse(self.path)
-        status, body = self.server_ref.answer(parsed.path, parsed.query)
-        data = json.dumps(body).encode()
+        metrics = self.server_ref.metrics
+        if parsed.path == "/metrics" and metrics is not None:
+            status, (data, content_type) = 200, metrics()
+        else:
+            status, body = self.server_ref.answer(parsed.path, parsed.query)
+            data, content_type = json.dumps(body).encode(), "application/json"
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -20,13 +20,16 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
-from ..schemas.counters import Counter, CounterSet
+from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.logs import setup_logging
+from ..schemas.metrics import exposition, registry_of
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
@@ -47,6 +50,7 @@ from .clickhouse import ClickHouseSink
 from .decode import RecordDecoder
 from .errors import SinkError, StoreUnavailable
 from .flusher import BackgroundFlusher, Flushed
+from .lag import consumer_lag
 from .raw import RawMessage, raw_fingerprints
 from .rows import ROW_BUILDERS
 from .store import Store, StoreTarget, parse_store_url
@@ -68,6 +72,13 @@ class SinkCounters(CounterSet):
     flush_failures = Counter("failed attempts to write a batch (retried with backoff)")
     commits = Counter("offset commits after a successful flush")
     rows_rejected = Counter("rows the store refused, dead-lettered one by one (part of dead_lettered)")
+    decode_errors = Counter("messages that could not be decoded (dead-lettered)")
+    backlog_rows = Counter("rows buffered or being written, not yet in the store", kind=Kind.GAUGE)
+    flush_ms = Histogram("from a batch handed to the store to it being written, retries included, in ms",
+                         buckets=(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000))
+    consumer_lag = Counter("messages in a partition not yet read: the high watermark seen in the "
+                           "consumer's fetches minus its position, at least 0",
+                           labels=("topic", "partition"), kind=Kind.GAUGE)
 
 
 def consumer_conf(settings: Settings) -> dict[str, Any]:
@@ -105,6 +116,7 @@ class SinkService:
         self.api: QueryServer | None = None
         self._consumer: Any = None
         self._producer: Any = None
+        self._gauges_due = 0.0
 
     # -- lifecycle ---------------------------------------------------------
     def stop(self) -> None:
@@ -137,7 +149,9 @@ class SinkService:
 
         self._open_store()
         assert self.store is not None
-        self.api = QueryServer(self.store, self.settings.store.query_port, self.stats_dict).start()
+        registry = registry_of(self.stats, self.dispatcher.counters)
+        self.api = QueryServer(self.store, self.settings.store.query_port, self.stats_dict,
+                               lambda: exposition(registry)).start()
         conf = consumer_conf(self.settings)
         base = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol")
                 or k.startswith(("sasl.", "ssl."))}
@@ -208,6 +222,7 @@ class SinkService:
             invalid = validate(name, record)
             batches = [] if invalid else ROW_BUILDERS[name](record)
         except SchemaError as exc:
+            self.stats.inc(SinkCounters.decode_errors)
             self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
             return
         except (KeyError, TypeError, ValueError) as exc:
@@ -263,9 +278,22 @@ class SinkService:
             self.flusher.submit(self.sink.take(), dict(self._offsets))
         self.stats.set(SinkCounters.rows_dropped, self.sink.dropped_rows)
         self.stats.set(SinkCounters.flush_failures, self.flusher.failures)
+        self._refresh_gauges()
+
+    def _refresh_gauges(self, every_s: float = 1.0) -> None:
+        """Backlog and consumer lag, at most once per ``every_s``."""
+        now = time.monotonic()
+        if now < self._gauges_due or self.sink is None or self.flusher is None:
+            return
+        self._gauges_due = now + every_s
+        self.stats.set(SinkCounters.backlog_rows, self.sink.buffered + self.flusher.inflight_rows)
+        if self._consumer is not None:
+            self.stats.replace(SinkCounters.consumer_lag, consumer_lag(self._consumer))
 
     def _flushed(self, done: Flushed) -> None:
         self.stats.inc(SinkCounters.flushes)
+        if done.duration_ms >= 0:
+            self.stats.observe(SinkCounters.flush_ms, done.duration_ms)
         self.stats.inc(SinkCounters.rows_written, by=done.rows)
         self._commit(done.offsets)
 
@@ -324,6 +352,7 @@ def tune_gc() -> None:
 
 def run_sink(settings: Settings, ready_file: Path | None = None) -> None:
     """Blocking: run the sink until SIGTERM/SIGINT (or :meth:`SinkService.stop`)."""
+    setup_logging(settings, "sink")
     tune_gc()
     service = SinkService(settings)
     if threading.current_thread() is threading.main_thread():

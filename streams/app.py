@@ -19,6 +19,7 @@ from ..schemas.topics import TopicNames
 from .agents import compare, diagnose, summarize
 from .context import StreamContext
 from .detect import DetectionPolicy
+from .metrics import register_metrics
 from .web import register_views
 
 
@@ -78,4 +79,5 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
     compare.register(app, ctx)
     diagnose.register(app, ctx)
     register_views(app, ctx)
+    register_metrics(app, ctx, settings.streams)
     return app

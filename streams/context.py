@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
-from ..schemas.counters import Counter, CounterSet
+from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
 from ..schemas.validate import validate
@@ -23,6 +23,7 @@ from ..schemas.vocabulary import (
     FUNCTION_PATTERN,
     HARDWARE_BATCH,
     RANK_WINDOW,
+    Status,
 )
 
 log = logging.getLogger("perftracker.streams")
@@ -30,6 +31,9 @@ log = logging.getLogger("perftracker.streams")
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+LATENCY_BUCKETS_MS = (500, 1000, 2000, 5000, 10_000, 15_000, 20_000, 30_000, 60_000, 120_000, 300_000)
 
 
 class StreamCounters(CounterSet):
@@ -46,6 +50,23 @@ class StreamCounters(CounterSet):
                       labels=("source",))
     errors = Counter("exceptions while processing one message or one tick (the message is skipped)",
                      labels=("source",))
+    events_in = Counter("events (spans, collectives, iterations) in the EventBatches processed")
+    decode_errors = Counter("messages that could not be decoded (dead-lettered), by where they were read",
+                            labels=("source",))
+    batches_lost = Counter("EventBatches missing from a rank's sequence numbers (gaps), summed over the "
+                           "job's ranks", labels=("job",))
+    events_dropped = Counter("events the job's collectors reported dropped before sending (from the "
+                             "running totals in their batch headers)", labels=("job",))
+    worst_rank_batches_lost = Counter("batches lost by the job's worst rank (one series per job: "
+                                      "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
+    consumer_lag = Counter("messages in a partition not yet processed: the high watermark seen in the "
+                           "consumer's fetches minus the next offset to process, at least 0",
+                           labels=("topic", "partition"), kind=Kind.GAUGE)
+    window_close_delay_ms = Histogram("from a window's end to its RankWindow being sent, in ms",
+                                      buckets=LATENCY_BUCKETS_MS)
+    detection_latency_ms = Histogram("from the end of the window whose data raised or updated an "
+                                     "incident to the Anomaly being sent, in ms", labels=("status",),
+                                     buckets=LATENCY_BUCKETS_MS)
 
 
 @dataclass
@@ -91,12 +112,24 @@ class StreamContext:
         """One ``record`` produced (an Anomaly with its ``status``)."""
         self.counters.inc(StreamCounters.records_out, record, status)
 
+    def window_closed(self, rank_window: dict) -> None:
+        """A RankWindow is sent: how long after its window's end."""
+        end_ms = rank_window["window_start_ms"] + round(rank_window["window_s"] * 1000)
+        self.counters.observe(StreamCounters.window_close_delay_ms, max(0, now_ms() - end_ms))
+
+    def anomaly_sent(self, anomaly: dict) -> None:
+        """An Anomaly is sent: how long after the end of the window that raised (or updated) it."""
+        if anomaly["status"] != Status.RESOLVED.value:  # a resolution's last window is long past
+            self.counters.observe(StreamCounters.detection_latency_ms,
+                                  max(0, now_ms() - int(anomaly["last_seen_ms"])), anomaly["status"])
+
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
         """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
         bad bytes and absurd records go to the dead-letter topic with the reason and return None."""
         try:
             decoded = codec.decode(raw)
         except SchemaError as exc:
+            self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, str(exc))
             return None
         name, record = decoded if isinstance(decoded, tuple) else (codec.name, decoded)

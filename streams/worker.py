@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 from ..schemas.errors import ConfigError
 from ..schemas.kafka_admin import ensure_topics
+from ..schemas.logs import setup_logging
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import all_topics
@@ -14,6 +13,7 @@ from .detect import DetectionPolicy
 
 def run_worker(settings: Settings) -> None:
     """Check the settings and the broker, create missing topics, then run the Faust worker until stopped."""
+    setup_logging(settings, "worker")
     DetectionPolicy.from_settings(settings.detection, settings.streams)  # a bad peer_groups fails here
     bootstrap = resolve_bootstrap(settings)
     if not bootstrap:
@@ -27,6 +27,6 @@ def run_worker(settings: Settings) -> None:
     from .app import create_app
 
     app = create_app(settings, bootstrap)
-    logging.getLogger("perftracker").setLevel(settings.log_level.upper())
-    worker = faust.Worker(app, loglevel=settings.log_level.lower(), redirect_stdouts=False)
+    worker = faust.Worker(app, loglevel=settings.log_level.lower(), redirect_stdouts=False,
+                          override_logging=False)  # setup_logging did it
     worker.execute_from_commandline()

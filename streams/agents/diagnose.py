@@ -38,6 +38,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 for record in anomalies:
                     await ctx.topics["anomalies"].send(key=job.encode(), value=ctx.anomaly_codec.encode(record))
                     ctx.count_out(ctx.anomaly_codec.name, record["status"])
+                    ctx.anomaly_sent(record)
                 for record in controls:
                     await ctx.topics["control"].send(key=job.encode(), value=ctx.control_codec.encode(record))
                     ctx.count_out(ctx.control_codec.name)

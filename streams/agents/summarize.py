@@ -7,12 +7,14 @@ from typing import Any
 from ...schemas.vocabulary import FUNCTION_PATTERN, HARDWARE_BATCH
 from ..context import StreamContext, now_ms
 from ..detect import RankSummarizer
+from ..gaps import GapMetrics
 
 POLL_INTERVAL_S = 0.5
 
 
 def register(app: Any, ctx: StreamContext) -> None:
     summarizers: dict[tuple[str, int], RankSummarizer] = {}
+    gaps = GapMetrics(ctx.counters)
 
     def summarizer_for(record: dict) -> RankSummarizer:
         key = (record["job"], int(record["rank"]))
@@ -34,6 +36,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                     s.add_hardware(record, now)
                 else:
                     s.add_events(record, now)
+                    gaps.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
                 ctx.count_in(name)
                 await emit(ctx, s.poll(now))
             except Exception as exc:
@@ -49,6 +52,7 @@ def register(app: Any, ctx: StreamContext) -> None:
                 ctx.failed("summarize.tick", exc)
             if s.idle(now):
                 del summarizers[key]
+                gaps.forget(*key)
 
 
 async def emit(ctx: StreamContext, closed: list[tuple[str, dict]]) -> None:
@@ -58,4 +62,5 @@ async def emit(ctx: StreamContext, closed: list[tuple[str, dict]]) -> None:
             await ctx.topics["patterns"].send(key=key, value=ctx.pattern_codec.encode(record))
         else:
             await ctx.topics["findings"].send(key=record["job"].encode(), value=ctx.findings.encode(name, record))
+            ctx.window_closed(record)
         ctx.count_out(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from perftracker.schemas.counters import Counter, CounterSet, Kind, Sample
+from perftracker.schemas.counters import Counter, CounterSet, Histogram, Kind, Sample
 
 
 class Things(CounterSet):
@@ -99,3 +99,34 @@ def test_a_cell_is_the_same_value_the_set_reads():
     cell = things.cell(Things.lost, "hot", "")
     cell.value += 3
     assert things.lost == 3 and things.cell(Things.lost, "hot", "") is cell
+
+
+class Timed(CounterSet):
+    component = "timed"
+
+    wait_ms = Histogram("time waited, in ms", buckets=(10, 100))
+    lag = Counter("lag per partition", labels=("topic", "partition"), kind=Kind.GAUGE)
+
+
+def test_histogram_counts_into_inclusive_buckets_and_reads_as_its_count():
+    timed = Timed()
+    for ms in (0, 10, 11, 100, 101):
+        timed.observe(Timed.wait_ms, ms)
+    assert timed.wait_ms == 5
+    assert timed.snapshot()["wait_ms"] == 5 and timed.snapshot()["wait_ms_sum"] == 222
+    parts = [(s.suffix, dict(s.labels).get("le"), s.value) for s in timed.samples() if s.name == "wait_ms"]
+    assert parts == [("_bucket", "10", 2), ("_bucket", "100", 4), ("_bucket", "+Inf", 5),
+                     ("_sum", None, 222), ("_count", None, 5)]
+    with pytest.raises(ValueError, match="increasing"):
+        Histogram("bad", buckets=(5, 1))
+    with pytest.raises(TypeError, match="not a Histogram"):
+        timed.observe(Timed.lag, 1, "t", "0")
+
+
+def test_replace_sets_every_series_and_remove_forgets_by_label_prefix():
+    timed = Timed()
+    timed.replace(Timed.lag, {("a", "0"): 5, ("a", "1"): 0, ("b", "0"): 2})
+    timed.replace(Timed.lag, {("a", "1"): 3, ("b", "0"): 1})  # partition a/0 revoked
+    assert timed.series(Timed.lag) == {("a", "1"): 3, ("b", "0"): 1}
+    timed.remove(Timed.lag, "a")
+    assert timed.series(Timed.lag) == {("b", "0"): 1}
