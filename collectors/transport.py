@@ -173,6 +173,8 @@ class Sender(threading.Thread):
         self.key = key
         self._tasks: list[Callable[[], object]] = []
         self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self._cpu: deque[dict] = deque(maxlen=16)  # CpuSample records for the next batch
+        self._stacks: list[tuple[str, int, int, int]] = []  # stack rows for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -186,6 +188,13 @@ class Sender(threading.Thread):
         """Op summaries of one profiling window, sent with the next batch (the newest 16 are kept)."""
         self._kernels.append(ops)
         self.recorder.counters.inc(CollectorCounters.profile_windows)
+
+    def add_cpu(self, sample: dict | None, stacks: list[tuple[str, int, int, int]]) -> None:
+        """CPU evidence of one flush interval, sent with the next batch (called on this thread)."""
+        if sample is not None:
+            self._cpu.append(sample)
+        if stacks:
+            self._stacks = stacks if not self._stacks else _merge_rows(self._stacks, stacks)
 
     def set_identity(self, identity: RankIdentity) -> None:
         """The identity later batches carry (e.g. once the GPU is known)."""
@@ -214,7 +223,10 @@ class Sender(threading.Thread):
             now = time.monotonic()
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
                 return
-            record = self.builder.build(events, self.recorder.dropped, kernels)
+            cpu, stacks = list(self._cpu), self._stacks
+            self._cpu.clear()
+            self._stacks = []
+            record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
             self.sink.send(self.key, self.encode(record), event_count(record))
             self._last_send = now
             final = False
@@ -259,3 +271,12 @@ class Sender(threading.Thread):
     def _elapsed_s(self, until_ns: int | None = None) -> float:
         end = time.monotonic_ns() if until_ns is None else until_ns
         return max(1e-9, (end - self.started_ns) / 1e9)
+
+
+def _merge_rows(a: list[tuple[str, int, int, int]],
+                b: list[tuple[str, int, int, int]]) -> list[tuple[str, int, int, int]]:
+    """Stack rows of two intervals that were not sent in between, counts added."""
+    total: dict[tuple[str, int, int], int] = {}
+    for name, line, kind, n in (*a, *b):
+        total[(name, line, kind)] = total.get((name, line, kind), 0) + n
+    return sorted(((k[0], k[1], k[2], n) for k, n in total.items()), key=lambda r: -r[3])

@@ -146,6 +146,8 @@ class CollectorSettings:
     nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
     nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
     log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
+    cpu_evidence: bool = field(default=True, metadata={"doc": "read the training thread's CPU, run-queue wait, context switches and faults from /proc"})
+    stack_hz: float = field(default=25.0, metadata={"doc": "samples per second of the training thread's Python stack; 0 = off"})
 
     @property
     def buffer_events(self) -> int:
