@@ -23,6 +23,9 @@ class _Names:
         return idx
 
 
+StackRow = tuple[str, int, int, int, str]  # (file function, line, kind, count, source text)
+
+
 def _columns(*names: str) -> dict[str, list]:
     return {n: [] for n in names}
 
@@ -35,8 +38,8 @@ class BatchBuilder:
         self.seq = 0
 
     def build(self, events: Iterable[tuple], dropped: int, kernels: Sequence[OpSummary] = (),
-              cpu: Sequence[dict] = (), stacks: Sequence[tuple[str, int, int, int]] = ()) -> dict[str, Any]:
-        """``cpu``: CpuSample records; ``stacks``: ``(file function, line, kind, count)`` rows."""
+              cpu: Sequence[dict] = (), stacks: Sequence[StackRow] = ()) -> dict[str, Any]:
+        """``cpu``: CpuSample records; ``stacks``: ``(file function, line, kind, count, code)`` rows."""
         names = _Names()
         index = names.index
         name_id = index.setdefault  # (name, len(index)): the name's id, a new one if unseen
@@ -78,7 +81,8 @@ class BatchBuilder:
             iterations=iters, spans=spans, comms=comms,
             kernels=[_kernel(k, names) for k in kernels], cpu=list(cpu),
             stacks={"frame": [names(r[0]) for r in stacks], "line": [r[1] for r in stacks],
-                    "kind": [r[2] for r in stacks], "count": [r[3] for r in stacks]},
+                    "kind": [r[2] for r in stacks], "count": [r[3] for r in stacks],
+                    "code": [names(r[4]) if r[4] else -1 for r in stacks]},
         )
         record["names"] = list(index)
         self.seq += 1

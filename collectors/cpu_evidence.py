@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+from .batch import StackRow
 from .counters import CollectorCounters
 from .cpu_stats import CpuReader
 from .stack_sampler import StackSampler
@@ -38,7 +39,7 @@ class CpuEvidence:
     def collect(self) -> None:
         """One interval's evidence to the sender (sender thread)."""
         sample = self.reader.sample()
-        rows: list[tuple[str, int, int, int]] = []
+        rows: list[StackRow] = []
         record = sample.as_record() if sample is not None else None
         if self.stacks is not None:
             counts = self.stacks.take()

@@ -17,6 +17,7 @@ reported in docs/collectors.md.
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import sysconfig
@@ -64,6 +65,14 @@ def safe_text(text: str) -> tuple[str, bool]:
         return text.encode("utf-8", "backslashreplace").decode("utf-8"), True
 
 
+def _source(file: str, line: int) -> str:
+    """The stripped text of ``file``'s line ``line`` ('' when unreadable), at most 120 characters."""
+    try:
+        return safe_text(linecache.getline(file, line).strip()[:120])[0]
+    except Exception:  # noqa: BLE001 - odd files, odd encodings: no source text
+        return ""
+
+
 class StackCounts:
     """Per-flush counts of sampled frames; ``add`` is called by the sampler thread only."""
 
@@ -101,14 +110,15 @@ class StackCounts:
         else:
             self.skipped["too_many_frames"] += 1
 
-    def rows(self) -> list[tuple[str, int, int, int]]:
-        """``(file function, line, kind, count)`` rows, most sampled first; names made valid UTF-8."""
+    def rows(self) -> list[tuple[str, int, int, int, str]]:
+        """``(file function, line, kind, count, source line)`` rows, most sampled first; text made
+        valid UTF-8. Runs on the sender thread (``linecache`` reads each file once)."""
         out = []
         for ((file, line, func), kind), n in self.counts.most_common():
             name, escaped = safe_text(f"{file} {func}")
             if escaped:
                 self.skipped["non_utf8_name"] += 1
-            out.append((name, int(line), kind, int(n)))
+            out.append((name, int(line), kind, int(n), _source(file, line)))
         return out
 
 

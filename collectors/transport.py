@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ..schemas.kafka_admin import quiet_kafka_logger
 from ..schemas.settings import CollectorSettings
 from ..schemas.vocabulary import HEARTBEAT_S
-from .batch import BatchBuilder, event_count
+from .batch import BatchBuilder, StackRow, event_count
 from .counters import CollectorCounters
 from .events import OpSummary
 from .identity import RankIdentity
@@ -174,7 +174,7 @@ class Sender(threading.Thread):
         self._tasks: list[Callable[[], object]] = []
         self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
         self._cpu: deque[dict] = deque(maxlen=16)  # CpuSample records for the next batch
-        self._stacks: list[tuple[str, int, int, int]] = []  # stack rows for the next batch
+        self._stacks: list[StackRow] = []  # stack rows for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -189,7 +189,7 @@ class Sender(threading.Thread):
         self._kernels.append(ops)
         self.recorder.counters.inc(CollectorCounters.profile_windows)
 
-    def add_cpu(self, sample: dict | None, stacks: list[tuple[str, int, int, int]]) -> None:
+    def add_cpu(self, sample: dict | None, stacks: list[StackRow]) -> None:
         """CPU evidence of one flush interval, sent with the next batch (called on this thread)."""
         if sample is not None:
             self._cpu.append(sample)
@@ -273,10 +273,10 @@ class Sender(threading.Thread):
         return max(1e-9, (end - self.started_ns) / 1e9)
 
 
-def _merge_rows(a: list[tuple[str, int, int, int]],
-                b: list[tuple[str, int, int, int]]) -> list[tuple[str, int, int, int]]:
+def _merge_rows(a: list[StackRow],
+                b: list[StackRow]) -> list[StackRow]:
     """Stack rows of two intervals that were not sent in between, counts added."""
-    total: dict[tuple[str, int, int], int] = {}
-    for name, line, kind, n in (*a, *b):
-        total[(name, line, kind)] = total.get((name, line, kind), 0) + n
-    return sorted(((k[0], k[1], k[2], n) for k, n in total.items()), key=lambda r: -r[3])
+    total: dict[tuple[str, int, int, str], int] = {}
+    for name, line, kind, n, code in (*a, *b):
+        total[(name, line, kind, code)] = total.get((name, line, kind, code), 0) + n
+    return sorted(((k[0], k[1], k[2], n, k[3]) for k, n in total.items()), key=lambda r: -r[3])

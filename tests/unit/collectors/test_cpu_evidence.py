@@ -118,7 +118,7 @@ def test_non_utf8_file_names_are_escaped_and_counted():
     assert escaped and text.encode("utf-8") and "\\udcff" in text
     counts = StackCounts()
     counts.counts[(("/data/\udcff.py", 3, "f"), WHERE)] = 2
-    assert counts.rows()[0][1:] == (3, WHERE, 2) and counts.skipped["non_utf8_name"] == 1
+    assert counts.rows()[0][1:4] == (3, WHERE, 2) and counts.skipped["non_utf8_name"] == 1
 
 
 def test_sampler_thread_counts_a_busy_thread_and_a_vanished_one():
@@ -196,9 +196,10 @@ def test_batch_with_cpu_sample_and_stacks_encodes_and_decodes():
     from perftracker.schemas import Codec
     sample = CpuSample(10**9, 9 * 10**8, 10**6, 1, 2, 0, 1.0, -1.0).as_record()  # no stack fields
     builder = BatchBuilder(RankIdentity("job", 0, 0, 1, "h", -1, "", 1))
-    record = builder.build([], 0, (), [sample], [("train.py step", 88, WHERE, 5)])
+    record = builder.build([], 0, (), [sample], [("train.py step", 88, WHERE, 5, "x.clone()")])
     codec = Codec("EventBatch")
     decoded = codec.decode(codec.encode(record))
     assert decoded["cpu"][0]["stack_samples"] == 0 and decoded["cpu"][0]["involuntary_switches"] == 2
     frame = decoded["stacks"]["frame"][0]
     assert decoded["names"][frame] == "train.py step" and decoded["stacks"]["line"] == [88]
+    assert decoded["names"][decoded["stacks"]["code"][0]] == "x.clone()"

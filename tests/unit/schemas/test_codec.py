@@ -59,7 +59,7 @@ CPU = {"interval_ns": 10**9, "thread_cpu_ns": 9 * 10**8, "runqueue_wait_ns": 5 *
 def _with_cpu(record: dict) -> dict:
     names = list(record["names"]) + ["train.py step"]
     return {**record, "names": names, "cpu": [CPU],
-            "stacks": {"frame": [len(names) - 1], "line": [88], "kind": [1], "count": [25]}}
+            "stacks": {"frame": [len(names) - 1], "line": [88], "kind": [1], "count": [25], "code": [-1]}}
 
 
 @pytest.mark.parametrize("old_version", [1, 2])
@@ -73,7 +73,7 @@ def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version
     by_old = old.decode(new.encode(record))
     assert "cpu" not in by_old and "stacks" not in by_old and by_old["spans"] == record["spans"]
     from_old = new.decode(old.encode(event_batch()))
-    assert from_old["cpu"] == [] and from_old["stacks"] == {"frame": [], "line": [], "kind": [], "count": []}
+    assert from_old["cpu"] == [] and from_old["stacks"] == {"frame": [], "line": [], "kind": [], "count": [], "code": []}
 
 
 @pytest.mark.parametrize("data, fragment", [
