@@ -28,7 +28,7 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
 EVENT_BATCH_VERSION = 3  # EventBatch built by the trace importer (streams/traces/kineto.py)
 FUNCTION_PATTERN_VERSION = 1
-RANK_WINDOW_VERSION = 1
+RANK_WINDOW_VERSION = 2
 FUNCTION_COMPARISON_VERSION = 1
 ANOMALY_VERSION = 1
 CONTROL_VERSION = 1
