@@ -30,11 +30,12 @@ import numpy as np
 from ...schemas.causes import CAUSES, Cause
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
-from .cpu_evidence import cpu_verdict, frame_location
+from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
-from .rank_cpu import late_entry_words, with_cpu_evidence as _with_cpu
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
+from .rank_cpu import late_entry_words
+from .rank_cpu import with_cpu_evidence as _with_cpu
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
@@ -116,7 +117,7 @@ def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
 def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
                    rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
     peer_clock = _hw_peer_clock(rank_windows)
-    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict]]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict, CpuVerdict]]] = defaultdict(list)
     for rank, outs in by_rank.items():
         rw = rank_windows.get(rank, {})
         gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
