@@ -169,3 +169,22 @@ def test_old_batches_give_a_window_without_cpu_evidence():
     (rw,) = [r for n, r in s.poll(now_wall_ms=0) if n == "RankWindow"]
     assert rw["cpu_samples"] == 0 and rw["cpu_ratio"] == -1 and rw["runqueue_wait_ms_per_step"] == -1
     assert rw["top_frames"] == []
+
+
+def test_late_arriver_incident_names_the_file_and_line_of_its_extra_time():
+    import json
+
+    from .test_diagnose import opened, run_events
+    (a,) = opened(run_events("slow-collective"))
+    loc = json.loads(a["evidence_json"])["location"]
+    assert a["ranks"] == [2] and loc["frame"] == "/job/train.py:88 step `x.clone()`"
+    assert loc["extra_ms_per_step"] > 5 and "train.py:88 step `x.clone()`" in a["summary"]
+
+
+def test_simulated_contention_is_named_from_run_queue_evidence():
+    import json
+
+    from .test_diagnose import opened, run_events
+    (a,) = opened(run_events("cpu-contention"))
+    ev = json.loads(a["evidence_json"])
+    assert a["cause"] == "host_cpu_contention" and ev["cpu_basis"] == "scheduler evidence"
