@@ -5,7 +5,8 @@ Cause rules for a rank whose own (non-collective) functions exceed its peers:
   * only data-loader spans                                -> slow_dataloader
   * only Python / user spans                              -> slow_function
   * the rank waited for a CPU more than its peers (``cpu`` = contended, see
-    :mod:`.cpu_evidence`) and its slow spans run on the CPU  -> host_cpu_contention
+    :mod:`.cpu_evidence`), unless only compute spans are slow on a GPU with throttle
+    evidence                                              -> host_cpu_contention
   * several phases slow at once (CPU-side AND compute spans, or >= 2 phases on a rank
     without a GPU): with CPU evidence that it did not wait -> slow_function (the top phase);
     without any CPU evidence -> host_cpu_contention, inferred (the finding says so)
@@ -92,9 +93,10 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
         return Cause.SLOW_DATALOADER
     if kinds <= {SpanKind.PYTHON, SpanKind.USER}:
         return Cause.SLOW_FUNCTION
-    on_cpu = gpu < 0 or bool(kinds & CPU_ONLY)
-    if cpu == CONTENDED and on_cpu:
-        return Cause.HOST_CPU_CONTENTION  # direct evidence: it waited for a CPU more than its peers
+    if cpu == CONTENDED and (gpu < 0 or kinds & CPU_ONLY or not hw_evidence):
+        # direct evidence: it waited for a CPU more than its peers (on a GPU rank, its launch
+        # thread was starved; a throttled GPU's own evidence wins when its spans are all compute)
+        return Cause.HOST_CPU_CONTENTION
     if (kinds & CPU_ONLY and kinds & COMPUTE) or (gpu < 0 and len(kinds) >= 2):
         # several phases at once point at the host, but only evidence can say it is the CPU
         return Cause.HOST_CPU_CONTENTION if cpu == UNAVAILABLE else Cause.SLOW_FUNCTION

@@ -82,11 +82,17 @@ MIXED = [outlier(SpanKind.PYTHON, "train.step"), outlier(SpanKind.FORWARD, "kind
     (MIXED, 0, CONTENDED, Cause.HOST_CPU_CONTENTION),
     (MIXED, 0, NOT_CONTENDED, Cause.SLOW_FUNCTION),
     (MIXED, 0, UNAVAILABLE, Cause.HOST_CPU_CONTENTION),
-    (MULTI, 0, CONTENDED, Cause.SLOW_GPU),                    # GPU compute: the CPU is not the cause
+    (MULTI, 0, CONTENDED, Cause.HOST_CPU_CONTENTION),         # a GPU rank's launch thread starved
+    (MULTI, 0, NOT_CONTENDED, Cause.SLOW_GPU),
     (MULTI, 0, UNAVAILABLE, Cause.SLOW_GPU),
 ])
 def test_classify_needs_cpu_evidence_for_contention(outs, gpu, cpu, cause):
     assert classify(outs, gpu, {}, POL, cpu) == cause
+
+
+def test_throttle_evidence_wins_over_cpu_evidence_for_gpu_compute():
+    assert classify(MULTI, 0, {"throttle_reasons": "0x20"}, POL, CONTENDED) == Cause.GPU_THROTTLE
+    assert classify(MIXED, 0, {"throttle_reasons": "0x20"}, POL, CONTENDED) == Cause.HOST_CPU_CONTENTION
 
 
 def test_frame_location_names_the_frame_with_the_extra_time_above_the_floor():
