@@ -150,12 +150,23 @@ class Collector:
             gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
             gc_timer.install()
             self.add_remover(gc_timer.remove)
+        if cfg.cpu_evidence:
+            self._start_cpu_evidence(cfg.stack_hz)
         self.imports.when_imported("torch", self._on_torch)
         self.sender.start()
         if cfg.metrics_port > 0:
             self._serve_metrics(cfg.metrics_host, cfg.metrics_port + self.identity.local_rank)
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _start_cpu_evidence(self, hz: float) -> None:
+        try:
+            from .cpu_evidence import CpuEvidence
+            evidence = CpuEvidence(self.sender, self.counters, hz)
+            evidence.start()
+            self.add_part(evidence)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("cpu evidence", exc)
 
     def _on_torch(self, torch: ModuleType) -> None:
         try:

@@ -34,3 +34,8 @@ class CollectorCounters(CounterSet):
     gc_short_pauses = Counter("GC pauses shorter than gc_min_us: counted here, not sent")
     gc_short_pause_ns = Counter("total duration of those short GC pauses, in ns")
     profile_windows = Counter("profiling windows summarized and queued for sending")
+    cpu_read_errors = Counter("/proc files of the training thread or host that could not be read or parsed "
+                              "(no schedstat, thread gone, garbage); their values are sent as unknown")
+    stack_samples = Counter("samples taken of the training thread's Python stack")
+    stack_samples_skipped = Counter("stack samples or frames skipped: thread gone, no user frame, "
+                                    "too many distinct frames, non-UTF-8 names (escaped), errors")

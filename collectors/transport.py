@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ..schemas.kafka_admin import quiet_kafka_logger
 from ..schemas.settings import CollectorSettings
 from ..schemas.vocabulary import HEARTBEAT_S
-from .batch import BatchBuilder, event_count
+from .batch import BatchBuilder, StackRow, event_count
 from .counters import CollectorCounters
 from .events import OpSummary
 from .identity import RankIdentity
@@ -173,6 +173,8 @@ class Sender(threading.Thread):
         self.key = key
         self._tasks: list[Callable[[], object]] = []
         self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self._cpu: deque[dict] = deque(maxlen=16)  # CpuSample records for the next batch
+        self._stacks: list[StackRow] = []  # stack rows for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -187,6 +189,13 @@ class Sender(threading.Thread):
         """Op summaries of one profiling window, sent with the next batch (the newest 16 are kept)."""
         self._kernels.append(ops)
         self.recorder.counters.inc(CollectorCounters.profile_windows)
+
+    def add_cpu(self, sample: dict | None, stacks: list[StackRow]) -> None:
+        """CPU evidence of one flush interval, sent with the next batch (called on this thread)."""
+        if sample is not None:
+            self._cpu.append(sample)
+        if stacks:
+            self._stacks = stacks if not self._stacks else _merge_rows(self._stacks, stacks)
 
     def set_identity(self, identity: RankIdentity) -> None:
         """The identity (and message key) later batches carry (the GPU once known, the agreed job)."""
@@ -222,7 +231,10 @@ class Sender(threading.Thread):
             now = time.monotonic()
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
                 return
-            record = self.builder.build(events, self.recorder.dropped, kernels)
+            cpu, stacks = list(self._cpu), self._stacks
+            self._cpu.clear()
+            self._stacks = []
+            record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
             self.sink.send(self.key, self.encode(record), event_count(record))
             self._last_send = now
             final = False
@@ -267,3 +279,12 @@ class Sender(threading.Thread):
     def _elapsed_s(self, until_ns: int | None = None) -> float:
         end = time.monotonic_ns() if until_ns is None else until_ns
         return max(1e-9, (end - self.started_ns) / 1e9)
+
+
+def _merge_rows(a: list[StackRow],
+                b: list[StackRow]) -> list[StackRow]:
+    """Stack rows of two intervals that were not sent in between, counts added."""
+    total: dict[tuple[str, int, int, str], int] = {}
+    for name, line, kind, n, code in (*a, *b):
+        total[(name, line, kind, code)] = total.get((name, line, kind, code), 0) + n
+    return sorted(((k[0], k[1], k[2], n, k[3]) for k, n in total.items()), key=lambda r: -r[3])

@@ -152,6 +152,8 @@ class CollectorSettings:
     log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
     metrics_port: int = field(default=0, metadata={"doc": "opt-in Prometheus endpoint of each training process at this port + LOCAL_RANK (needs prometheus-client); 0 = off"})
     metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the collector's metrics endpoint binds"})
+    cpu_evidence: bool = field(default=True, metadata={"doc": "read the training thread's CPU, run-queue wait, context switches and faults from /proc"})
+    stack_hz: float = field(default=25.0, metadata={"doc": "samples per second of the training thread's Python stack; 0 = off"})
 
     @property
     def buffer_events(self) -> int:

@@ -37,6 +37,45 @@ class FunctionAcc:
     overflow: int = 0
 
 
+CPU_SUMS = ("interval_ns", "thread_cpu_ns", "runqueue_wait_ns", "voluntary_switches",
+            "involuntary_switches", "major_faults")
+
+
+@dataclass
+class CpuAcc:
+    """The training thread's CPU samples (EventBatch v3 ``cpu``) and stack rows of one window.
+    Sums keep only known (>= 0) values; ``known`` counts, per field, the samples that had one."""
+
+    samples: int = 0
+    sums: dict[str, int] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
+    load1: float = -1.0
+    steal: list[float] = field(default_factory=list)
+    stack_samples: int = 0
+    stack_hz: float = 0.0
+    frames: dict[tuple[str, int], int] = field(default_factory=dict)  # (frame text, kind) -> samples
+
+    def add_sample(self, s: dict) -> None:
+        self.samples += 1
+        for k in CPU_SUMS:
+            v = int(s.get(k, -1))
+            if v >= 0:
+                self.sums[k] = self.sums.get(k, 0) + v
+                self.known[k] = self.known.get(k, 0) + 1
+        self.load1 = max(self.load1, float(s.get("load1", -1.0)))
+        if float(s.get("steal_pct", -1.0)) >= 0:
+            self.steal.append(float(s["steal_pct"]))
+        self.stack_samples += max(0, int(s.get("stack_samples", 0)))
+        self.stack_hz = max(self.stack_hz, float(s.get("stack_hz", 0.0)))
+
+    def add_frame(self, text: str, kind: int, count: int) -> None:
+        self.frames[(text, kind)] = self.frames.get((text, kind), 0) + count
+
+    def total(self, k: str) -> int:
+        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
+        return self.sums.get(k, 0) if self.known.get(k) else -1
+
+
 @dataclass
 class WindowAcc:
     """Everything one rank saw in one window."""
@@ -47,6 +86,7 @@ class WindowAcc:
     last_event_ms: int = 0
     hw: dict[str, list[float]] = field(default_factory=dict)
     throttle: int = 0
+    cpu: CpuAcc = field(default_factory=CpuAcc)
 
     def fn(self, name: str, kind: int) -> FunctionAcc:
         acc = self.functions.get(name)

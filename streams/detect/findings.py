@@ -4,8 +4,13 @@ Cause rules for a rank whose own (non-collective) functions exceed its peers:
   * only GC spans, or GC excess >= explains_share of the largest other -> gc_pause
   * only data-loader spans                                -> slow_dataloader
   * only Python / user spans                              -> slow_function
-  * CPU-side spans (python, dataloader) AND compute spans  -> host_cpu_contention
-  * compute spans on a rank without a GPU (gloo on CPU)   -> host_cpu_contention
+  * the rank waited for a CPU more than its peers (``cpu`` = contended, see
+    :mod:`.cpu_evidence`), unless only compute spans are slow on a GPU with throttle
+    evidence                                              -> host_cpu_contention
+  * several phases slow at once (CPU-side AND compute spans, or >= 2 phases on a rank
+    without a GPU): with CPU evidence that it did not wait -> slow_function (the top phase);
+    without any CPU evidence -> host_cpu_contention, inferred (the finding says so)
+  * one phase (optimizer, backward, forward) on a rank without a GPU -> slow_function
   * compute spans on a GPU with heat/power/clock evidence -> gpu_throttle
   * compute spans on a GPU otherwise                      -> slow_gpu
   * more calls per step than peers at the same per-call time, explaining >= explains_share
@@ -21,6 +26,7 @@ from typing import Any
 from ...schemas.causes import Cause
 from ...schemas.vocabulary import Kind, SpanKind
 from .accumulate import THERMAL_POWER_BITS
+from .cpu_evidence import CONTENDED, UNAVAILABLE
 from .model import KIND_PREFIX
 from .peers import INF_RATIO
 from .policy import DetectionPolicy
@@ -70,8 +76,10 @@ def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock
     return ev
 
 
-def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy) -> Cause:
-    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``)."""
+def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy,
+             cpu: str = UNAVAILABLE) -> Cause:
+    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the
+    rank's :func:`.cpu_evidence.cpu_verdict` (contended, not_contended, unavailable)."""
     kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
     if _more_work(outliers, policy.min_excess, policy.explains_share):
         return Cause.DATA_IMBALANCE
@@ -85,12 +93,15 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
         return Cause.SLOW_DATALOADER
     if kinds <= {SpanKind.PYTHON, SpanKind.USER}:
         return Cause.SLOW_FUNCTION
-    if kinds & CPU_ONLY and kinds & COMPUTE:
+    if cpu == CONTENDED and (gpu < 0 or kinds & CPU_ONLY or not hw_evidence):
+        # direct evidence: it waited for a CPU more than its peers (on a GPU rank, its launch
+        # thread was starved; a throttled GPU's own evidence wins when its spans are all compute)
         return Cause.HOST_CPU_CONTENTION
-    if gpu < 0:  # CPU job: forward/backward/optimizer run on the CPU, the same code on every
-        # peer, so one of them slower on one rank means that rank gets less CPU (as a slow
-        # compute phase in a GPU job means a slow GPU); only user code alone is a slow function
-        return Cause.HOST_CPU_CONTENTION if kinds & COMPUTE or len(kinds) >= 2 else Cause.SLOW_FUNCTION
+    if (kinds & CPU_ONLY and kinds & COMPUTE) or (gpu < 0 and len(kinds) >= 2):
+        # several phases at once point at the host, but only evidence can say it is the CPU
+        return Cause.HOST_CPU_CONTENTION if cpu == UNAVAILABLE else Cause.SLOW_FUNCTION
+    if gpu < 0:  # one phase (e.g. only the optimizer step, only backward): that code is slow
+        return Cause.SLOW_FUNCTION
     return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
 
 
@@ -135,6 +146,19 @@ def rank_impact(outliers: list[dict]) -> float:
     gc = max((o["cost_ms_per_step"] for o in agg if o["kind"] == SpanKind.GC), default=0.0)
     named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
     return float(max(non_gc, gc, named))
+
+
+def phase_of(outlier: Mapping[str, Any]) -> str:
+    """The phase an outlier belongs to in plain words: 'optimizer step', 'backward', ..."""
+    try:
+        kind = SpanKind(outlier["kind"])
+    except (ValueError, KeyError):
+        return "function"
+    return PHASES.get(kind, "function")
+
+
+PHASES = {SpanKind.OPTIMIZER: "optimizer step", SpanKind.BACKWARD: "backward", SpanKind.FORWARD: "forward",
+          SpanKind.DATALOADER: "data loading", SpanKind.GC: "garbage collection"}
 
 
 def kind_of(k: str) -> Kind:

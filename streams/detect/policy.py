@@ -80,6 +80,13 @@ class DetectionPolicy:
     profile_request_ahead_steps: int = 5  # a PROFILE request starts this many steps past the latest step seen
     profile_request_duration_s: float = 20.0  # ... and lasts this long
     profile_request_cooldown_windows: int = 12  # at most one PROFILE request per this many windows
+    # CPU evidence (streams/detect/cpu_evidence.py): a rank "waited for a CPU more than its peers" when
+    cpu_wait_min_ms: float = 0.5  # its run-queue wait per step exceeds the peers' median by this much
+    cpu_wait_share: float = 0.25  # ... and by this share of the rank's excess step time
+    switch_ratio: float = 2.0  # or its involuntary switches per step are this many times the peers'
+    switch_min_per_step: float = 5.0  # ... and at least this many more per step
+    steal_excess_pct: float = 5.0  # or its host's steal share exceeds the peers' by this many points
+    location_min_ms: float = 1.0  # a sampled frame names where a rank's extra time goes from this many ms/step
 
     @property
     def window_ms(self) -> int:

@@ -44,6 +44,13 @@ def covered_ns(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarra
     return upto(b) - upto(a)
 
 
+def frame_text(name: str, line: int, code: str) -> str:
+    """``'<file> <function>'`` + line + source -> ``'train.py:88 step `x.clone()`'``."""
+    file, _, func = name.rpartition(" ")
+    text = f"{file or func}:{line} {func}" if file else f"{func}:{line}"
+    return f"{text} `{code}`" if code else text
+
+
 class EventFolder:
     """Adds one rank's events to its windows and its progress; see the module docstring."""
 
@@ -60,6 +67,30 @@ class EventFolder:
         comm_iv = self._add_comms(batch, names, offset_ns)
         self._add_spans(batch["spans"], names, offset_ns, comm_iv)
         self._add_iterations(batch["iterations"], offset_ns)
+        self._add_cpu(batch, names)
+
+    def _add_cpu(self, batch: dict, names: list[str]) -> None:
+        """EventBatch v3 CPU samples and stack rows go to the window the batch was built in
+        (they cover the flush interval that ends there); older batches have none."""
+        cpu, stacks = batch.get("cpu") or [], batch.get("stacks") or {}
+        if not cpu and not stacks.get("frame"):
+            return
+        w = self.windows.slot(self.windows.batch_wall_ms)
+        if w is None:
+            return
+        for sample in cpu:
+            w.cpu.add_sample(sample)
+        cols = [stacks.get(k, []) for k in ("frame", "line", "kind", "count")]
+        codes = stacks.get("code") or [-1] * len(cols[0])
+        if len({len(c) for c in cols} | {len(codes)}) > 1:
+            self.skipped["ragged_columns"] += 1
+            return
+        for frame, line, kind, count, code in zip(*cols, codes, strict=True):
+            if not (0 <= frame < len(names) and -1 <= code < len(names)):
+                self.skipped["bad_name_index"] += 1
+                continue
+            w.cpu.add_frame(frame_text(names[frame], int(line), names[code] if code >= 0 else ""),
+                            int(kind), int(count))
 
     def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
         arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)

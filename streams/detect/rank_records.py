@@ -21,7 +21,7 @@ from ...schemas.vocabulary import (
     RANK_WINDOW_VERSION,
     SpanKind,
 )
-from .accumulate import FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
+from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
 from .histogram import histogram
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
 
@@ -141,4 +141,32 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         "bytes_received": int(health.bytes_received),
         **_hardware_fields(w),
         "batches": int(batches),
+        **cpu_fields(w.cpu, len(w.steps)),
+    }
+
+
+TOP_FRAMES = 8  # per kind
+
+
+def _per_step(total: int, steps: int) -> float:
+    return round(total / steps, 4) if total >= 0 and steps > 0 else -1.0
+
+
+def cpu_fields(cpu: CpuAcc, steps: int) -> dict:
+    """The window's CPU evidence: ratios and per-step rates (-1 unknown), top frames per kind."""
+    wall, busy = cpu.total("interval_ns"), cpu.total("thread_cpu_ns")
+    wait = cpu.total("runqueue_wait_ns")
+    top = sorted(cpu.frames.items(), key=lambda kv: (-kv[0][1], -kv[1], kv[0][0]))
+    frames = [kv for kind in (1, 0) for kv in [x for x in top if x[0][1] == kind][:TOP_FRAMES]]
+    return {
+        "cpu_samples": cpu.samples,
+        "cpu_ratio": round(busy / wall, 4) if busy >= 0 and wall > 0 else -1.0,
+        "runqueue_wait_ms_per_step": _per_step(wait, steps) / 1e6 if wait >= 0 and steps > 0 else -1.0,
+        "involuntary_switches_per_step": _per_step(cpu.total("involuntary_switches"), steps),
+        "voluntary_switches_per_step": _per_step(cpu.total("voluntary_switches"), steps),
+        "major_faults": cpu.total("major_faults"), "load1": cpu.load1,
+        "steal_pct": round(float(np.mean(cpu.steal)), 3) if cpu.steal else -1.0,
+        "stack_samples": cpu.stack_samples, "stack_hz": cpu.stack_hz,
+        "top_frames": [k[0] for k, _ in frames], "top_frame_samples": [n for _, n in frames],
+        "top_frame_kinds": [k[1] for k, _ in frames],
     }

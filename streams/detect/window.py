@@ -30,9 +30,12 @@ import numpy as np
 from ...schemas.causes import CAUSES, Cause
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
+from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
+from .rank_cpu import late_entry_words
+from .rank_cpu import with_cpu_evidence as _with_cpu
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
@@ -61,7 +64,7 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
     stragglers, victims = _stragglers(comparisons, policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
-    findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows)
+    findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows, policy)
     findings += link_findings
     findings += _stage_imbalance(comparisons, policy)
     findings += _expectations(comparisons, step_ms(rank_windows), policy)
@@ -114,20 +117,22 @@ def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
 def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
                    rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
     peer_clock = _hw_peer_clock(rank_windows)
-    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict]]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict, CpuVerdict]]] = defaultdict(list)
     for rank, outs in by_rank.items():
         rw = rank_windows.get(rank, {})
         gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
-        cause = classify(outs, gpu, hw, policy)
+        cpu = cpu_verdict(rank, rank_windows, rank_impact(outs), policy)
+        cause = classify(outs, gpu, hw, policy, cpu.verdict)
         if cause in HOST_LEVEL:
             key: tuple = (cause, outs[0]["host"])
         elif cause == Cause.DATA_IMBALANCE:
             key = (cause, top_function(outs, cause)["function"])
         else:
             key = (cause, rank)
-        groups[key].append((rank, cause, outs, hw))
-    return [_merge_rank_group(key, members, stragglers) for key, members in groups.items()]
+        groups[key].append((rank, cause, outs, hw, cpu))
+    return [_with_cpu(_merge_rank_group(key, members, stragglers), members, rank_windows, policy)
+            for key, members in groups.items()]
 
 
 def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict]]) -> Finding:
@@ -170,20 +175,22 @@ def _short(ranks: tuple[int, ...]) -> str:
 
 
 def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
-                  rank_windows: dict[int, dict]) -> list[Finding]:
-    """Stragglers with no abnormal function of their own and not held up elsewhere."""
+                  rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
+    """Stragglers with no abnormal function of their own and not held up elsewhere; the
+    sampled frame where the straggler's extra time goes, when its collector samples stacks."""
     out = []
     for rank, late in stragglers.items():
         if rank in victims or rank in explained:
             continue
         top = max(late, key=lambda s: s["caused_ms_per_step"])
         impact = float(top["caused_ms_per_step"])
+        where = frame_location(rank, rank_windows, policy)
         summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
                    f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
-                   f"none of its instrumented functions is slow, so the delay is in code just before the call")
+                   f"none of its instrumented functions is slow, so {late_entry_words(rank, where)}")
         evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
                     "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
-                    "groups": sorted(s["function"] for s in late)}
+                    "groups": sorted(s["function"] for s in late), "location": where}
         out.append(Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=f"late|{rank}",
                            ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
                            function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,

@@ -1,6 +1,6 @@
 """Pure parser: one Kineto trace (decoded JSON) -> one EventBatch-shaped dict.
 
-The result follows ``schemas/event_batch.v2.avsc`` (it encodes with ``Codec("EventBatch")``)
+The result follows ``schemas/event_batch.v3.avsc`` (it encodes with ``Codec("EventBatch")``)
 and is what a rank's collector would have sent for the traced interval:
 
 * ``iterations``: ``ProfilerStep#N`` annotations (step N).
