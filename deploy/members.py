@@ -25,19 +25,23 @@ from pathlib import Path
 
 from ..schemas.settings import Settings
 from ..schemas.stackfile import StackState, pid_alive, read_state, update_state
-from .stack import StackError
+from .stack import StackError, broker_lost_message
 from .tansu import free_port
 
 READY_POLL_S = 0.2
 
 
 def joined_stack(settings: Settings) -> StackState | None:
-    """The recorded stack this process joins: its broker lives and is the Kafka in use."""
-    state = read_state(settings.data_dir.resolve())
-    if state is None or not pid_alive(state.broker_pid):
-        return None
+    """The recorded stack this process joins: its broker is the Kafka in use (none configured, or
+    the same address). Its broker having died is an error that says how to go on."""
+    data_dir = settings.data_dir.resolve()
+    state = read_state(data_dir)
     configured = settings.kafka.bootstrap_servers
-    return state if not configured or configured == state.bootstrap else None
+    if state is None or (configured and configured != state.bootstrap):
+        return None
+    if not pid_alive(state.broker_pid):
+        raise StackError(broker_lost_message(state, data_dir))
+    return state
 
 
 def with_web_port(settings: Settings) -> Settings:

@@ -36,7 +36,7 @@ from ..schemas.stackfile import (
     update_state,
 )
 from ..schemas.topics import all_topics
-from .tansu import free_port, start_broker
+from .tansu import free_port, port_open, start_broker
 
 
 class StackError(PerftrackerError):
@@ -104,7 +104,8 @@ def up(settings: Settings, workers: int | None = None, port: int | None = None,
     A live broker is never restarted (its topics live in its memory, and running
     collectors know only its address). A recorded broker that died is refused
     (its data is gone) unless ``force``: then the leftovers are stopped and a
-    fresh stack starts. A fresh start stops what it started if a step fails.
+    fresh stack starts, on the old broker port when it is free. A fresh start
+    stops what it started if a step fails.
     ``extra_env``: PERFTRACKER_* settings for the started processes only (e.g. the demo's windows)."""
     data_dir = settings.data_dir.resolve()
     state = read_state(data_dir)
@@ -112,6 +113,9 @@ def up(settings: Settings, workers: int | None = None, port: int | None = None,
         if not force:
             raise StackError(broker_lost_message(state, data_dir))
         down(settings)
+        old_port = int(state.bootstrap.rsplit(":", 1)[-1])
+        if port is None and not port_open("127.0.0.1", old_port):
+            port = old_port  # the same address: running collectors reconnect by themselves
         state = None
     if state is None:
         return _start_fresh(settings, data_dir, workers, port, ready_timeout_s, extra_env or {})
@@ -124,9 +128,10 @@ def up(settings: Settings, workers: int | None = None, port: int | None = None,
 def broker_lost_message(state: StackState, data_dir: Path) -> str:
     return (f"the broker of the stack in {data_dir} (pid {state.broker_pid}, {state.bootstrap}) has stopped. "
             "It kept its topics in memory: the events, dead letters and open windows it held are lost, "
-            f"and running collectors still send to {state.bootstrap}. `perftracker down` then "
-            "`perftracker up` starts a fresh stack on a new port (restart the training jobs to reach it), "
-            "or `perftracker up --force` does both now.")
+            f"and running collectors still send to {state.bootstrap}. `perftracker up --force` stops the "
+            "rest and starts a fresh stack on the same port (when free), where running collectors "
+            "reconnect; or `perftracker down` then `perftracker up` for a fresh stack on a new port "
+            "(restart the training jobs to reach it).")
 
 
 def _start_fresh(settings: Settings, data_dir: Path, workers: int | None, port: int | None,
