@@ -32,6 +32,11 @@ def _settings(ctx: click.Context) -> Settings:
     return ctx.obj["settings"]
 
 
+def _echo_line(line: str) -> None:
+    """Progress lines of long commands (they quote incident summaries and job ids)."""
+    click.echo(printable(line))
+
+
 class HttpUrl(click.ParamType):
     """An absolute http(s) URL with a host, checked before anything is sent."""
 
@@ -187,7 +192,7 @@ def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
     """Train for real (torchrun, gloo) with a fault injected on rank 2, and watch it diagnosed."""
     from .demo.runner import run_demo
 
-    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=click.echo)
+    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=_echo_line)
     click.echo(format_diagnosis(result.job, result.rows))
     verdict = "correct" if result.culprit_correct else "NOT the injected fault"
     detect = f" in {result.seconds_to_detect:.1f} s" if result.seconds_to_detect is not None else ""
@@ -221,7 +226,7 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
         raise click.BadParameter("need 2..4096 ranks and --slow-rank below --ranks")
     cfg = SyntheticJob(job or f"synth-{int(time.time())}", ranks=ranks, seconds=seconds,
                        slow_rank=slow_rank, slow_function=slow_function, slowdown=slowdown)
-    rows = run_synthetic(_settings(ctx), cfg, timeout_s, lambda line: click.echo(printable(line)))
+    rows = run_synthetic(_settings(ctx), cfg, timeout_s, _echo_line)
     click.echo(format_diagnosis(cfg.job, rows))
 
 
