@@ -102,6 +102,8 @@ def test_sink_and_worker_logs_are_written_with_levels(stack: Stack):
     sink = logs / "sink.log"
     assert " INFO perftracker.sinks.service " in sink.read_text()
     assert "sink consuming" in sink.read_text()
-    worker = (logs / "worker-0.log").read_text()
+    worker_logs = [logs / f"worker-{pid}.log" for pid in stack.state()["worker_pids"]]
+    assert worker_logs and all(p.exists() for p in worker_logs), sorted(logs.iterdir())
+    worker = worker_logs[0].read_text()
     assert " INFO perftracker.streams " in worker and "metrics at http://127.0.0.1:" in worker
     assert worker.count("metrics at http://") == 1  # one line, not repeated by a second handler
