@@ -57,7 +57,8 @@ def worker_member(settings: Settings) -> Iterator[Settings]:
     data_dir, me, port = settings.data_dir.resolve(), os.getpid(), settings.streams.web_port
     joined = joined_stack(settings) is not None
     if joined:
-        update_state(data_dir, lambda s: s.record_worker(me, port))
+        metrics = settings.streams.metrics_port
+        update_state(data_dir, lambda s: s.record_worker(me, port, metrics))
     clean = False
     try:
         yield settings
