@@ -133,8 +133,28 @@ def push(url: str, token: str, values: Mapping[str, str] | None = None, timeout_
     except Exception as exc:  # connection refused, DNS, TLS
         if isinstance(exc, PerftrackerError):
             raise
-        raise GrafanaPushError(f"cannot push to Grafana at {_safe(url)}: {type(exc).__name__}: {exc}") from None
+        raise GrafanaPushError(f"cannot push to Grafana at {_safe(url)}: {_unreachable(exc, timeout_s)}") from None
     return done
+
+
+def _unreachable(exc: Exception, timeout_s: float) -> str:
+    """Why a request failed, in a few words instead of the HTTP library's internals (classes are
+    matched by name: grafana-client sits on requests or niquests, whose errors share names)."""
+    kinds = {cls.__name__ for cls in type(exc).__mro__}
+    text = str(exc)
+    if "SSLError" in kinds:
+        return "the TLS handshake failed (certificate or protocol); check the URL's scheme and CA"
+    if "Timeout" in kinds:
+        return f"no answer within {timeout_s:g} s"
+    if "ConnectionError" in kinds:
+        if "NameResolution" in text or "Name or service not known" in text or "nodename nor servname" in text:
+            return "its host name does not resolve"
+        if "refused" in text:
+            return "connection refused (is Grafana listening on that host and port?)"
+        return "it cannot be reached"
+    if kinds & {"InvalidURL", "MissingSchema", "InvalidSchema"}:
+        return "not a valid http(s) URL, e.g. https://grafana.example.com"
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def _safe(url: str) -> str:

@@ -86,8 +86,9 @@ class StreamSettings:
     app_id: str = field(default="perftracker", metadata={"doc": "Faust app id (consumer group)"})
     window_s: float = field(default=5.0, metadata={"doc": "length of a comparison window in seconds"})
     window_grace_s: float = field(default=3.0, metadata={"doc": "wait this long past a window's end for late ranks"})
-    web_port: int = field(default=6066, metadata={"doc": "Faust web port of a worker (0 = any free port)"})
+    web_port: int = field(default=0, metadata={"doc": "Faust web port of a worker (0 = a free port, recorded in stack.json)"})
     workers: int = field(default=1, metadata={"doc": "worker processes `perftracker up` starts"})
+    web_host: str = field(default="127.0.0.1", metadata={"doc": "address a worker's Faust web server (stats, unauthenticated) binds"})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from ..schemas.redact import redact
 from ..schemas.settings import Settings
 from .errors import SinkError, StoreUnavailable
 
@@ -156,6 +157,4 @@ class Store:
 
 def _scrub(exc: BaseException, target: StoreTarget) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if target.password:
-        text = text.replace(target.password, "***")
-    return text[:500]
+    return redact(text, target.password)[:500]

@@ -57,7 +57,7 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         web_enabled=True,
-        web_host="127.0.0.1",
+        web_host=settings.streams.web_host,
         web_port=settings.streams.web_port if web_port is None else web_port,
         worker_redirect_stdouts=False,
     )
