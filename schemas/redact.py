@@ -13,8 +13,11 @@ Two rules, applied to any text that may reach a log, an error or the CLI:
 
 from __future__ import annotations
 
+import logging
 import re
-from urllib.parse import quote
+import traceback
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 MASK = "***"
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@/\s]*(?=@)")
@@ -38,3 +41,54 @@ def redact(text: str, *secrets: str) -> str:
     for form in sorted(forms, key=len, reverse=True):  # the longer form first: it may contain the other
         text = _value_pattern(form).sub(MASK, text)
     return text
+
+
+# -- the configured secrets: every Secret setting loaded in this process ---------------------
+_CONFIGURED: set[str] = set()
+
+
+def remember_secret(value: str) -> None:
+    """Mask ``value`` (and, for a URL, its password) in everything :func:`redact_configured` sees."""
+    if not value:
+        return
+    _CONFIGURED.add(value)
+    try:
+        password = urlsplit(value).password if "://" in value else None
+    except ValueError:
+        password = None
+    if password:
+        _CONFIGURED.add(unquote(password))
+
+
+def configured_secrets() -> tuple[str, ...]:
+    return tuple(_CONFIGURED)
+
+
+def redact_configured(text: str) -> str:
+    """``text`` with URL passwords and every configured secret masked."""
+    return redact(text, *_CONFIGURED)
+
+
+def _redact_record(record: logging.LogRecord) -> logging.LogRecord:
+    try:
+        message = record.getMessage()
+    except Exception:  # arguments that do not format: left to the handler to report
+        return record
+    record.msg, record.args = redact_configured(message), ()
+    if record.exc_info and record.exc_info[1] is not None:
+        record.exc_text = redact_configured("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+    return record
+
+
+def install_log_redaction() -> None:
+    """Every log record created from now on, by any logger of this process, is redacted
+    (message and traceback); idempotent."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "redacting", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        return _redact_record(previous(*args, **kwargs))
+
+    factory.redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)

@@ -27,6 +27,7 @@ from typing import Any
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet
+from ..schemas.http_auth import check_bind
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
@@ -131,12 +132,14 @@ class SinkService:
 
         from ..schemas.kafka_admin import ensure_topics
 
+        store = self.settings.store
+        check_bind(store.query_host, self.settings.http_token, "store.query_host")  # before a long store wait
         self._open_store()
         assert self.store is not None
-        self.api = QueryServer(self.store, self.settings.store.query_port, self.stats_dict).start()
+        self.api = QueryServer(self.store, store.query_port, self.stats_dict, store.query_host,
+                               self.settings.http_token).start()
         conf = consumer_conf(self.settings)
-        base = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol")
-                or k.startswith(("sasl.", "ssl."))}
+        base = {**self.settings.kafka.client_conf(), "bootstrap.servers": conf["bootstrap.servers"]}
         ensure_topics(base, all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions))
         self._producer = Producer({**base, "linger.ms": 50})
         self._consumer = Consumer(conf)

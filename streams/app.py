@@ -9,42 +9,29 @@ worker gets partitions fast, at-least-once (no transactions), no tables.
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
 import faust
 
+from ..schemas.http_auth import check_bind
 from ..schemas.settings import Settings
 from ..schemas.topics import TopicNames
 from .agents import compare, diagnose, summarize
 from .context import StreamContext
 from .detect import DetectionPolicy
-from .web import register_views
-
-
-def _credentials(settings: Settings) -> Any:
-    k = settings.kafka
-    if k.sasl_mechanism:
-        return faust.SASLCredentials(username=k.sasl_username, password=k.sasl_password.reveal(),
-                                     mechanism=k.sasl_mechanism,
-                                     ssl_context=_ssl(k.ssl_ca_location) if "SSL" in k.security_protocol else None)
-    if k.security_protocol == "SSL":
-        return faust.SSLCredentials(_ssl(k.ssl_ca_location))
-    return None
-
-
-def _ssl(ca: str) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=ca or None)
+from .kafka_auth import broker_credentials
+from .web import register_views, web_application_options
 
 
 def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) -> faust.App:
     """A Faust app with the summarize, compare and diagnose agents registered."""
+    check_bind(settings.streams.web_host, settings.http_token, "streams.web_host")
     names = TopicNames.for_prefix(settings.kafka.topic_prefix)
     brokers = ";".join(f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip())
     app = faust.App(
         settings.streams.app_id,
         broker=brokers,
-        broker_credentials=_credentials(settings),
+        broker_credentials=broker_credentials(settings.kafka),
         store="memory://",
         processing_guarantee="at_least_once",
         topic_partitions=settings.kafka.partitions,
@@ -58,6 +45,7 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         stream_wait_empty=False,
         web_enabled=True,
         web_host=settings.streams.web_host,
+        web_application_options=web_application_options(settings.http_token),
         web_port=settings.streams.web_port if web_port is None else web_port,
         worker_redirect_stdouts=False,
     )
