@@ -18,7 +18,7 @@ from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
 from .errors import NoStore, SinkError, UnknownQuery
 from .queries import QUERIES, run_query
-from .store import Store, parse_store_url
+from .store import Store, store_target
 
 TIMEOUT_S = 10.0
 
@@ -41,7 +41,7 @@ def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list
 
 
 def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
-    target = parse_store_url(settings.store.url.reveal(), settings.data_dir)
+    target = store_target(settings)
     try:
         store = Store.open(target)
     except SinkError as exc:

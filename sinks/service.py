@@ -48,7 +48,7 @@ from .errors import SinkError, StoreUnavailable
 from .flusher import BackgroundFlusher, Flushed
 from .raw import RawMessage, raw_fingerprints
 from .rows import ROW_BUILDERS
-from .store import Store, StoreTarget, parse_store_url
+from .store import Store, StoreTarget, store_target
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class SinkService:
         self._stop.set()
 
     def _open_store(self) -> None:
-        target = parse_store_url(self.settings.store.url.reveal(), self.settings.data_dir)
+        target = store_target(self.settings)
         delay = 0.5
         while not self._stop.is_set():
             try:

@@ -58,13 +58,14 @@ def make_tls_files(where: Path) -> TLSFiles:
 
 
 class TLSListener:
-    """A TLS server on 127.0.0.1 that requires a client certificate from the test CA; it completes
-    handshakes, records each peer's common name (or the handshake error) and closes."""
+    """A TLS server on 127.0.0.1 that requires a client certificate from the test CA (unless
+    ``client_cert`` is False); it completes handshakes, records each peer's common name ('' without
+    a certificate) or the handshake error, and closes."""
 
-    def __init__(self, files: TLSFiles):
+    def __init__(self, files: TLSFiles, client_cert: bool = True):
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(files.ca))
         self.context.load_cert_chain(str(files.server_cert), str(files.server_key))
-        self.context.verify_mode = ssl.CERT_REQUIRED
+        self.context.verify_mode = ssl.CERT_REQUIRED if client_cert else ssl.CERT_NONE
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.peers: list[str] = []
@@ -90,8 +91,8 @@ class TLSListener:
             conn.settimeout(5)
             try:
                 with self.context.wrap_socket(conn, server_side=True) as tls:
-                    subject = dict(x[0] for x in tls.getpeercert()["subject"])
-                    self.peers.append(subject["commonName"])
+                    subject = dict(x[0] for x in (tls.getpeercert() or {}).get("subject", ()))
+                    self.peers.append(subject.get("commonName", ""))
                     self.handshake.set()
             except (OSError, ssl.SSLError) as exc:
                 self.errors.append(str(exc))
