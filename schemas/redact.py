@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+import threading
 import traceback
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -80,9 +82,18 @@ def _redact_record(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
-def install_log_redaction() -> None:
-    """Every log record created from now on, by any logger of this process, is redacted
-    (message and traceback); idempotent."""
+def reset_redaction() -> None:
+    """Forget the configured secrets and restore logging and the exception hooks (for tests)."""
+    _CONFIGURED.clear()
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "redacting", False):
+        logging.setLogRecordFactory(factory.previous)  # type: ignore[attr-defined]
+        sys.excepthook, threading.excepthook = sys.__excepthook__, threading.__excepthook__
+
+
+def install_redaction() -> None:
+    """From now on, every log record of this process (message and traceback, any logger) and every
+    uncaught exception's traceback (main thread and others) is redacted; idempotent."""
     previous = logging.getLogRecordFactory()
     if getattr(previous, "redacting", False):
         return
@@ -90,5 +101,14 @@ def install_log_redaction() -> None:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         return _redact_record(previous(*args, **kwargs))
 
-    factory.redacting = True  # type: ignore[attr-defined]
+    factory.redacting, factory.previous = True, previous  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
+    sys.excepthook = _print_redacted
+    threading.excepthook = lambda a: _print_redacted(a.exc_type, a.exc_value, a.exc_traceback, a.thread)
+
+
+def _print_redacted(exc_type: Any, value: Any, tb: Any, thread: threading.Thread | None = None) -> None:
+    if exc_type is SystemExit:
+        return
+    where = f"Exception in thread {thread.name}:\n" if thread is not None else ""
+    sys.stderr.write(where + redact_configured("".join(traceback.format_exception(exc_type, value, tb))))

@@ -92,8 +92,6 @@ def _check_tls(kafka: KafkaSettings) -> None:
     if bool(kafka.ssl_certificate_location) != bool(kafka.ssl_key_location):
         raise ConfigError("TLS client authentication needs both kafka.ssl_certificate_location and "
                           "kafka.ssl_key_location")
-    if kafka.ssl_key_password and not kafka.ssl_key_location:
-        raise ConfigError("kafka.ssl_key_password is set without kafka.ssl_key_location")
     for name in given:
         if not Path(files[name]).expanduser().is_file():
             raise ConfigError(f"kafka.{name}: no such file {files[name]}")

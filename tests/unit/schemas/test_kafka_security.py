@@ -174,8 +174,6 @@ def test_secret_pass_through_still_checks_names(tmp_path):
      "no such file /no/such/ca.pem"),
     ({"PERFTRACKER_KAFKA_SECURITY_PROTOCOL": "SSL", "PERFTRACKER_KAFKA_SSL_KEY_LOCATION": "/etc/hostname"},
      "needs both kafka.ssl_certificate_location"),
-    ({"PERFTRACKER_KAFKA_SECURITY_PROTOCOL": "SSL", "PERFTRACKER_KAFKA_SSL_KEY_PASSWORD": "kp"},
-     "without kafka.ssl_key_location"),
     ({"PERFTRACKER_KAFKA_SCHEMA_REGISTRY_URL": "https://u:regpw@registry:8081"}, "holds a password"),
 ])
 def test_settings_that_cannot_work_are_refused_by_name(env, fragment):
