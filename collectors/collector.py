@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ..schemas import Codec
+from ..schemas.registry import RegistryCodec, codec_for, registry_client
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
@@ -79,8 +80,9 @@ class Collector:
         self.imports = PostImportHook()
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+        self.registry = registry_client(settings)  # None: single-object framing
         self.sink = self._make_sink(bootstrap)
-        codec = Codec(EVENT_BATCH)
+        codec = self.codec(EVENT_BATCH, self.topics.events)
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
@@ -90,6 +92,11 @@ class Collector:
         self._closed = False
         self._background_cpu: dict[str, float] | None = None  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
+
+    def codec(self, record_name: str, topic: str) -> Codec | RegistryCodec:
+        """The codec of ``record_name`` on ``topic``: registry-framed with a schema registry configured
+        (the schema is registered on the first encode, in the sender's thread, never in training code)."""
+        return codec_for(self.settings, record_name, topic, client=self.registry)
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
         on_lost = self.recorder.lost

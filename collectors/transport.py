@@ -215,7 +215,12 @@ class Sender(threading.Thread):
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
                 return
             record = self.builder.build(events, self.recorder.dropped, kernels)
-            self.sink.send(self.key, self.encode(record), event_count(record))
+            try:
+                payload = self.encode(record)
+            except Exception:  # e.g. the schema registry away: these events are lost, and counted
+                self.recorder.lost(event_count(record))
+                raise
+            self.sink.send(self.key, payload, event_count(record))
             self._last_send = now
             final = False
             if len(events) < limit and not self._kernels:

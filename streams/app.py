@@ -14,13 +14,43 @@ from typing import Any
 import faust
 
 from ..schemas.http_auth import check_bind
+from ..schemas.registry import RegistryCodec, RegistryMultiCodec, registry_client
 from ..schemas.settings import Settings
 from ..schemas.topics import TopicNames
+from ..schemas.vocabulary import (
+    ANOMALY,
+    CONTROL,
+    EVENT_BATCH,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    HARDWARE_BATCH,
+    RANK_WINDOW,
+)
 from .agents import compare, diagnose, summarize
 from .context import StreamContext
 from .detect import DetectionPolicy
 from .kafka_auth import broker_credentials
 from .web import register_views, web_application_options
+
+
+def stream_codecs(settings: Settings, names: TopicNames) -> dict[str, Any]:
+    """The agents' codecs: plain single-object ones, or with ``kafka.schema_registry_url`` ones that
+    produce registry-framed records (their schemas registered now: a registry that cannot be reached
+    fails the worker's start, never a record later) and decode both framings."""
+    client = registry_client(settings)
+    if client is None:
+        return {}
+    codecs: dict[str, Any] = {
+        "inputs": RegistryMultiCodec([EVENT_BATCH, HARDWARE_BATCH], names.events, client),
+        "pattern_codec": RegistryCodec(FUNCTION_PATTERN, names.patterns, client),
+        "findings": RegistryMultiCodec([RANK_WINDOW, FUNCTION_COMPARISON], names.findings, client),
+        "anomaly_codec": RegistryCodec(ANOMALY, names.anomalies, client),
+        "control_codec": RegistryCodec(CONTROL, names.control, client),
+    }
+    for key in ("pattern_codec", "anomaly_codec", "control_codec"):
+        codecs[key].schema_id  # noqa: B018 (registers the writer schema)
+    codecs["findings"].register_all()
+    return codecs
 
 
 def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) -> faust.App:
@@ -49,7 +79,8 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         web_port=settings.streams.web_port if web_port is None else web_port,
         worker_redirect_stdouts=False,
     )
-    ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
+    ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams),
+                        **stream_codecs(settings, names))
     def raw_topic(*topic_names: str) -> Any:
         return app.topic(*topic_names, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw", internal=False)

@@ -9,6 +9,8 @@ import pytest
 from perftracker.deploy.tansu import LocalBroker, start_broker
 from perftracker.schemas.redact import reset_redaction
 
+from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
+
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
