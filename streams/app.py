@@ -75,6 +75,7 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         stream_wait_empty=False,
         web_enabled=True,
         web_host=settings.streams.web_host,
+        web_bind=settings.streams.web_host,  # Faust binds web_bind (default 0.0.0.0); web_host only names it
         web_application_options=web_application_options(settings.http_token),
         web_port=settings.streams.web_port if web_port is None else web_port,
         worker_redirect_stdouts=False,

@@ -18,9 +18,15 @@ from .context import StreamContext
 def register_views(app: Any, ctx: StreamContext) -> None:
     @app.page("/perftracker/stats/")
     async def stats(web: Any, request: Any) -> Any:
-        assigned = sorted(f"{tp.topic}:{tp.partition}" for tp in app.consumer.assignment()) \
-            if app.consumer is not None else []
-        return web.json({"counters": ctx.counters.snapshot(), "assigned": assigned})
+        return web.json({"counters": ctx.counters.snapshot(), "assigned": _assigned(app)})
+
+
+def _assigned(app: Any) -> list[str]:
+    """``topic:partition`` of the partitions assigned to this worker ([] before its consumer started)."""
+    try:
+        return sorted(f"{tp.topic}:{tp.partition}" for tp in app.consumer.assignment())
+    except Exception:  # ConsumerNotStarted, or no consumer yet
+        return []
 
 
 def web_application_options(token: Secret) -> dict[str, Any]:
