@@ -24,6 +24,7 @@ import fastavro
 
 from ..schemas import bundled_schemas
 from ..schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, SINGLE_OBJECT_HEADER_LEN
+from .identifiers import ident
 
 RAW_TABLES = {FUNCTION_PATTERN: "raw_function_patterns", RANK_WINDOW: "raw_rank_windows"}
 
@@ -53,7 +54,7 @@ def _ch_type(avro_type: object) -> str:
 def raw_table_sql(name: str) -> str:
     """A Null table with every field of the latest ``name`` schema (nothing is stored)."""
     fields = bundled_schemas().latest(name).raw["fields"]
-    cols = ", ".join(f"`{f['name']}` {_ch_type(f['type'])}" for f in fields)
+    cols = ", ".join(f"`{ident(f['name'])}` {_ch_type(f['type'])}" for f in fields)
     return f"CREATE TABLE IF NOT EXISTS {RAW_TABLES[name]} ({cols}) ENGINE = Null"
 
 

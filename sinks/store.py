@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from ..schemas.redact import redact
 from ..schemas.settings import Settings, StoreSettings
 from .errors import SinkError, StoreUnavailable
+from .identifiers import ident
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,8 @@ class Store:
     def insert(self, table: str, columns: Sequence[str], data: Sequence[Sequence[Any]],
                column_oriented: bool = True) -> None:
         """Insert ``data`` (columns, or rows when ``column_oriented`` is False) into ``table``."""
+        for name in (table, *columns):
+            ident(name)
         with self._lock:
             try:
                 self._client.insert(table, data, column_names=list(columns),
@@ -157,6 +160,8 @@ class Store:
 
     def raw_insert(self, table: str, data: bytes, fmt: str) -> int:
         """``INSERT INTO table FORMAT fmt`` with ``data``; returns the rows ClickHouse read."""
+        for name in (table, fmt):
+            ident(name)
         with self._lock:
             try:
                 summary = self._client.raw_insert(table, None, data, fmt=fmt)
