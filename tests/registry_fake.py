@@ -27,6 +27,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
     calls: list[str] = []
     need_auth = True
     up = True
+    password = PASSWORD
 
     def log_message(self, *args):  # keep pytest output clean
         pass
@@ -43,7 +44,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
         if not self.up:
             self._send(503, {"error_code": 50301, "message": "away"})
             return False
-        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        expected = "Basic " + base64.b64encode(f"{USER}:{self.password}".encode()).decode()
         if self.need_auth and self.headers.get("Authorization") != expected:
             self._send(401, {"error_code": 40101, "message": "Unauthorized"})
             return False
@@ -81,7 +82,7 @@ class FakeRegistry(BaseHTTPRequestHandler):
 def serve_registry() -> tuple[ThreadingHTTPServer, str]:
     """A fresh fake registry (empty, auth required, up) in a thread; (server, its URL)."""
     FakeRegistry.schemas, FakeRegistry.subjects, FakeRegistry.calls = {}, {}, []
-    FakeRegistry.need_auth, FakeRegistry.up = True, True
+    FakeRegistry.need_auth, FakeRegistry.up, FakeRegistry.password = True, True, PASSWORD
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
