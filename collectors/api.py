@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any, TypeVar, overload
 
+from ..schemas.redact import redact_configured
 from ..schemas.vocabulary import SpanKind
 from .collector import Collector, CollectorStats
 from .config import load_attach_settings
@@ -51,7 +52,8 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
             collector = Collector(settings, identity, bootstrap, job_settled=not agree)
             collector.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the job
-            log.warning("perftracker: collector not attached: %s: %s", type(exc).__name__, exc)
+            log.warning("perftracker: collector not attached: %s: %s", type(exc).__name__,
+                        redact_configured(str(exc)))
             return None
         _current = collector
         os.environ[ATTACHED_PID_ENV] = str(os.getpid())

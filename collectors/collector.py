@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ..schemas import Codec
+from ..schemas.registry import RegistryCodec, codec_for, registry_client
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
@@ -82,8 +83,9 @@ class Collector:
         self.imports = PostImportHook()
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+        self.registry = registry_client(settings)  # None: single-object framing
         self.sink = self._make_sink(bootstrap)
-        codec = Codec(EVENT_BATCH)
+        codec = self.codec(EVENT_BATCH, self.topics.events)
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
@@ -100,6 +102,11 @@ class Collector:
                                           torch_distributed)
             self.sender.add_task(self.agreement.poll)
             self.sender.hold_until(self.agreement.ready)
+
+    def codec(self, record_name: str, topic: str) -> Codec | RegistryCodec:
+        """The codec of ``record_name`` on ``topic``: registry-framed with a schema registry configured
+        (the schema is registered on the first encode, in the sender's thread, never in training code)."""
+        return codec_for(self.settings, record_name, topic, client=self.registry)
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
         on_lost = self.recorder.lost

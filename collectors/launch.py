@@ -48,20 +48,14 @@ def child_env(base: Mapping[str, str], job: str, bootstrap_dir: Path, settings: 
 
 
 def _kafka_env(settings: Any) -> dict[str, str]:
+    """Every Kafka setting that differs from its default (TLS, SASL, pass-through, registry)."""
+    from ..schemas.settings_loader import section_env
     from ..schemas.stackfile import resolve_bootstrap
 
-    kafka = settings.kafka
-    out = {
-        "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": resolve_bootstrap(settings),
-        "PERFTRACKER_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
-        "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": kafka.security_protocol,
-    }
-    for name in ("sasl_mechanism", "sasl_username", "ssl_ca_location", "schema_registry_url"):
-        if getattr(kafka, name):
-            out["PERFTRACKER_KAFKA_" + name.upper()] = str(getattr(kafka, name))
-    if kafka.sasl_password:
-        out["PERFTRACKER_KAFKA_SASL_PASSWORD"] = kafka.sasl_password.reveal()
-    return out
+    return {**section_env(settings.kafka, "kafka"),
+            "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": resolve_bootstrap(settings),
+            "PERFTRACKER_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
+            "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": settings.kafka.security_protocol}
 
 
 def _forward_signals(proc: subprocess.Popen) -> dict[int, Any]:

@@ -6,8 +6,7 @@ import logging
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ..schemas import Codec
-from ..schemas.vocabulary import HARDWARE_BATCH
+from ..schemas.vocabulary import CONTROL, HARDWARE_BATCH
 from .control import ControlFollower
 from .hardware import HardwareSampler, open_nvml
 from .profiling import ProfileWindows
@@ -30,7 +29,8 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     collector.add_part(windows, close_first=True)
     if cfg.control and isinstance(collector.sink, KafkaSink):
         follower = ControlFollower(collector.kafka_conf, collector.topics.control,
-                                   collector.identity.job, windows, collector.errors)
+                                   collector.identity.job, windows, collector.errors,
+                                   collector.codec(CONTROL, collector.topics.control))
         collector.on_identity(lambda ident: setattr(follower, "job", ident.job))
         follower.start()
         collector.add_part(follower)
@@ -46,7 +46,7 @@ def _start_nvml(collector: Collector, torch: ModuleType) -> HardwareSampler | No
     _, _, index, uuid = nvml
     identity = collector.identity.with_gpu(index, uuid)
     collector.set_identity(identity)
-    codec = Codec(HARDWARE_BATCH)
+    codec = collector.codec(HARDWARE_BATCH, collector.topics.hardware)
     sink = collector.sink
 
     def send(record: dict) -> None:

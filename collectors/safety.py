@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from ..schemas.redact import redact_configured
 from .counters import CollectorCounters
 
 log = logging.getLogger("perftracker.collectors")
@@ -32,7 +33,7 @@ class ErrorBudget:
                 self._last_log = now
                 total = self._caught.value
             log.warning("perftracker: instrumentation error in %s (%s: %s); %d caught so far, "
-                        "training continues", where, type(exc).__name__, exc, total)
+                        "training continues", where, type(exc).__name__, redact_configured(str(exc)), total)
         except Exception:  # noqa: BLE001 - logging must never reach training
             pass
 

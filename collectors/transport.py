@@ -235,7 +235,12 @@ class Sender(threading.Thread):
             self._cpu.clear()
             self._stacks = []
             record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
-            self.sink.send(self.key, self.encode(record), event_count(record))
+            try:
+                payload = self.encode(record)
+            except Exception:  # e.g. the schema registry away: these events are lost, and counted
+                self.recorder.lost(event_count(record))
+                raise
+            self.sink.send(self.key, payload, event_count(record))
             self._last_send = now
             final = False
             if len(events) < limit and not self._kernels:

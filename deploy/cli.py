@@ -19,6 +19,7 @@ import click
 
 from ..schemas.errors import ConfigError, PerftrackerError
 from ..schemas.logs import setup_logging
+from ..schemas.redact import install_redaction, redact_configured
 from ..schemas.settings import Settings
 from ..schemas.settings_loader import describe_settings, load_settings
 from .demo.runner import FAULTS
@@ -301,7 +302,9 @@ def show_config(ctx: click.Context) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one clear line instead of a traceback for every expected error."""
+    """Entry point: one clear line instead of a traceback for every expected error; configured
+    secrets masked in every log line, error and traceback (:func:`install_redaction`)."""
+    install_redaction()
     try:
         code = cli.main(args=argv, prog_name="perftracker", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except PerftrackerError as exc:
-        click.echo(f"perftracker: error: {printable(exc)}", err=True)
+        click.echo(f"perftracker: error: {printable(redact_configured(str(exc)))}", err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_RUNTIME)
     if isinstance(code, int) and code:  # ctx.exit(code), e.g. from --version or --help
         sys.exit(code)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..schemas.errors import PerftrackerError
+from ..schemas.http_auth import auth_headers
 from ..schemas.kafka_admin import ensure_topics
-from ..schemas.settings import Settings
+from ..schemas.settings import Secret, Settings
 from ..schemas.stackfile import (
     StackState,
     create_state,
@@ -87,10 +88,12 @@ def _wait_for(check, what: str, timeout_s: float, proc: subprocess.Popen, log: P
     raise StackError(f"{what} was not ready within {timeout_s:.0f}s; see {log}")
 
 
-def worker_stats(port: int, host: str = "127.0.0.1") -> dict | None:
+def worker_stats(port: int, host: str = "127.0.0.1", token: Secret | None = None) -> dict | None:
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # a wildcard bind answers on loopback
+    req = urllib.request.Request(f"http://{host}:{port}/perftracker/stats/",
+                                 headers=auth_headers(token or Secret("")))
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/perftracker/stats/", timeout=1) as resp:
+        with urllib.request.urlopen(req, timeout=1) as resp:
             return json.loads(resp.read())
     except (OSError, ValueError):
         return None
@@ -207,7 +210,7 @@ def _start_worker(settings: Settings, state: StackState, data_dir: Path, timeout
     log = starting.with_name(f"worker-{proc.pid}.log")
     starting.replace(log)  # the child keeps writing through its open descriptor
     update_state(data_dir, lambda s: s.record_worker(proc.pid, web_port, metrics_port))
-    _wait_for(lambda: (worker_stats(web_port, settings.streams.web_host) or {}).get("assigned"),
+    _wait_for(lambda: (worker_stats(web_port, settings.streams.web_host, settings.http_token) or {}).get("assigned"),
               f"worker {proc.pid}", timeout_s, proc, log)
 
 
@@ -273,7 +276,7 @@ def status(settings: Settings) -> dict:
     metrics = state.worker_metrics_ports or [0] * len(state.worker_pids)
     workers = [{"pid": pid, "alive": pid_alive(pid), "port": port,
                 "metrics_url": f"http://{settings.streams.metrics_host}:{mport}/metrics" if mport else "",
-                "stats": worker_stats(port, host) if pid_alive(pid) else None}
+                "stats": worker_stats(port, host, settings.http_token) if pid_alive(pid) else None}
                for pid, port, mport in zip(state.worker_pids, state.worker_ports, metrics, strict=False)]
     return {
         "running": stack_running(state),

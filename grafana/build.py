@@ -112,13 +112,13 @@ def fleet() -> dict:
 TF = "$__timeFilter(window_start)"
 
 
-def _job_rank_panels(tf: str = TF) -> list[dict]:
+def _job_rank_panels() -> list[dict]:
     """Step time, rank x function slowdown, collective late arrivals: who is slow, where."""
     return [
         panel(1, "Step time per rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    median(step_time_ms) AS step_time_median_ms
-            FROM iterations WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM iterations WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY time, series ORDER BY time""", (0, 0, 24, 8), {"step_time_median_ms": "ms"}),
         panel(2, "Slowdown vs peer median (rank x function)", "table", f"""
             SELECT function, concat('rank ', toString(rank)) AS rank_name,
@@ -126,14 +126,14 @@ def _job_rank_panels(tf: str = TF) -> list[dict]:
             FROM (SELECT rank, function, ms_per_step,
                          quantileExact(0.5)(ms_per_step) OVER (PARTITION BY function) AS peer_ms
                   FROM (SELECT rank, function, sum(total_ns) / greatest(sum(steps), 1) / 1e6 AS ms_per_step
-                        FROM function_stats WHERE {JOB} AND {HOST_RANK} AND {tf}
+                        FROM function_stats WHERE {JOB} AND {HOST_RANK} AND {TF}
                         GROUP BY rank, function))
             ORDER BY function, rank""", (0, 8, 12, 10), {"slowdown": "x"},
               "time per step of a function on a rank / its median over ranks; >1 is slower",
               transformations=matrix("function", "rank_name", "slowdown")),
         panel(3, "Collective late arrivals (who made the others wait)", "table", f"""
             SELECT function, concat('rank ', toString(rank)) AS rank_name, sum(late_arrivals) AS late_arrivals
-            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY function, rank_name ORDER BY function, rank_name""", (12, 8, 12, 10),
               {"late_arrivals": "none"},
               "times each rank arrived last at each collective: the culprit, not the victims",
@@ -141,30 +141,30 @@ def _job_rank_panels(tf: str = TF) -> list[dict]:
         panel(4, "Waits caused per step, by rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    sum(wait_caused_ms_per_step) AS wait_caused_ms_per_step_total
-            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY time, series ORDER BY time""", (0, 18, 12, 8), {"wait_caused_ms_per_step_total": "ms"}),
     ]
 
 
-def _job_health_panels(tf: str = TF) -> list[dict]:
+def _job_health_panels() -> list[dict]:
     """GPU health, incidents with evidence, collector health: why, and can we trust it."""
     return [
         panel(5, "GPU SM clock", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    avg(sm_clock_mhz) AS sm_clock_avg_mhz
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf} AND sm_clock_mhz >= 0
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF} AND sm_clock_mhz >= 0
             GROUP BY time, series ORDER BY time""", (12, 18, 12, 8), {"sm_clock_avg_mhz": "rotmhz"}),
         panel(6, "GPU temperature", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    max(temp_c_max) AS temp_c_peak
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf} AND temp_c_max >= 0
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF} AND temp_c_max >= 0
             GROUP BY time, series ORDER BY time""", (0, 26, 12, 8), {"temp_c_peak": "celsius"}),
         panel(7, "GPU throttling and errors", "table", f"""
             SELECT rank, any(host) AS host_name, any(gpu) AS gpu_index,
                    countIf(throttle_reasons > 0) AS throttled_windows,
                    groupBitOr(throttle_reasons) AS throttle_mask, max(ecc_uncorrected) AS ecc_errors,
                    max(xid) AS last_xid, min(pcie_width_min) AS pcie_width
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY rank ORDER BY throttled_windows DESC, rank""", (12, 26, 12, 8),
               {"throttled_windows": "none", "throttle_mask": "hex", "ecc_errors": "none"}),
         panel(8, "Incidents and evidence", "table", f"""
@@ -177,7 +177,7 @@ def _job_health_panels(tf: str = TF) -> list[dict]:
         panel(9, "Collector health", "table", f"""
             SELECT rank, any(host) AS host_name, max(last_event) AS last_event, max(last_step) AS last_step,
                    sum(dropped_events) AS dropped, sum(lost_batches) AS lost
-            FROM rank_windows WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM rank_windows WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY rank ORDER BY rank""", (0, 43, 24, 8),
               {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"}),
     ]

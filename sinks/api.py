@@ -1,4 +1,8 @@
-"""The sink's local query API (127.0.0.1 only): other processes read chDB through it.
+"""The sink's query API: other processes read chDB through it.
+
+It binds ``store.query_host`` (default 127.0.0.1); any other address needs the
+``http_token`` setting, and with a token every request must carry
+``Authorization: Bearer <token>`` (else 401), see :mod:`perftracker.schemas.http_auth`.
 
 ``GET /health`` -> ``{"ok": true, "stats": {...}}``;
 ``GET /metrics`` -> the sink's counters in Prometheus' text format;
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from datetime import date, datetime
@@ -18,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
+from ..schemas.http_auth import authorized, check_bind
+from ..schemas.settings import Secret
 from .errors import StoreUnavailable, UnknownQuery
 from .queries import run_query
 from .store import Store
@@ -37,19 +44,26 @@ class QueryServer:
     """Serves the named queries of one :class:`Store` in a background thread."""
 
     def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None,
-                 metrics: Callable[[], tuple[bytes, str]] | None = None):
+                 metrics: Callable[[], tuple[bytes, str]] | None = None,
+                 host: str = "127.0.0.1", token: Secret | None = None):
+        self.token = token or Secret("")
+        check_bind(host, self.token, "store.query_host")
         self.store = store
         self._stats = stats or dict
         self.metrics = metrics
+        self._host = host
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server = _ServerV6 if ":" in host else ThreadingHTTPServer
+        self._httpd = server((host.strip("[]"), port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="pt-query-api", daemon=True)
 
     @property
     def url(self) -> str:
+        """Where a client on this machine reaches the API (loopback for a wildcard bind)."""
         port = self._httpd.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self._host, self._host)
+        return f"http://{f'[{host}]' if ':' in host and not host.startswith('[') else host}:{port}"
 
     def start(self) -> QueryServer:
         self._thread.start()
@@ -75,19 +89,28 @@ class QueryServer:
         return 200, {"columns": res.columns, "rows": [to_json_value(list(r)) for r in res.rows]}
 
 
+class _ServerV6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_ref: QueryServer
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         parsed = urlparse(self.path)
         metrics = self.server_ref.metrics
-        if parsed.path == "/metrics" and metrics is not None:
+        if not authorized(self.headers.get("Authorization"), self.server_ref.token):
+            status, body = 401, {"error": "missing or wrong bearer token (Authorization: Bearer <http_token>)"}
+            data, content_type = json.dumps(body).encode(), "application/json"
+        elif parsed.path == "/metrics" and metrics is not None:
             status, (data, content_type) = 200, metrics()
         else:
             status, body = self.server_ref.answer(parsed.path, parsed.query)
             data, content_type = json.dumps(body).encode(), "application/json"
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

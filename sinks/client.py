@@ -12,20 +12,22 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..schemas.settings import Settings
+from ..schemas.http_auth import auth_headers
+from ..schemas.settings import Secret, Settings
 from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
 from .errors import NoStore, SinkError, UnknownQuery
 from .queries import QUERIES, run_query
-from .store import Store, parse_store_url
+from .store import Store, store_target
 
 TIMEOUT_S = 10.0
 
 
-def _via_api(url: str, name: str, params: dict[str, Any]) -> list[dict]:
+def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list[dict]:
     target = f"{url.rstrip('/')}/query/{quote(name)}?{urlencode(params)}"
     try:
-        with urllib.request.urlopen(target, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(urllib.request.Request(target, headers=auth_headers(token)),
+                                    timeout=TIMEOUT_S) as resp:
             body = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -39,7 +41,7 @@ def _via_api(url: str, name: str, params: dict[str, Any]) -> list[dict]:
 
 
 def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
-    target = parse_store_url(settings.store.url.reveal(), settings.data_dir)
+    target = store_target(settings)
     try:
         store = Store.open(target)
     except SinkError as exc:
@@ -60,7 +62,7 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
     state = read_state(settings.data_dir)
     if state and state.query_url and pid_alive(state.sink_pid):
         try:
-            return _via_api(state.query_url, name, params)
+            return _via_api(state.query_url, name, params, settings.http_token)
         except (urllib.error.URLError, OSError) as exc:
             raise NoStore(f"the sink (pid {state.sink_pid}) did not answer at {state.query_url}: "
                           f"{exc}; is it still starting?") from None

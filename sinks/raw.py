@@ -25,6 +25,7 @@ import fastavro
 from ..schemas import bundled_schemas
 from ..schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, SINGLE_OBJECT_HEADER_LEN
 from .checks import constraints_sql
+from .identifiers import ident
 
 RAW_TABLES = {FUNCTION_PATTERN: "raw_function_patterns", RANK_WINDOW: "raw_rank_windows"}
 
@@ -55,7 +56,7 @@ def raw_table_sql(name: str) -> str:
     """A Null table with every field of the latest ``name`` schema (nothing is stored), and the
     content rules as constraints (:mod:`.checks`): a container with an absurd record is refused."""
     fields = bundled_schemas().latest(name).raw["fields"]
-    cols = ", ".join([f"`{f['name']}` {_ch_type(f['type'])}" for f in fields] + constraints_sql(name))
+    cols = ", ".join([f"`{ident(f['name'])}` {_ch_type(f['type'])}" for f in fields] + constraints_sql(ident(name)))
     return f"CREATE TABLE IF NOT EXISTS {RAW_TABLES[name]} ({cols}) ENGINE = Null"
 
 

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from ..schemas.errors import ConfigError
+from .identifiers import ident
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ class Table:
     ttl_column: str = ""  # DateTime64 column the retention TTL counts from
     incident_retention: bool = False  # use incident_retention_days instead of retention_days
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        for name in (self.name, *self.column_names, *([self.ttl_column] if self.ttl_column else [])):
+            ident(name)
 
     @property
     def column_names(self) -> list[str]:

@@ -28,8 +28,10 @@ from typing import Any
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.http_auth import check_bind
 from ..schemas.logs import setup_logging
 from ..schemas.metrics import exposition, registry_of
+from ..schemas.registry import RegistryUnavailable, fetch_writer, registry_client
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
@@ -53,9 +55,13 @@ from .flusher import BackgroundFlusher, Flushed
 from .lag import consumer_lag
 from .raw import RawMessage, raw_fingerprints
 from .rows import ROW_BUILDERS
-from .store import Store, StoreTarget, parse_store_url
+from .store import Store, StoreTarget, store_target
 
 log = logging.getLogger(__name__)
+
+
+class Interrupted(Exception):
+    """The sink stopped while a message waited (for the schema registry); it stays unhandled."""
 
 
 class SinkCounters(CounterSet):
@@ -101,7 +107,8 @@ class SinkService:
         self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
-        self.codec = RecordDecoder(names)
+        self.registry = registry_client(settings)
+        self.codec = RecordDecoder(names, self.registry)
         self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
         self.stats = SinkCounters()
         # added to inline: once per message, on the consumer thread only
@@ -123,7 +130,7 @@ class SinkService:
         self._stop.set()
 
     def _open_store(self) -> None:
-        target = parse_store_url(self.settings.store.url.reveal(), self.settings.data_dir)
+        target = store_target(self.settings)
         delay = 0.5
         while not self._stop.is_set():
             try:
@@ -147,14 +154,16 @@ class SinkService:
 
         from ..schemas.kafka_admin import ensure_topics
 
+        store = self.settings.store
+        check_bind(store.query_host, self.settings.http_token, "store.query_host")  # before a long store wait
         self._open_store()
         assert self.store is not None
         registry = registry_of(self.stats, self.dispatcher.counters)
-        self.api = QueryServer(self.store, self.settings.store.query_port, self.stats_dict,
-                               lambda: exposition(registry)).start()
+        self.api = QueryServer(self.store, store.query_port, self.stats_dict,
+                               lambda: exposition(registry), store.query_host,
+                               self.settings.http_token).start()
         conf = consumer_conf(self.settings)
-        base = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol")
-                or k.startswith(("sasl.", "ssl."))}
+        base = {**self.settings.kafka.client_conf(), "bootstrap.servers": conf["bootstrap.servers"]}
         ensure_topics(base, all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions))
         self._producer = Producer({**base, "linger.ms": 50})
         self._consumer = Consumer(conf)
@@ -199,16 +208,20 @@ class SinkService:
     # -- data path ---------------------------------------------------------
     def poll_once(self, timeout_s: float = 0.2) -> None:
         msgs = self._consumer.consume(num_messages=5000, timeout=timeout_s)
-        for msg in msgs:
-            if msg.error():
-                log.warning("kafka: %s", msg.error())
-                continue
-            self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
+        try:
+            for msg in msgs:
+                if msg.error():
+                    log.warning("kafka: %s", msg.error())
+                    continue
+                self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
+        except Interrupted:  # stopping: what was not handled is re-read by the next consumer
+            return
         self._producer.poll(0)
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         self._consumed.value += 1
+        self._wait_for_registry(value)  # before the offset counts as handled
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
         fp = writer_fingerprint(value) if value else None
@@ -236,6 +249,20 @@ class SinkService:
             self._rows_buffered.value += len(rows)
         if name == ANOMALY:
             self.dispatcher.submit(record)
+
+    def _wait_for_registry(self, value: bytes | None) -> None:
+        """Hold a registry-framed message while the schema registry is away (it is not the
+        message's fault): retry with backoff; at stop, :class:`Interrupted` leaves it unhandled."""
+        delay = 0.5
+        while True:
+            try:
+                return fetch_writer(self.registry, value)
+            except RegistryUnavailable as exc:
+                if self._stop.is_set():
+                    raise Interrupted("stopped while the schema registry was unavailable") from None
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
 
     def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
         self._dead_letter(m.topic, m.partition, m.offset, m.value, reason)
@@ -352,6 +379,7 @@ def tune_gc() -> None:
 
 def run_sink(settings: Settings, ready_file: Path | None = None) -> None:
     """Blocking: run the sink until SIGTERM/SIGINT (or :meth:`SinkService.stop`)."""
+    check_bind(settings.store.query_host, settings.http_token, "store.query_host")  # refuse before anything
     setup_logging(settings, "sink")
     tune_gc()
     service = SinkService(settings)

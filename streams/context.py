@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.registry import RegistryCodec, RegistryUnavailable, fetch_writer
 from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
 from ..schemas.validate import validate
@@ -78,10 +80,10 @@ class StreamContext:
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
     counters: StreamCounters = field(default_factory=StreamCounters)
     inputs: MultiCodec = field(default_factory=lambda: MultiCodec([EVENT_BATCH, HARDWARE_BATCH]))
-    pattern_codec: Codec = field(default_factory=lambda: Codec(FUNCTION_PATTERN))
+    pattern_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(FUNCTION_PATTERN))
     findings: MultiCodec = field(default_factory=lambda: MultiCodec([RANK_WINDOW, FUNCTION_COMPARISON]))
-    anomaly_codec: Codec = field(default_factory=lambda: Codec(ANOMALY))
-    control_codec: Codec = field(default_factory=lambda: Codec(CONTROL))
+    anomaly_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(ANOMALY))
+    control_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(CONTROL))
 
     async def dead_letter(self, source: str, raw: Any, reason: str) -> None:
         """Park an undecodable message on the dead-letter topic with the reason; never raise."""
@@ -125,7 +127,9 @@ class StreamContext:
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
         """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
-        bad bytes and absurd records go to the dead-letter topic with the reason and return None."""
+        bad bytes and absurd records go to the dead-letter topic with the reason and return None.
+        A registry-framed message waits while the schema registry is away (:meth:`writer_ready`)."""
+        await self.writer_ready(getattr(codec, "client", None), raw)
         try:
             decoded = codec.decode(raw)
         except SchemaError as exc:
@@ -139,3 +143,15 @@ class StreamContext:
             await self.dead_letter(source, raw, f"invalid: {reason}")
             return None
         return name, record
+
+    async def writer_ready(self, client: Any, raw: Any) -> None:
+        """Fetch the writer schema of a Confluent-framed message, retrying with backoff while the
+        registry cannot be reached (the message is held, not dead-lettered)."""
+        delay = 0.5
+        while True:
+            try:
+                return fetch_writer(client, raw)
+            except RegistryUnavailable as exc:
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
