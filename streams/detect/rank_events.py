@@ -105,7 +105,7 @@ class EventFolder:
         fname = comm_function(op, group_id)
         wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
         if dur < 0 and np.isfinite(dur):  # entry marker of a call still in flight
-            self._note_entry(group_id, int(seq), fname, wall_ms)
+            self._note_entry(group_id, int(seq), fname, wall_ms, in_flight=True)
             self.skipped["in_flight_collective"] += 1
             return False
         if self._bad_dur(dur):
@@ -118,8 +118,8 @@ class EventFolder:
         w.last_event_ms = max(w.last_event_ms, wall_ms)
         return True
 
-    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int) -> None:
-        self.progress.note_entry(group, seq, wall_ms)
+    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int, in_flight: bool = False) -> None:
+        self.progress.note_entry(group, seq, wall_ms, in_flight)
         self._note_event(wall_ms, fname)
 
     def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
