@@ -9,7 +9,9 @@ the span covered by the union of those intervals, same monotonic clock), so a vi
 ``backward`` that merely waited in an all-reduce does not look slow. Iterations add
 their step and duration to the window they end in. A comm event with ``dur_ns < 0`` is
 the entry marker of a call still in flight: it only moves the rank's pending
-collective (hang culprits). Bad columns and values are counted in ``skipped``.
+collective (hang culprits). A batch with nothing completed in it (a heartbeat, or only
+entry markers) moves the rank's data to the batch's time, so a stalled or waiting rank's
+windows keep closing. Bad columns and values are counted in ``skipped``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class EventFolder:
         comm_iv = self._add_comms(batch, names, offset_ns)
         self._add_spans(batch["spans"], names, offset_ns, comm_iv)
         self._add_iterations(batch["iterations"], offset_ns)
+        if not (len(batch["spans"]["kind"]) or len(batch["iterations"]["step"]) or len(comm_iv[0])):
+            # nothing completed since the previous batch (a heartbeat, or calls still in flight):
+            # the rank's data reached the batch's time, so its windows close as it keeps reporting
+            self.windows.note_data(self.windows.batch_wall_ms)
 
     def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
         arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)

@@ -5,7 +5,8 @@ TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes its
 mean step time, training seconds, CPU time and peak RSS there as JSON),
 TRAIN_HOLD_FILE (a path: after the epochs, more epochs run while rank 0 sees
 this file; every rank learns rank 0's decision through a broadcast), TRAIN_STALL
-("RANK:STEP:SECONDS": that rank sleeps in plain Python before that step's forward).
+("RANK:STEP:SECONDS": that rank sleeps in plain Python before that step's forward;
+TRAIN_STALL_FILE: a path it writes the stall's start time, time.time(), to).
 """
 
 import json
@@ -45,7 +46,7 @@ def main() -> None:
         last = time.perf_counter()
         for x, y in loader:
             if rank == int(stall_rank) and step == int(stall_step):
-                time.sleep(float(stall_s))
+                _stall(float(stall_s))
             step += 1
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
@@ -69,6 +70,14 @@ def main() -> None:
                        "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
                        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
     dist.destroy_process_group()
+
+
+def _stall(seconds: float) -> None:
+    mark = os.environ.get("TRAIN_STALL_FILE")
+    if mark:
+        with open(mark, "w") as f:
+            f.write(str(time.time()))
+    time.sleep(seconds)
 
 
 def _held(path: str, rank: int) -> bool:
