@@ -56,6 +56,7 @@ def test_stalled_rank_is_named_during_the_stall_and_the_waiting_ranks_never(stac
     stall_started = float(mark.read_text())
     assert named_at is not None and named_at < stall_started + STALL_S, "not named during the stall"
     assert named_at - stall_started <= HANG_FLOOR_S + WINDOW_S + SLACK_S, (named_at - stall_started, hangs)
+    print(f"stalled rank named {named_at - stall_started:.1f} s after the stall began")
     first = next(h for h in hangs if h["ranks"])
     assert "never entered all_reduce" in first["summary"], first["summary"]
     assert "died" not in first["summary"]
