@@ -39,6 +39,10 @@ class Recorder:
         self.explicit: ExplicitSteps | None = None
         self.errors = errors
         self._step_listeners: list[StepListener] = []
+        # collectives entered and not completed, as (op, group, seq, bytes, step, t0): the
+        # synchronous call the training thread is blocked in, and issued async calls by (group, seq)
+        self.blocking: tuple | None = None
+        self.in_flight: dict[tuple[GroupRef, int], tuple] = {}
 
     # -- drops ----------------------------------------------------------------------------
     @property
@@ -115,6 +119,16 @@ class Recorder:
             except Exception as exc:  # noqa: BLE001 - never into the training loop
                 self.errors.caught("step listener", exc)
 
+    def in_flight_markers(self, now_ns: int, min_age_ns: int) -> list[tuple]:
+        """Entry markers (comm events with ``dur_ns`` -1: entered, still in flight) of the
+        collectives entered at least ``min_age_ns`` ago and not completed (sender thread)."""
+        calls = list(self.in_flight.values())
+        blocking = self.blocking
+        if blocking is not None:
+            calls.append(blocking)
+        return [(COMM, op, ref, seq, nbytes, step, t0, -1)
+                for op, ref, seq, nbytes, step, t0 in calls if now_ns - t0 >= min_age_ns]
+
     # -- draining (sender thread) ---------------------------------------------------------
     def drain(self, limit: int) -> list[tuple]:
         """Pop up to ``limit`` events, oldest first (thread-safe: deque pops are atomic)."""
@@ -132,3 +146,4 @@ class Recorder:
         self.capacity = 1
         self.events = deque(maxlen=1)
         self._step_listeners = []
+        self.in_flight = {}

@@ -30,6 +30,9 @@ LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
 
 log = logging.getLogger("perftracker.collectors")
 
+# a collective still in flight this long is reported as entered (hang culprits); shorter calls
+# usually complete before the next batch and need no marker
+IN_FLIGHT_MARKER_AGE_NS = 1_000_000_000
 STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
 
 
@@ -225,8 +228,12 @@ class Sender(threading.Thread):
 
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
+        markers = self.recorder.in_flight_markers(time.perf_counter_ns(), IN_FLIGHT_MARKER_AGE_NS)
         while True:
             events = self.recorder.drain(limit)
+            if markers:  # after the completed calls: a call that completed meanwhile comes next batch
+                events += markers
+                markers = []
             kernels = self._kernels.popleft() if self._kernels else []
             now = time.monotonic()
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:

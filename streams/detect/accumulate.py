@@ -140,6 +140,7 @@ class RankProgress:
     last_function: str = ""
     pending_group: str = ""
     pending_seq: int = -1
+    pending_in_flight: bool = False  # entered pending_seq and not completed it (hang: a waiting rank)
     last_event_ms: int = 0
 
     def note_event(self, wall_ms: int, function: str) -> None:
@@ -147,11 +148,16 @@ class RankProgress:
             self.last_event_ms = wall_ms
             self.last_function = function
 
-    def note_entry(self, group: str, seq: int, wall_ms: int) -> None:
-        """A collective call entered (or completed): the latest one is the pending one."""
+    def note_entry(self, group: str, seq: int, wall_ms: int, in_flight: bool = False) -> None:
+        """A collective call entered (``in_flight``: an entry marker) or completed: the latest
+        one is the pending one; completing the pending call leaves it."""
+        if group == self.pending_group and seq == self.pending_seq:
+            self.pending_in_flight = in_flight and self.pending_in_flight
+            return
         if group != self.pending_group or seq >= self.pending_seq:
             if wall_ms >= self.last_event_ms or seq > self.pending_seq:
                 self.pending_group, self.pending_seq = group, seq
+                self.pending_in_flight = in_flight
 
     def note_step(self, step: int) -> None:
         self.last_step = max(self.last_step, step)

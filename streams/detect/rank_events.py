@@ -9,7 +9,9 @@ the span covered by the union of those intervals, same monotonic clock), so a vi
 ``backward`` that merely waited in an all-reduce does not look slow. Iterations add
 their step and duration to the window they end in. A comm event with ``dur_ns < 0`` is
 the entry marker of a call still in flight: it only moves the rank's pending
-collective (hang culprits). Bad columns and values are counted in ``skipped``.
+collective (hang culprits). A batch with nothing completed in it (a heartbeat, or only
+entry markers) moves the rank's data to the batch's time, so a stalled or waiting rank's
+windows keep closing. Bad columns and values are counted in ``skipped``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class EventFolder:
         comm_iv = self._add_comms(batch, names, offset_ns)
         self._add_spans(batch["spans"], names, offset_ns, comm_iv)
         self._add_iterations(batch["iterations"], offset_ns)
+        if not (len(batch["spans"]["kind"]) or len(batch["iterations"]["step"]) or len(comm_iv[0])):
+            # nothing completed since the previous batch (a heartbeat, or calls still in flight):
+            # the rank's data reached the batch's time, so its windows close as it keeps reporting
+            self.windows.note_data(self.windows.batch_wall_ms)
         self._add_cpu(batch, names)
 
     def _add_cpu(self, batch: dict, names: list[str]) -> None:
@@ -136,7 +142,7 @@ class EventFolder:
         fname = comm_function(op, group_id)
         wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
         if dur < 0 and np.isfinite(dur):  # entry marker of a call still in flight
-            self._note_entry(group_id, int(seq), fname, wall_ms)
+            self._note_entry(group_id, int(seq), fname, wall_ms, in_flight=True)
             self.skipped["in_flight_collective"] += 1
             return False
         if self._bad_dur(dur):
@@ -149,8 +155,8 @@ class EventFolder:
         w.last_event_ms = max(w.last_event_ms, wall_ms)
         return True
 
-    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int) -> None:
-        self.progress.note_entry(group, seq, wall_ms)
+    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int, in_flight: bool = False) -> None:
+        self.progress.note_entry(group, seq, wall_ms, in_flight)
         self._note_event(wall_ms, fname)
 
     def _add_spans(self, cols: dict, names: list[str], offset_ns: int,

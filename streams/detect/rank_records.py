@@ -137,6 +137,7 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         "step_time_ns": [int(x) for x in w.step_ns],
         "last_event_ms": int(progress.last_event_ms), "last_function": progress.last_function,
         "pending_group": progress.pending_group, "pending_seq": int(progress.pending_seq),
+        "pending_in_flight": bool(progress.pending_in_flight),
         "dropped_events": int(health.dropped_events), "lost_batches": int(health.lost_batches),
         "bytes_received": int(health.bytes_received),
         **_hardware_fields(w),
