@@ -51,7 +51,7 @@ class RankSummarizer:
                                  str(batch["host"]), int(batch["gpu"]))
             self.health.dropped_events = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
         self._note_input(now_wall_ms)
 
@@ -75,7 +75,7 @@ class RankSummarizer:
                 w = self.windows.slot(int(wall) // 1_000_000)
                 if w is not None:
                     w.add_hw_sample(hw, i)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_hardware:{type(exc).__name__}"] += 1
         self._note_input(now_wall_ms)
 
