@@ -10,9 +10,7 @@ records. :class:`RankProgress` (where the rank last was) and :class:`RankHealth`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...schemas.vocabulary import SpanKind
 
@@ -101,11 +99,12 @@ class WindowAcc:
         else:
             acc.overflow += 1
 
-    def add_collective(self, name: str, seq: int, dur_ns: int, group_ranks: Iterable[Any], nbytes: float) -> None:
+    def add_collective(self, name: str, seq: int, dur_ns: int, group_ranks: list[int], nbytes: float) -> None:
+        """``group_ranks``: the group's ranks as ints, shared by the batch's calls (never mutated)."""
         acc = self.fn(name, int(SpanKind.COLLECTIVE))
         acc.seqs.append(seq)
         acc.seq_durs.append(dur_ns)
-        acc.group_ranks = [int(r) for r in group_ranks]
+        acc.group_ranks = group_ranks
         acc.bytes += int(nbytes)
 
     def add_step(self, step: int, dur_ns: int) -> None:

@@ -126,17 +126,22 @@ class EventFolder:
         ends: list[int] = []
         if arrays is not None:
             groups = batch.get("groups", [])
-            for op, grp, seq, nbytes, start, dur in zip(*arrays, strict=False):
+            members: dict[int, list[int]] = {}  # group index -> its ranks, converted once per batch
+            for op, grp, seq, nbytes, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
                 if not (0 <= op < len(names) and 0 <= grp < len(groups)):
                     self.skipped["bad_name_index"] += 1
                     continue
-                if self._add_comm(names[int(op)], groups[int(grp)], seq, nbytes, start, dur, offset_ns):
+                g = groups[int(grp)]
+                ranks = members.get(int(grp))
+                if ranks is None:
+                    ranks = members[int(grp)] = [int(r) for r in g["ranks"]]
+                if self._add_comm(names[int(op)], g, ranks, seq, nbytes, start, dur, offset_ns):
                     starts.append(int(start))
                     ends.append(int(start + dur))
         return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
 
-    def _add_comm(self, op: str, group: dict, seq: float, nbytes: float, start: float, dur: float,
-                  offset_ns: int) -> bool:
+    def _add_comm(self, op: str, group: dict, ranks: list[int], seq: float, nbytes: float, start: float,
+                  dur: float, offset_ns: int) -> bool:
         """One collective call; True when it was added to a window."""
         group_id = str(group["group_id"])
         fname = comm_function(op, group_id)
@@ -151,7 +156,7 @@ class EventFolder:
         w = self.windows.slot(wall_ms)
         if w is None:
             return False
-        w.add_collective(fname, int(seq), int(dur), group["ranks"], nbytes)
+        w.add_collective(fname, int(seq), int(dur), ranks, nbytes)
         w.last_event_ms = max(w.last_event_ms, wall_ms)
         return True
 
@@ -170,7 +175,8 @@ class EventFolder:
             self.skipped["bad_duration"] += int((~ok).sum())
         start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
         net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
-        for k, n, s, d, keep in zip(kind, name, start, net, ok, strict=False):
+        for k, n, s, d, keep in zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(),
+                                    strict=False):
             if not keep:
                 continue
             if not 0 <= n < len(names):
@@ -188,7 +194,7 @@ class EventFolder:
         arrays = self._valid(cols, ("step", "start_ns", "dur_ns"))
         if arrays is None:
             return
-        for step, start, dur in zip(*arrays, strict=False):
+        for step, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
             if self._bad_dur(dur):
                 continue
             wall_ms = int((offset_ns + start + dur) // 1_000_000)

@@ -24,6 +24,7 @@ from ...schemas.vocabulary import (
 from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
 from .histogram import histogram
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
+from .quantiles import percentiles
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
@@ -83,7 +84,7 @@ def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: s
     d = np.asarray(acc.durations if not acc.seqs else acc.seq_durs, dtype=np.int64)
     if acc.seqs:
         d = np.concatenate([d, np.asarray(acc.durations, dtype=np.int64)])
-    q = np.percentile(d, [50, 90, 99]) if len(d) else np.zeros(3)
+    q = percentiles(d)
     return {
         **_window_fields(FUNCTION_PATTERN_VERSION, meta, window_id, window_s, signature),
         "function": name, "kind": int(acc.kind), "steps": int(steps),
