@@ -85,6 +85,7 @@ def load_batches(path: Path, job: str) -> ImportReport:
             report.skipped_files.append(item)
             continue
         _add_trace(report, item, job)
+        del item  # let this trace go before the next one is read (peak memory: one trace at a time)
     if not report.batches:
         why = "; ".join(f"{s.source}: {s.reason}" for s in report.skipped_files[:5]) or "no trace files found"
         raise TraceError(f"{path}: no usable PyTorch profiler trace ({why})")
