@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.collectors.batch import event_count
-from perftracker.deploy.topics import TopicNames
-from perftracker.schemas import EVENT_BATCH, HARDWARE_BATCH, Codec
+from perftracker.schemas import Codec
+from perftracker.schemas.topics import TopicNames
+from perftracker.schemas.vocabulary import EVENT_BATCH, FUNCTION_PATTERN, HARDWARE_BATCH
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 
@@ -117,7 +118,7 @@ class AgentCalls:
     def emit(self, closed: Iterable[tuple[str, dict]]) -> None:
         """Encode what the agent would send (the send itself is left out)."""
         for name, record in closed:
-            if name == "FunctionPattern":
+            if name == FUNCTION_PATTERN:
                 self.ctx.pattern_codec.encode(record)
             else:
                 self.ctx.findings.encode(name, record)
@@ -186,8 +187,8 @@ PARTITIONS = 8
 
 def produce(bootstrap: str, job: Job) -> None:
     from confluent_kafka import Producer
-    from perftracker.deploy.admin import ensure_topics
-    from perftracker.deploy.topics import Topic
+    from perftracker.schemas.kafka_admin import ensure_topics
+    from perftracker.schemas.topics import Topic
 
     ensure_topics({"bootstrap.servers": bootstrap}, [Topic(TOPIC, PARTITIONS, "job|rank", "bench")])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
