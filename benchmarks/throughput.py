@@ -44,6 +44,7 @@ from perftracker.schemas.vocabulary import EVENT_BATCH, FUNCTION_PATTERN, HARDWA
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 
+from .faust_worker import catch_up
 from .workload import Workload, batches
 
 TICK_S = 0.5  # the summarize agent's close_windows timer
@@ -279,9 +280,18 @@ def offline_stages(job: Job, repeat: int) -> dict[str, tuple[float, float]]:
     return {"decode": decode[:2], "summarize": summarize[:2], "emit": (emit_s, len(records))}
 
 
-def broker_stages(job: Job, repeat: int, bootstrap: str | None,
-                  profile: str | None) -> tuple[float, tuple[float, float], int]:
-    """Produce, then the best consume-only seconds and end-to-end (wall s, CPU s), records out."""
+def faust_rates(job: Job, run: dict) -> dict:
+    """Events per second (wall, and per worker CPU second) of a real worker's catch-up run."""
+    events = job.events * run["batches"] / job.batches
+    return {"faust_events_per_s": rate(round(events), run["seconds"]),
+            "faust_cpu_events_per_s": rate(round(events), run["cpu_s"]),
+            "faust_batches_timed": run["batches"], "faust_seconds": round(run["seconds"], 2)}
+
+
+def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | None,
+                  faust: bool = False, spy: str | None = None) -> tuple[float, tuple[float, float], int, dict]:
+    """Produce, then the best consume-only seconds and end-to-end (wall s, CPU s), records out,
+    and (``faust``) a real worker's catch-up rates."""
     broker = None
     if bootstrap is None:
         from perftracker.deploy.tansu import start_broker
@@ -295,19 +305,22 @@ def broker_stages(job: Job, repeat: int, bootstrap: str | None,
             prof = cProfile.Profile()
             prof.runcall(end_to_end, bootstrap, job)
             prof.dump_stats(profile)
+        worker = faust_rates(job, catch_up(bootstrap, TOPIC.split(".")[0], job.batches, spy_out=spy)) if faust else {}
     finally:
         if broker is not None:
             broker.stop()
-    return consume_s, e2e[:2], e2e[2].emitted
+    return consume_s, e2e[:2], e2e[2].emitted, worker
 
 
-def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None) -> dict:
+def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, faust: bool = False,
+        spy: str | None = None) -> dict:
     window_ns = DetectionPolicy().window_ms * 1_000_000
     start_ns = time.time_ns() - int(w.seconds * 1e9)
     job = encode_job(w, start_ns - start_ns % window_ns)  # the job starts on a window edge
     stages = offline_stages(job, repeat)
-    consume_s, e2e, emitted = broker_stages(job, repeat, bootstrap, profile)
+    consume_s, e2e, emitted, worker = broker_stages(job, repeat, bootstrap, profile, faust, spy)
     out = summary(job, e2e, stages["decode"], stages["summarize"], stages["emit"], consume_s, emitted)
+    out.update(worker)
     out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})
@@ -324,10 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bootstrap", help="an existing broker (default: start tansu)")
     ap.add_argument("--profile", help="write a cProfile of one end-to-end run here")
+    ap.add_argument("--faust", action="store_true",
+                    help="also time a real `perftracker worker` (Faust) catching up on the same batches")
+    ap.add_argument("--faust-spy", help="sample that worker with py-spy into this file (collapsed stacks)")
     args = ap.parse_args(argv)
     w = Workload(ranks=args.ranks, seconds=args.seconds, tp=args.tp, pp=args.pp)
     w.check()
-    out = run(w, args.repeat, args.bootstrap, args.profile)
+    out = run(w, args.repeat, args.bootstrap, args.profile, args.faust or bool(args.faust_spy), args.faust_spy)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0
 
