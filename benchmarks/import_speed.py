@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    out.update({"ranks": args.ranks if args.dir is None else out["files"], "steps": args.steps,
-                "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
+    if args.dir is None:
+        out.update({"ranks": args.ranks, "steps": args.steps, "layers": args.layers})
+    out.update({"cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "date": time.strftime("%Y-%m-%d")})
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0

@@ -33,6 +33,7 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,10 @@ class AgentCalls:
     @classmethod
     def create(cls) -> AgentCalls:
         return cls(StreamContext(names=TopicNames.for_prefix("bench"), policy=DetectionPolicy()))
+
+    def skipped(self) -> Counter[str]:
+        """What every summarizer skipped, by reason."""
+        return sum((s.skipped for s in self.summarizers.values()), Counter())
 
     def summarizer_for(self, record: dict) -> RankSummarizer:
         key = (record["job"], int(record["rank"]))
@@ -289,9 +294,9 @@ def faust_rates(job: Job, run: dict) -> dict:
 
 
 def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | None,
-                  faust: bool = False, spy: str | None = None) -> tuple[float, tuple[float, float], int, dict]:
-    """Produce, then the best consume-only seconds and end-to-end (wall s, CPU s), records out,
-    and (``faust``) a real worker's catch-up rates."""
+                  faust: bool = False, spy: str | None = None) -> tuple[float, tuple[float, float], AgentCalls, dict]:
+    """Produce, then the best consume-only seconds, end-to-end (wall s, CPU s) and its calls'
+    state, and (``faust``) a real worker's catch-up rates."""
     broker = None
     if bootstrap is None:
         from perftracker.deploy.tansu import start_broker
@@ -309,7 +314,7 @@ def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | N
     finally:
         if broker is not None:
             broker.stop()
-    return consume_s, e2e[:2], e2e[2].emitted, worker
+    return consume_s, e2e[:2], e2e[2], worker
 
 
 def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, faust: bool = False,
@@ -318,9 +323,10 @@ def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, fa
     start_ns = time.time_ns() - int(w.seconds * 1e9)
     job = encode_job(w, start_ns - start_ns % window_ns)  # the job starts on a window edge
     stages = offline_stages(job, repeat)
-    consume_s, e2e, emitted, worker = broker_stages(job, repeat, bootstrap, profile, faust, spy)
-    out = summary(job, e2e, stages["decode"], stages["summarize"], stages["emit"], consume_s, emitted)
+    consume_s, e2e, calls, worker = broker_stages(job, repeat, bootstrap, profile, faust, spy)
+    out = summary(job, e2e, stages["decode"], stages["summarize"], stages["emit"], consume_s, calls.emitted)
     out.update(worker)
+    out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
     out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})
