@@ -46,7 +46,7 @@ def start_worker(bootstrap: str, prefix: str, log: Path) -> tuple[subprocess.Pop
 
 def consumed(port: int) -> int:
     stats = worker_stats(port) or {}
-    return int(stats.get("counters", {}).get("in.EventBatch", 0))
+    return int(stats.get("counters", {}).get("records_in.EventBatch", 0))
 
 
 def _spy(pid: int, out: str) -> subprocess.Popen | None:

@@ -9,11 +9,13 @@ collectors send them), then timed in this one process:
 * ``events_per_s`` (end to end): a confluent-kafka consumer reads every partition from
   the beginning (explicit assignment: no group join in the timing) and each message goes
   through the summarize agent's own calls (``streams/agents/summarize.py``) -- the
-  input MultiCodec's ``decode``, ``RankSummarizer.add_events``, ``poll`` and the encoding
-  of every closed FunctionPattern/RankWindow with the agent's codecs -- plus the
+  input MultiCodec's ``decode`` and the content validation, ``RankSummarizer.add_events``,
+  the gap metrics and counters, ``poll`` and the encoding of every closed
+  FunctionPattern/RankWindow with the agent's codecs -- plus the
   ``close_windows`` timer every 0.5 s, and a final flush so every window is closed once.
   Not the Faust/aiokafka consumer: the calls the agent makes, with librdkafka fetching.
-* ``decode_events_per_s``: the input codec's ``decode`` alone over the encoded batches.
+* ``decode_events_per_s``: the input codec's ``decode`` and the validation alone over the
+  encoded batches.
 * ``summarize_events_per_s``: ``add_events`` + ``poll`` (window closing included) alone
   over decoded batches; ``emit_records_per_s``: encoding the closed records alone.
 * ``consume_events_per_s``: the consumer loop alone (message values touched, nothing
@@ -40,10 +42,13 @@ from typing import Any
 
 from perftracker.collectors.batch import event_count
 from perftracker.schemas import Codec
+from perftracker.schemas.rules import limits_for
 from perftracker.schemas.topics import TopicNames
+from perftracker.schemas.validate import validate
 from perftracker.schemas.vocabulary import EVENT_BATCH, FUNCTION_PATTERN, HARDWARE_BATCH
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker.streams.gaps import GapMetrics
 
 from .faust_worker import catch_up
 from .workload import Workload, batches
@@ -83,10 +88,23 @@ class AgentCalls:
     ctx: StreamContext
     summarizers: dict[tuple[str, int], RankSummarizer] = field(default_factory=dict)
     emitted: int = 0
+    invalid: int = 0
+
+    def __post_init__(self) -> None:
+        self.gaps = GapMetrics(self.ctx.counters)
+        self.limits = limits_for(self.ctx.policy.max_duration_s)
 
     @classmethod
     def create(cls) -> AgentCalls:
         return cls(StreamContext(names=TopicNames.for_prefix("bench"), policy=DetectionPolicy()))
+
+    def decode(self, raw: bytes) -> tuple[str, dict] | None:
+        """What the agent's ``ctx.decode`` does: decode, then validate the content (None: invalid)."""
+        name, record = self.ctx.inputs.decode(raw)
+        if validate(name, record, self.limits) is not None:
+            self.invalid += 1
+            return None
+        return name, record
 
     def skipped(self) -> Counter[str]:
         """What every summarizer skipped, by reason."""
@@ -105,13 +123,16 @@ class AgentCalls:
             s.add_hardware(record, now)
         else:
             s.add_events(record, now)
+            self.gaps.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
+        self.ctx.count_in(name)
         closed = s.poll(now)
         if emit:
             self.emit(closed)
 
     def on_message(self, raw: bytes, now: int) -> None:
-        name, record = self.ctx.inputs.decode(raw)
-        self.add(name, record, now)
+        decoded = self.decode(raw)
+        if decoded is not None:
+            self.add(*decoded, now)
 
     def tick(self, now: int, flush: bool = False, emit: bool = True) -> list[tuple[str, dict]]:
         closed: list[tuple[str, dict]] = []
@@ -153,8 +174,8 @@ def rate(count: int, seconds: float) -> float:
 
 # ---- stages -------------------------------------------------------------------------------
 def decode_all(job: Job) -> list[tuple[str, dict]]:
-    decode = AgentCalls.create().ctx.inputs.decode
-    return [decode(v) for v in job.values]
+    decode = AgentCalls.create().decode
+    return [d for d in map(decode, job.values) if d is not None]
 
 
 def summarize_all(decoded: list[tuple[str, dict]]) -> AgentCalls:
@@ -270,8 +291,8 @@ def summary(job: Job, e2e: tuple[float, float], decode: tuple[float, float], sum
         "cpu_events_per_s": rate(job.events, e2e[1]),
         "decode_cpu_s": round(decode[1], 3), "summarize_cpu_s": round(summarize[1], 3),
         "goal_events_per_s": GOAL_EVENTS_PER_S,
-        "path": "confluent-kafka consumer + the summarize agent's calls (decode, add_events, poll, "
-                "encode of closed records); not the Faust/aiokafka consumer",
+        "path": "confluent-kafka consumer + the summarize agent's calls (decode, validate, add_events, gap "
+                "metrics, poll, encode of closed records); not the Faust/aiokafka consumer",
     }
 
 
@@ -327,6 +348,7 @@ def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, fa
     out = summary(job, e2e, stages["decode"], stages["summarize"], stages["emit"], consume_s, calls.emitted)
     out.update(worker)
     out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
+    out["invalid_end_to_end"] = calls.invalid  # batches validation refused (none: the job is clean)
     out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})
