@@ -126,23 +126,20 @@ class EventFolder:
         ends: list[int] = []
         if arrays is not None:
             groups = batch.get("groups", [])
-            members: dict[int, list[int]] = {}  # group index -> its ranks, converted once per batch
+            members: dict[int, list[int]] = {}  # a group's ranks, converted once per batch
             for op, grp, seq, nbytes, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
                 if not (0 <= op < len(names) and 0 <= grp < len(groups)):
                     self.skipped["bad_name_index"] += 1
                     continue
-                g = groups[int(grp)]
-                ranks = members.get(int(grp))
-                if ranks is None:
-                    ranks = members[int(grp)] = [int(r) for r in g["ranks"]]
-                if self._add_comm(names[int(op)], g, ranks, seq, nbytes, start, dur, offset_ns):
+                if self._add_comm(names[int(op)], groups[int(grp)], members, seq, nbytes, start, dur, offset_ns):
                     starts.append(int(start))
                     ends.append(int(start + dur))
         return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
 
-    def _add_comm(self, op: str, group: dict, ranks: list[int], seq: float, nbytes: float, start: float,
-                  dur: float, offset_ns: int) -> bool:
-        """One collective call; True when it was added to a window."""
+    def _add_comm(self, op: str, group: dict, members: dict[int, list[int]], seq: float, nbytes: float,
+                  start: float, dur: float, offset_ns: int) -> bool:
+        """One collective call; True when it was added to a window. ``members``: the batch's
+        groups' ranks as ints by ``id`` of the group, filled on first use."""
         group_id = str(group["group_id"])
         fname = comm_function(op, group_id)
         wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
@@ -156,6 +153,9 @@ class EventFolder:
         w = self.windows.slot(wall_ms)
         if w is None:
             return False
+        ranks = members.get(id(group))
+        if ranks is None:
+            ranks = members[id(group)] = [int(r) for r in group["ranks"]]
         w.add_collective(fname, int(seq), int(dur), ranks, nbytes)
         w.last_event_ms = max(w.last_event_ms, wall_ms)
         return True
