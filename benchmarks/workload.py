@@ -12,8 +12,10 @@ With the defaults that is about 23 events per 250 ms step, ~92 events per rank p
 second. Every ``flush_s`` the rank's events go through
 :class:`perftracker.collectors.batch.BatchBuilder` (so names, groups and columns are
 exactly what a collector sends); the header's ``wall_ns``/``mono_ns`` are then set to
-the simulated send time, as a live collector's would be. Durations are lognormal around
-the nominal ones; each rank has its own monotonic origin and each host a wall-clock skew.
+the simulated send time, as a live collector's would be. With the collector's defaults
+each batch also carries one CPU-evidence sample and the stack sampler's rows of that
+second (25 Hz: nine frames, :data:`STACK_ROWS`). Durations are lognormal around the
+nominal ones; each rank has its own monotonic origin and each host a wall-clock skew.
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ LOSS = "train.loss"
 CLIP = "megatron.core.optimizer.clip_grads.clip_grad_norm_fp32"
 OPTIMIZER = "torch.optim.adamw.AdamW.step"
 GC_NAMES = ("gc.gen0", "gc.gen1", "gc.gen2")
+# the stack sampler's rows of one second at 25 Hz (file function, line, kind 0 innermost / 1 user frame,
+# samples, source text): where a training loop's thread is found most of the time
+STACK_ROWS = (
+    ("/usr/lib/python3.11/site-packages/torch/autograd/graph.py _engine_run_backward", 825, 0, 11,
+     "return Variable._execution_engine.run_backward("),
+    ("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py _call_impl", 1747, 0, 7,
+     "return forward_call(*args, **kwargs)"),
+    ("/usr/lib/python3.11/site-packages/torch/optim/adamw.py _fused_adamw", 760, 0, 3, "torch._fused_adamw_("),
+    ("/usr/lib/python3.11/site-packages/torch/utils/data/dataloader.py __next__", 708, 0, 2,
+     "data = self._next_data()"),
+    ("/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py all_reduce", 2806, 0, 2,
+     "work = group.allreduce([tensor], opts)"),
+    ("/workspace/train.py train_step", 214, 1, 12, "loss.backward()"),
+    ("/workspace/train.py train_step", 209, 1, 8, "loss = model(batch).loss"),
+    ("/workspace/train.py train_step", 218, 1, 3, "optimizer.step()"),
+    ("/workspace/train.py main", 301, 1, 2, "batch = next(loader)"),
+)
 # nominal durations (ms) of one 250 ms step
 NOMINAL_MS = {"fetch": 4.0, "forward": 75.0, "loss": 1.0, "backward": 140.0, "clip": 3.0,
               "optimizer": 20.0, "gc": 2.0, "tp": 0.8, "p2p": 1.5, "bucket": 4.0}
@@ -157,6 +176,15 @@ def _end_ns(ev: tuple) -> int:
     return int(ev[2] + ev[3])
 
 
+def _cpu_sample(flush_s: float, rng: np.random.Generator) -> dict:
+    """One flush interval's CPU evidence, as ``CpuEvidence.collect`` records it (defaults on)."""
+    interval = int(flush_s * 1e9)
+    return {"interval_ns": interval, "thread_cpu_ns": int(interval * rng.uniform(0.85, 0.98)),
+            "runqueue_wait_ns": int(rng.integers(1, 5) * MS), "voluntary_switches": int(rng.integers(200, 400)),
+            "involuntary_switches": int(rng.integers(0, 20)), "major_faults": 0, "load1": 9.5,
+            "steal_pct": 0.0, "cpus": 96, "stack_samples": 25, "stack_hz": 25.0}
+
+
 def identity(w: Workload, rank: int) -> RankIdentity:
     host = rank // GPUS_PER_HOST
     return RankIdentity(w.job, rank, rank % GPUS_PER_HOST, w.ranks, f"node{host:05d}",
@@ -191,7 +219,7 @@ def batches(w: Workload, wall0_ns: int = 1_700_000_000_000 * MS) -> Iterator[tup
             cut = int(mono0[r] + end)
             done = [e for e in pending[r] if _end_ns(e) <= cut]  # recorded by now
             pending[r] = [e for e in pending[r] if _end_ns(e) > cut]
-            rec = builders[r].build(done, 0)
+            rec = builders[r].build(done, 0, (), [_cpu_sample(w.flush_s, rng)], STACK_ROWS)
             rec["mono_ns"] = int(mono0[r] + end)
             rec["wall_ns"] = int(wall0_ns + end + skew[r // GPUS_PER_HOST])
             yield r, rec

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from perftracker.collectors.batch import event_count
 from perftracker.schemas import Codec
+from perftracker.schemas.validate import validate
 from perftracker.schemas.vocabulary import EVENT_BATCH
 from perftracker.streams.detect import RankSummarizer
 
@@ -18,7 +19,9 @@ def test_batches_round_trip_and_hold_the_stated_rate() -> None:
     assert len(out) == SMALL.ranks * SMALL.seconds
     codec = Codec(EVENT_BATCH)
     for rank, record in out:
-        assert codec.decode(codec.encode(record))["spans"] == record["spans"]
+        decoded = codec.decode(codec.encode(record))
+        assert decoded["spans"] == record["spans"] and decoded["stacks"]["count"] and decoded["cpu"]
+        assert validate(EVENT_BATCH, decoded) is None  # what a worker admits
         assert record["rank"] == rank and record["world_size"] == SMALL.ranks
         ends = [s + d for s, d in zip(record["spans"]["start_ns"], record["spans"]["dur_ns"], strict=True)]
         assert max(ends) <= record["mono_ns"]  # only what was recorded by the flush
