@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ..schemas.diagnosis import diagnosis_row
 from ..schemas.http_auth import auth_headers
 from ..schemas.settings import Secret, Settings
 from ..schemas.stackfile import pid_alive, read_state
@@ -69,23 +70,12 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
     return _direct(settings, name, params)
 
 
-def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict]:
+def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict[str, Any]]:
     """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON)."""
     rows = query(settings, "incidents", job=job, include_resolved=include_resolved)
     return [incident_view(r) for r in rows]
 
 
-def incident_view(row: dict) -> dict:
-    try:
-        evidence = json.loads(row.get("evidence_json") or "{}")
-    except ValueError:
-        evidence = {"raw": row.get("evidence_json")}
-    return {
-        "incident_id": row["incident_id"], "job": row["job"], "status": row["status"],
-        "kind": row["kind"], "cause": row["cause"], "ranks": list(row["ranks"]),
-        "hosts": list(row["hosts"]), "gpus": list(row.get("gpus") or []),
-        "function": row["function"], "score": row["score"],
-        "impact_ms_per_step": row["impact_ms_per_step"], "step_time_ms": row.get("step_time_ms", 0.0),
-        "first_seen": row["first_seen"], "last_seen": row["last_seen"],
-        "windows": row.get("windows", 0), "summary": row["summary"], "evidence": evidence,
-    }
+def incident_view(row: dict) -> dict[str, Any]:
+    """One ``incidents`` query row as a diagnosis row (first/last seen as the store has them)."""
+    return diagnosis_row(row, row["first_seen"], row["last_seen"])

@@ -5,28 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
-from ..schemas.registry import RegistryCodec, RegistryUnavailable, fetch_writer
+from ..schemas.records import Anomaly, RankWindow
+from ..schemas.registry import RegistryClient, RegistryCodec, RegistryMultiCodec, RegistryUnavailable, fetch_writer
 from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
 from ..schemas.validate import validate
 from ..schemas.vocabulary import (
-    ANOMALY,
-    CONTROL,
     DEADLETTER_REASON,
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE,
-    EVENT_BATCH,
-    FUNCTION_COMPARISON,
-    FUNCTION_PATTERN,
-    HARDWARE_BATCH,
-    RANK_WINDOW,
     Status,
 )
+from .topology import TOPIC_OF, records_on
 
 log = logging.getLogger("perftracker.streams")
 
@@ -71,6 +67,23 @@ class StreamCounters(CounterSet):
                                      buckets=LATENCY_BUCKETS_MS)
 
 
+def topic_codecs(client: RegistryClient | None = None, topics: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The codec of each topic role: it decodes what the role's topic carries and encodes what
+    the worker writes to it (a topic of one record type: :class:`Codec`; of several:
+    :class:`MultiCodec`, dispatching on the writer schema). With a schema registry ``client``,
+    their registry-framed versions, ``topics`` naming each role's topic (its subject)."""
+    codecs: dict[str, Any] = {}
+    for role in dict.fromkeys(TOPIC_OF.values()):
+        names = records_on(role)
+        if client is None or topics is None:
+            codecs[role] = Codec(names[0]) if len(names) == 1 else MultiCodec(names)
+        elif len(names) == 1:
+            codecs[role] = RegistryCodec(names[0], topics[role], client)
+        else:
+            codecs[role] = RegistryMultiCodec(names, topics[role], client)
+    return codecs
+
+
 @dataclass
 class StreamContext:
     """Wiring shared by the agents of one worker process (plain attributes, no logic)."""
@@ -79,11 +92,13 @@ class StreamContext:
     policy: Any  # perftracker.streams.detect.DetectionPolicy
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
     counters: StreamCounters = field(default_factory=StreamCounters)
-    inputs: MultiCodec = field(default_factory=lambda: MultiCodec([EVENT_BATCH, HARDWARE_BATCH]))
-    pattern_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(FUNCTION_PATTERN))
-    findings: MultiCodec = field(default_factory=lambda: MultiCodec([RANK_WINDOW, FUNCTION_COMPARISON]))
-    anomaly_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(ANOMALY))
-    control_codec: Codec | RegistryCodec = field(default_factory=lambda: Codec(CONTROL))
+    codecs: dict[str, Any] = field(default_factory=topic_codecs)  # topic role -> its codec
+
+    def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
+        """A record the worker writes, framed by the codec of its topic."""
+        role = TOPIC_OF[name]
+        codec = self.codecs[role]
+        return codec.encode(name, record) if len(records_on(role)) > 1 else codec.encode(record)
 
     async def dead_letter(self, source: str, raw: Any, reason: str) -> None:
         """Park an undecodable message on the dead-letter topic with the reason; never raise."""
@@ -114,12 +129,12 @@ class StreamContext:
         """One ``record`` produced (an Anomaly with its ``status``)."""
         self.counters.inc(StreamCounters.records_out, record, status)
 
-    def window_closed(self, rank_window: dict) -> None:
+    def window_closed(self, rank_window: RankWindow) -> None:
         """A RankWindow is sent: how long after its window's end."""
         end_ms = rank_window["window_start_ms"] + round(rank_window["window_s"] * 1000)
         self.counters.observe(StreamCounters.window_close_delay_ms, max(0, now_ms() - end_ms))
 
-    def anomaly_sent(self, anomaly: dict) -> None:
+    def anomaly_sent(self, anomaly: Anomaly) -> None:
         """An Anomaly is sent: how long after the end of the window that raised (or updated) it."""
         if anomaly["status"] != Status.RESOLVED.value:  # a resolution's last window is long past
             self.counters.observe(StreamCounters.detection_latency_ms,

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..schemas.vocabulary import EVENT_BATCH
 from .context import StreamCounters
+from .detect import RankSummarizer
 
 
 def event_count(batch: Mapping) -> int:
@@ -73,3 +75,19 @@ class GapMetrics:
         for counter in (StreamCounters.batches_lost, StreamCounters.events_dropped,
                         StreamCounters.worst_rank_batches_lost):
             self.counters.remove(counter, job)
+
+
+class SummarizerGaps:
+    """The summarize stage's observer (``agents.stage.Observer``): each summarizer's transport
+    health, after every EventBatch it folds in, into :class:`GapMetrics`; its rank forgotten
+    when the worker drops it."""
+
+    def __init__(self, counters: StreamCounters):
+        self.metrics = GapMetrics(counters)
+
+    def fed(self, s: RankSummarizer, name: str, record: Mapping) -> None:
+        if name == EVENT_BATCH:
+            self.metrics.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
+
+    def dropped(self, s: RankSummarizer) -> None:
+        self.metrics.forget(s.job, s.rank)

@@ -17,6 +17,7 @@ from collections import Counter
 
 import numpy as np
 
+from ...schemas.records import FunctionComparison, FunctionPattern
 from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
 from .late_arrival import score_collective
 from .model import finite_nonneg, to_ms
@@ -34,12 +35,12 @@ class FunctionComparator:
         self.policy = policy or DetectionPolicy()
         self.peer_map = self.policy.peer_group_map()
         self.skipped: Counter[str] = Counter()
-        self.pending: dict[int, dict[int, dict]] = {}  # window -> rank -> pattern
+        self.pending: dict[int, dict[int, FunctionPattern]] = {}  # window -> rank -> pattern
         self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
         self.evaluated: list[int] = []
         self.last_now = 0
 
-    def add(self, pattern: dict, now_wall_ms: int | None = None) -> None:
+    def add(self, pattern: FunctionPattern, now_wall_ms: int | None = None) -> None:
         """Buffer one FunctionPattern (a re-delivered one replaces the earlier copy)."""
         try:
             wid, rank = int(pattern["window_id"]), int(pattern["rank"])
@@ -61,7 +62,7 @@ class FunctionComparator:
             self.first_seen[wid] = now_wall_ms
         self.last_now = max(self.last_now, now_wall_ms or 0)
 
-    def poll(self, now_wall_ms: int) -> list[dict]:
+    def poll(self, now_wall_ms: int) -> list[FunctionComparison]:
         """FunctionComparison records of every window whose grace has passed, oldest first."""
         out = []
         self.last_now = max(self.last_now, now_wall_ms)
@@ -81,7 +82,7 @@ class FunctionComparator:
         return not self.pending and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000
 
     # ---- evaluation ---------------------------------------------------------------------
-    def evaluate(self, window_id: int, patterns: list[dict]) -> dict:
+    def evaluate(self, window_id: int, patterns: list[FunctionPattern]) -> FunctionComparison:
         """Compare one window's patterns; pure function of its inputs and the policy."""
         skipped: Counter[str] = Counter()
         good = [p for p in patterns if self._valid(p, skipped)]
@@ -98,7 +99,7 @@ class FunctionComparator:
         self.skipped.update(skipped)
         return rec
 
-    def _valid(self, p: dict, skipped: Counter[str]) -> bool:
+    def _valid(self, p: FunctionPattern, skipped: Counter[str]) -> bool:
         try:
             steps, total, count = int(p["steps"]), p["total_ns"], p["count"]
         except (KeyError, TypeError, ValueError):
@@ -116,7 +117,7 @@ class FunctionComparator:
         return True
 
 
-def min_cost_ms(pol: DetectionPolicy, good: list[dict]) -> float:
+def min_cost_ms(pol: DetectionPolicy, good: list[FunctionPattern]) -> float:
     """Cost a finding needs (ms per step): the configured floor, or ``min_step_share`` of the
     step time estimated as window length / median completed steps, whichever is larger."""
     steps = float(np.median([p["steps"] for p in good])) if good else 0.0
@@ -124,13 +125,12 @@ def min_cost_ms(pol: DetectionPolicy, good: list[dict]) -> float:
     return max(pol.min_cost_ms_per_step, pol.min_step_share * step_ms)
 
 
-def _empty_record(job: str, function: str, window_id: int, patterns: list[dict]) -> dict:
-    return {
-        "schema_version": FUNCTION_COMPARISON_VERSION, "job": job, "window_id": int(window_id),
-        "window_start_ms": 0, "window_s": float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
-        "function": function, "kind": 0, "ranks_seen": 0, "ranks_scored": 0, "peer_groups": 0,
-        "median_ms_per_step": 0.0, "groups": [], "outliers": [], "members": [], "member_max_seq": [],
-        "mixed_signatures": False, "member_wait_ms_per_step": [], "seqs_compared": 0, "transfer_ms_median": 0.0,
-        "transfer_ms_per_step": 0.0, "wait_ms_per_step": 0.0, "bytes_per_call": 0.0,
-        "stragglers": [], "skipped": {},
-    }
+def _empty_record(job: str, function: str, window_id: int, patterns: list[FunctionPattern]) -> FunctionComparison:
+    return FunctionComparison(
+        schema_version=FUNCTION_COMPARISON_VERSION, job=job, window_id=int(window_id),
+        window_start_ms=0, window_s=float(patterns[0].get("window_s", 0.0)) if patterns else 0.0,
+        function=function, kind=0, ranks_seen=0, ranks_scored=0, peer_groups=0,
+        median_ms_per_step=0.0, groups=[], outliers=[], members=[], member_max_seq=[],
+        mixed_signatures=False, member_wait_ms_per_step=[], seqs_compared=0, transfer_ms_median=0.0,
+        transfer_ms_per_step=0.0, wait_ms_per_step=0.0, bytes_per_call=0.0,
+        stragglers=[], skipped={})

@@ -17,6 +17,7 @@ From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,13 +39,13 @@ class CpuVerdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _peer_median(rank: int, rank_windows: dict[int, dict], key: str) -> float:
+def _peer_median(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], key: str) -> float:
     vals = [float(rw.get(key, -1)) for r, rw in rank_windows.items() if r != rank]
     vals = [v for v in vals if v >= 0]
     return float(np.median(vals)) if vals else -1.0
 
 
-def cpu_verdict(rank: int, rank_windows: dict[int, dict], excess_ms: float,
+def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess_ms: float,
                 policy: DetectionPolicy) -> CpuVerdict:
     """See the module docstring; ``excess_ms``: the rank's excess step time over its peers."""
     rw = rank_windows.get(rank, {})
@@ -79,7 +80,7 @@ def cpu_verdict(rank: int, rank_windows: dict[int, dict], excess_ms: float,
     return CpuVerdict(UNAVAILABLE, UNAVAILABLE_NOTE, ev)
 
 
-def _where_per_step(rw: dict) -> dict[str, float]:
+def _where_per_step(rw: Mapping[str, Any]) -> dict[str, float]:
     """Samples per completed step of each user-code frame of one rank's window."""
     steps = int(rw.get("steps", 0))
     if steps <= 0:
@@ -89,7 +90,7 @@ def _where_per_step(rw: dict) -> dict[str, float]:
     return {f: n / steps for f, n, k in frames if k == WHERE_KIND}
 
 
-def frame_location(rank: int, rank_windows: dict[int, dict], policy: DetectionPolicy) -> dict[str, Any]:
+def frame_location(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], policy: DetectionPolicy) -> dict[str, Any]:
     """The user-code frame where ``rank`` spends the most extra time per step vs its peers'
     median for the same frame (0 where a peer never sampled it); {} when none costs
     ``location_min_ms`` or there are no samples."""
@@ -111,7 +112,7 @@ def frame_location(rank: int, rank_windows: dict[int, dict], policy: DetectionPo
     return best
 
 
-def top_frames(rw: dict, n: int = 3) -> list[dict[str, Any]]:
+def top_frames(rw: Mapping[str, Any], n: int = 3) -> list[dict[str, Any]]:
     """The rank's ``n`` most sampled user-code frames with their share of its samples."""
     total = max(1, int(rw.get("stack_samples", 0)))
     frames = zip(rw.get("top_frames") or [], rw.get("top_frame_samples") or [],

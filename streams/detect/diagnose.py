@@ -17,6 +17,7 @@ from collections import Counter
 
 import numpy as np
 
+from ...schemas.records import Anomaly, Control, FunctionComparison, RankWindow
 from .findings import Finding
 from .incidents import Track, step
 from .job_checks import JobChecks
@@ -38,15 +39,15 @@ class JobDiagnoser:
         self.last_now = 0
         self.last_findings: list[Finding] = []
 
-    def add(self, record_name: str, record: dict, now_wall_ms: int | None = None) -> None:
+    def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job."""
         self.windows.add(record_name, record, now_wall_ms)
 
-    def poll(self, now_wall_ms: int) -> tuple[list[dict], list[dict]]:
+    def poll(self, now_wall_ms: int) -> tuple[list[Anomaly], list[Control]]:
         """Evaluate every ready window in order; (Anomaly records, Control records)."""
         self.last_now = max(self.last_now, now_wall_ms)
-        anomalies: list[dict] = []
-        controls: list[dict] = []
+        anomalies: list[Anomaly] = []
+        controls: list[Control] = []
         for ready in self.windows.take_ready(now_wall_ms):
             a, c = self._evaluate(ready.window_id, ready.rank_windows, ready.comparisons, now_wall_ms)
             anomalies += a
@@ -54,7 +55,8 @@ class JobDiagnoser:
         anomalies.sort(key=lambda r: -r["impact_ms_per_step"])
         return anomalies, controls
 
-    def _evaluate(self, wid: int, rws: dict[int, dict], cmps: list[dict], now: int) -> tuple[list[dict], list[dict]]:
+    def _evaluate(self, wid: int, rws: dict[int, RankWindow], cmps: list[FunctionComparison],
+                  now: int) -> tuple[list[Anomaly], list[Control]]:
         self._count_silent(rws)
         job_step = step_ms(rws)
         self.checks.observe(cmps)
@@ -71,7 +73,7 @@ class JobDiagnoser:
                          progress=self._full_progress(rws, job_step))
         return anomalies, controls
 
-    def _full_progress(self, rws: dict[int, dict], job_step_ms: float) -> bool:
+    def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
         """The job ran most of this window (see the module docstring)."""
         steps = float(np.median([int(rw.get("steps", 0)) for rw in rws.values()])) if rws else 0.0
         typical_ms = self.checks.typical_step_ms(default=job_step_ms)
@@ -79,7 +81,7 @@ class JobDiagnoser:
             return False
         return steps >= self.policy.full_progress_share * self.policy.window_ms / typical_ms
 
-    def _count_silent(self, rws: dict[int, dict]) -> None:
+    def _count_silent(self, rws: dict[int, RankWindow]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)
         if silent and any(rw.get("steps", 0) > 0 for rw in rws.values()):
             self.skipped["silent_rank"] += silent
@@ -88,7 +90,7 @@ class JobDiagnoser:
         return (self.windows.empty() and not any(t.open for t in self.tracks.values())
                 and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000)
 
-    def open_incidents(self) -> list[dict]:
+    def open_incidents(self) -> list[Anomaly]:
         """Last record of every open incident, most costly first (for `diagnose`)."""
-        recs = [t.last for t in self.tracks.values() if t.open and t.last]
+        recs = [t.last for t in self.tracks.values() if t.open and t.last is not None]
         return sorted(recs, key=lambda r: -r["impact_ms_per_step"])

@@ -17,6 +17,7 @@ import hashlib
 
 import numpy as np
 
+from ...schemas.records import Control, FunctionComparison, RankWindow
 from ...schemas.vocabulary import CONTROL_VERSION, ControlCommand
 from .findings import Finding
 from .incidents import Track, explained_ms
@@ -36,12 +37,12 @@ class JobChecks:
         self.live = LivenessState()
         self.last_profile_window: int | None = None
 
-    def observe(self, comparisons: list[dict]) -> None:
+    def observe(self, comparisons: list[FunctionComparison]) -> None:
         """Remember each collective member's highest seq (hang culprits)."""
         note_collectives(self.live, comparisons)
 
-    def regression(self, wid: int, now: int, rank_windows: dict[int, dict], findings: list[Finding],
-                   tracks: dict[str, Track]) -> tuple[Finding | None, list[dict]]:
+    def regression(self, wid: int, now: int, rank_windows: dict[int, RankWindow], findings: list[Finding],
+                   tracks: dict[str, Track]) -> tuple[Finding | None, list[Control]]:
         """(The regression finding unless ``findings`` and open ``tracks`` explain it,
         the PROFILE requests it triggers)."""
         reg = regression(self.live, wid, step_ms(rank_windows, quantile=REGRESSION_STEP_QUANTILE), self.policy)
@@ -53,22 +54,21 @@ class JobChecks:
             return reg, controls
         return None, controls
 
-    def hang(self, rank_windows: dict[int, dict]) -> Finding | None:
+    def hang(self, rank_windows: dict[int, RankWindow]) -> Finding | None:
         return hang(self.live, rank_windows, self.policy)
 
     def typical_step_ms(self, default: float) -> float:
         """Median step time over the regression history; ``default`` before there is one."""
         return float(np.median([v for _, v in self.live.history])) if self.live.history else default
 
-    def _profile(self, wid: int, now: int, reg: Finding) -> list[dict]:
+    def _profile(self, wid: int, now: int, reg: Finding) -> list[Control]:
         pol = self.policy
         last = self.last_profile_window
         if last is not None and wid - last < pol.profile_request_cooldown_windows:
             return []
         self.last_profile_window = wid
         rid = hashlib.sha1(f"{self.job}|profile|{wid}".encode()).hexdigest()[:16]
-        return [{
-            "schema_version": CONTROL_VERSION, "job": self.job, "request_id": rid, "command": ControlCommand.PROFILE.value,
-            "start_step": int(max(self.live.max_last_step, 0) + pol.profile_request_ahead_steps),
-            "duration_s": pol.profile_request_duration_s, "reason": reg.summary, "issued_ms": int(to_ms(now)),
-        }]
+        return [Control(
+            schema_version=CONTROL_VERSION, job=self.job, request_id=rid, command=ControlCommand.PROFILE.value,
+            start_step=int(max(self.live.max_last_step, 0) + pol.profile_request_ahead_steps),
+            duration_s=pol.profile_request_duration_s, reason=reg.summary, issued_ms=int(to_ms(now)))]

@@ -12,8 +12,9 @@ next poll. A record for a window already released is late (counted); at most
 from __future__ import annotations
 
 from collections import Counter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from .policy import DetectionPolicy
 
@@ -22,8 +23,8 @@ RANK_WINDOW_WAIT_MS = 1000  # a window with RankWindows only waits two graces pl
 
 class ReadyWindow(NamedTuple):
     window_id: int
-    rank_windows: dict[int, dict]  # rank -> RankWindow
-    comparisons: list[dict]  # FunctionComparison, one per function
+    rank_windows: dict[int, RankWindow]  # by rank
+    comparisons: list[FunctionComparison]  # one per function
 
 
 class JobWindows:
@@ -32,13 +33,13 @@ class JobWindows:
     def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str]):
         self.job, self.policy = job, policy
         self.skipped = skipped  # shared with the diagnoser
-        self.rank_windows: dict[int, dict[int, dict]] = {}
-        self.comparisons: dict[int, dict[str, dict]] = {}
+        self.rank_windows: dict[int, dict[int, RankWindow]] = {}
+        self.comparisons: dict[int, dict[str, FunctionComparison]] = {}
         self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
         self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
         self.evaluated_upto: int | None = None
 
-    def add(self, record_name: str, record: dict, now_wall_ms: int | None = None) -> None:
+    def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
         try:
             wid = int(record["window_id"])
@@ -55,16 +56,16 @@ class JobWindows:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
-        if record_name == RANK_WINDOW:
-            self._add_rank_window(wid, record, now_wall_ms)
+        if record_name == RANK_WINDOW:  # the name says which record it is
+            self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
-            self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = record
+            self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = cast(FunctionComparison, record)
             if self.first_cmp[wid] is None:
                 self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
         else:
             self.skipped["unknown_record"] += 1
 
-    def _add_rank_window(self, wid: int, rw: dict, now_wall_ms: int | None) -> None:
+    def _add_rank_window(self, wid: int, rw: RankWindow, now_wall_ms: int | None) -> None:
         rank, world = int(rw.get("rank", -1)), int(rw.get("world_size", 0))
         if rank < 0 or (world > 0 and rank >= world):
             self.skipped["unknown_rank"] += 1

@@ -19,11 +19,12 @@ from statistics import median
 
 import numpy as np
 
+from ...schemas.records import FunctionComparison, FunctionPattern, Straggler
 from .columnar import Lateness, binomial_tail, collective_lateness, seq_matrix
 from .policy import DetectionPolicy
 
 
-def score_collective(rec: dict, good: list[dict], policy: DetectionPolicy, min_cost: float,
+def score_collective(rec: FunctionComparison, good: list[FunctionPattern], policy: DetectionPolicy, min_cost: float,
                      skipped: Counter[str]) -> None:
     """Fill ``rec``'s members, transfer and wait times and stragglers from the valid patterns."""
     members = [p for p in good if _has_seqs(p, skipped)]
@@ -52,8 +53,8 @@ def score_collective(rec: dict, good: list[dict], policy: DetectionPolicy, min_c
     rec["stragglers"].extend(_stragglers(members, late, step_n, policy.late_fraction, min_cost))
 
 
-def _stragglers(members: list[dict], late: Lateness, step_n: float, late_fraction: float,
-                min_cost: float) -> list[dict]:
+def _stragglers(members: list[FunctionPattern], late: Lateness, step_n: float, late_fraction: float,
+                min_cost: float) -> list[Straggler]:
     """Members last in at least ``late_fraction`` of the seqs, causing at least ``min_cost``."""
     out = []
     chance = 1.0 / len(members)
@@ -64,14 +65,14 @@ def _stragglers(members: list[dict], late: Lateness, step_n: float, late_fractio
         # the p-value is applied by the diagnoser (culprits); any late arriver marks victims
         pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
         p = members[i]
-        out.append({
-            "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
-            "late_seqs": int(late.late_seqs[i]), "late_fraction": float(late.late_seqs[i] / late.seqs),
-            "caused_ms_per_step": caused, "p_value": pval})
+        out.append(Straggler(
+            rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
+            late_seqs=int(late.late_seqs[i]), late_fraction=float(late.late_seqs[i] / late.seqs),
+            caused_ms_per_step=caused, p_value=pval))
     return out
 
 
-def _has_seqs(p: dict, skipped: Counter[str]) -> bool:
+def _has_seqs(p: FunctionPattern, skipped: Counter[str]) -> bool:
     seqs, durs = p.get("seqs") or [], p.get("seq_dur_ns") or []
     if len(seqs) != len(durs) or not seqs:
         skipped["no_seqs"] += 1
@@ -79,7 +80,7 @@ def _has_seqs(p: dict, skipped: Counter[str]) -> bool:
     return True
 
 
-def _complete_seqs(members: list[dict], policy: DetectionPolicy,
+def _complete_seqs(members: list[FunctionPattern], policy: DetectionPolicy,
                    skipped: Counter[str]) -> tuple[np.ndarray, np.ndarray]:
     """The aligned seqs with a good duration on every member (a bad one is never guessed)."""
     common, d = _aligned(members)
@@ -91,7 +92,7 @@ def _complete_seqs(members: list[dict], policy: DetectionPolicy,
     return common, d
 
 
-def _aligned(members: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+def _aligned(members: list[FunctionPattern]) -> tuple[np.ndarray, np.ndarray]:
     """(common seqs, members x seqs durations ns). Fast path when every member reported
     the same strictly increasing seqs (the usual case); else align with seq_matrix."""
     first = members[0]["seqs"]

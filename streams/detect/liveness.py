@@ -18,11 +18,14 @@ never the waiting ranks; if every rank is outside collectives the finding says s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ...schemas.causes import Cause
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .findings import Finding
 from .hang import HangState, HangVerdict, Wait, verdict
@@ -68,7 +71,7 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
                    summary=summary, evidence=evidence, extra_windows=1)
 
 
-def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionPolicy) -> Finding | None:
+def hang(state: LivenessState, rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> Finding | None:
     steps = sum(int(rw.get("steps", 0)) for rw in rank_windows.values())
     state.hang.note_window(rank_windows)
     for rw in rank_windows.values():

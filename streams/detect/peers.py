@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...schemas.records import FunctionComparison, FunctionPattern, PeerGroupStat, RankOutlier
 from .columnar import PeerScores, peer_scores
 from .model import NOT_COMPARED
 from .policy import DetectionPolicy
@@ -37,7 +38,7 @@ class PeerTable:
     peer: np.ndarray  # group index of each rank
 
 
-def score_peers(rec: dict, good: list[dict], peer_map: dict[int, str], policy: DetectionPolicy,
+def score_peers(rec: FunctionComparison, good: list[FunctionPattern], peer_map: dict[int, str], policy: DetectionPolicy,
                 min_cost: float, skipped: Counter[str]) -> None:
     """Fill ``rec``'s group summaries and outliers from the valid patterns ``good``."""
     table = peer_table(good, peer_map, skipped)
@@ -47,7 +48,7 @@ def score_peers(rec: dict, good: list[dict], peer_map: dict[int, str], policy: D
     find_outliers(rec, table, good, policy, min_cost, skipped)
 
 
-def peer_table(good: list[dict], peer_map: dict[int, str], skipped: Counter[str]) -> PeerTable:
+def peer_table(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> PeerTable:
     steps = np.array([p["steps"] for p in good], dtype=np.float64)
     values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
     calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
@@ -55,7 +56,7 @@ def peer_table(good: list[dict], peer_map: dict[int, str], skipped: Counter[str]
     return PeerTable(values, calls, keys, peer)
 
 
-def _peer_keys(good: list[dict], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
+def _peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
     keys = []
     for p in good:
         key = peer_map.get(int(p["rank"])) if peer_map else None
@@ -65,7 +66,7 @@ def _peer_keys(good: list[dict], peer_map: dict[int, str], skipped: Counter[str]
     return keys
 
 
-def describe_groups(rec: dict, t: PeerTable, good: list[dict], min_peers: int, skipped: Counter[str]) -> None:
+def describe_groups(rec: FunctionComparison, t: PeerTable, good: list[FunctionPattern], min_peers: int, skipped: Counter[str]) -> None:
     """Ranks scored, and each peer group's size and medians (its ranks when there are several)."""
     sizes = np.bincount(t.peer, minlength=len(t.keys))
     few = int((sizes[t.peer] < min_peers).sum())
@@ -76,14 +77,14 @@ def describe_groups(rec: dict, t: PeerTable, good: list[dict], min_peers: int, s
     rec["median_ms_per_step"] = float(np.median(t.values))
     for g, key in enumerate(t.keys):
         idx = np.flatnonzero(t.peer == g)
-        rec["groups"].append({
-            "key": str(key), "size": int(len(idx)),
-            "median_ms_per_step": float(np.median(t.values[idx])),
-            "median_calls_per_step": float(np.median(t.calls[idx])),
-            "ranks": [int(good[i]["rank"]) for i in idx] if len(t.keys) > 1 else []})
+        rec["groups"].append(PeerGroupStat(
+            key=str(key), size=int(len(idx)),
+            median_ms_per_step=float(np.median(t.values[idx])),
+            median_calls_per_step=float(np.median(t.calls[idx])),
+            ranks=[int(good[i]["rank"]) for i in idx] if len(t.keys) > 1 else []))
 
 
-def find_outliers(rec: dict, t: PeerTable, good: list[dict], policy: DetectionPolicy, min_cost: float,
+def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPattern], policy: DetectionPolicy, min_cost: float,
                   skipped: Counter[str]) -> None:
     """Append the sustained (or intermittent) outliers to ``rec["outliers"]``."""
     pol = policy
@@ -121,15 +122,15 @@ def _tail_only(p90: float, peer_p90: float, count: float, pol: DetectionPolicy) 
     return bool(count >= pol.intermittent_min_calls and peer_p90 > 0 and p90 >= peer_p90 * (1 + pol.min_excess))
 
 
-def _outlier(p: dict, t: PeerTable, i: int, scored: PeerScores, peer_calls: float, per_call_ratio: float,
-             intermittent: bool) -> dict:
+def _outlier(p: FunctionPattern, t: PeerTable, i: int, scored: PeerScores, peer_calls: float, per_call_ratio: float,
+             intermittent: bool) -> RankOutlier:
     """One RankOutlier record (rank ``i`` of the table, pattern ``p``)."""
     med = float(scored.median[0, i])
     value = float(t.values[i])
-    return {
-        "rank": int(p["rank"]), "host": str(p.get("host", "")), "gpu": int(p.get("gpu", -1)),
-        "peer_group": str(t.keys[t.peer[i]]), "value_ms_per_step": value, "peer_median_ms_per_step": med,
-        "ratio": float(t.values[i] / med) if med > 0 else INF_RATIO,
-        "robust_z": float(scored.z[0, i]), "cost_ms_per_step": float(scored.cost[0, i]),
-        "calls_ratio": float(t.calls[i] / peer_calls) if peer_calls > 0 else INF_RATIO,
-        "per_call_ratio": per_call_ratio, "intermittent": bool(intermittent)}
+    return RankOutlier(
+        rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
+        peer_group=str(t.keys[t.peer[i]]), value_ms_per_step=value, peer_median_ms_per_step=med,
+        ratio=float(t.values[i] / med) if med > 0 else INF_RATIO,
+        robust_z=float(scored.z[0, i]), cost_ms_per_step=float(scored.cost[0, i]),
+        calls_ratio=float(t.calls[i] / peer_calls) if peer_calls > 0 else INF_RATIO,
+        per_call_ratio=per_call_ratio, intermittent=bool(intermittent))

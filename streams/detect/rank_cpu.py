@@ -9,6 +9,7 @@ direct evidence, "inferred without scheduler evidence", or "CPU evidence unavail
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from ...schemas.causes import Cause
@@ -19,7 +20,7 @@ from .policy import DetectionPolicy
 INFERRED = "inferred without scheduler evidence: several phases slow at once"
 
 
-def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: dict[int, dict],
+def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: Mapping[int, Mapping[str, Any]],
                       policy: DetectionPolicy) -> Finding:
     """``members``: (rank, cause, outliers, hardware, CpuVerdict) of the finding's ranks."""
     verdicts: dict[int, CpuVerdict] = {m[0]: m[4] for m in members}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ...schemas.records import FunctionPattern, RankWindow
 from .accumulate import RankHealth, RankMeta, RankProgress
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
@@ -84,9 +85,9 @@ class RankSummarizer:
             self.windows.last_input_ms = int(now_wall_ms)
 
     # ---- output ------------------------------------------------------------------------
-    def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, dict]]:
+    def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
         """Close every finished window, in order; ``flush`` closes all open ones."""
-        out: list[tuple[str, dict]] = []
+        out: list[tuple[str, FunctionPattern | RankWindow]] = []
         for wid, w in self.windows.close_due(now_wall_ms, flush):
             out.extend(close_window(self.meta, wid, self.policy.window_s, w, self.progress, self.health,
                                     batches=self.batches_since_close))

@@ -23,11 +23,13 @@ Order of reasoning (each step only sees what the earlier ones left):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
@@ -40,7 +42,7 @@ from .rank_cpu import with_cpu_evidence as _with_cpu
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
 
-def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
+def step_ms(rank_windows: dict[int, RankWindow], quantile: float = 50.0) -> float:
     """Job's step time (ms): median over ranks of each rank's ``quantile`` step time
     (nearest rank; plain Python: a rank has a handful of steps per window)."""
     per_rank = []
@@ -52,7 +54,7 @@ def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
     return float(np.median(per_rank)) / 1e6 if per_rank else 0.0
 
 
-def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
+def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[FunctionComparison],
                     policy: DetectionPolicy) -> list[Finding]:
     """All root-cause candidates of one window, most costly first."""
     by_rank: dict[int, list[dict]] = defaultdict(list)
@@ -71,7 +73,7 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
     return sorted(findings, key=lambda f: -f.impact_ms)
 
 
-def _stragglers(comparisons: list[dict], policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
+def _stragglers(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
     """Late arrivers of peer collectives, and the ranks that only propagate someone else's
     delay: members other than the late arriver of any collective (pipeline send/recv
     included), and late arrivers that themselves waited, in another collective, at least
@@ -96,7 +98,7 @@ def _stragglers(comparisons: list[dict], policy: DetectionPolicy) -> tuple[dict[
     return late, victims
 
 
-def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
+def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
     """(collective, wait ms per step) of each of ``ranks`` in every group it belongs to."""
     out: dict[int, list[tuple[str, float]]] = defaultdict(list)
     if not ranks:
@@ -109,17 +111,17 @@ def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[
     return out
 
 
-def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
+def _hw_peer_clock(rank_windows: dict[int, RankWindow]) -> float:
     clocks = [rw["sm_clock_mhz"] for rw in rank_windows.values() if rw.get("sm_clock_mhz", -1) > 0]
     return float(np.median(clocks)) if clocks else -1.0
 
 
 def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
-                   rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
+                   rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> list[Finding]:
     peer_clock = _hw_peer_clock(rank_windows)
     groups: dict[tuple, list[tuple[int, Cause, list[dict], dict, CpuVerdict]]] = defaultdict(list)
     for rank, outs in by_rank.items():
-        rw = rank_windows.get(rank, {})
+        rw: Mapping[str, Any] = rank_windows.get(rank, {})
         gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
         cpu = cpu_verdict(rank, rank_windows, rank_impact(outs), policy)
@@ -175,7 +177,7 @@ def _short(ranks: tuple[int, ...]) -> str:
 
 
 def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
-                  rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
+                  rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> list[Finding]:
     """Stragglers with no abnormal function of their own and not held up elsewhere; the
     sampled frame where the straggler's extra time goes, when its collector samples stacks."""
     out = []
@@ -198,10 +200,10 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
     return out
 
 
-def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
+def _slow_links(comparisons: list[FunctionComparison], rank_windows: dict[int, RankWindow],
                 policy: DetectionPolicy) -> tuple[list[Finding], set[int]]:
     """Collective groups whose transfer time exceeds sibling groups (same op, same size)."""
-    siblings: dict[tuple, list[dict]] = defaultdict(list)
+    siblings: dict[tuple, list[FunctionComparison]] = defaultdict(list)
     for c in comparisons:
         if c["kind"] == SpanKind.COLLECTIVE and c["seqs_compared"] >= policy.min_seqs:
             siblings[(comm_op(c["function"]), len(c["members"]))].append(c)
@@ -221,7 +223,7 @@ def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
     return _localize_links(slow, rank_windows)
 
 
-def _link_suspects(members: list[int], rank_windows: dict[int, dict]) -> dict[int, dict]:
+def _link_suspects(members: list[int], rank_windows: dict[int, RankWindow]) -> dict[int, dict]:
     """Members with link hardware evidence: PCIe gen/width below the others, NVLink errors."""
     rws = [rank_windows[r] for r in members if r in rank_windows]
     gens = [rw["pcie_gen_min"] for rw in rws if rw.get("pcie_gen_min", -1) > 0]
@@ -242,7 +244,7 @@ def _link_suspects(members: list[int], rank_windows: dict[int, dict]) -> dict[in
     return out
 
 
-def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[list[Finding], set[int]]:
+def _localize_links(slow: list[tuple], rank_windows: dict[int, RankWindow]) -> tuple[list[Finding], set[int]]:
     if not slow:
         return [], set()
     sets = [set(c["members"]) for c, *_ in slow]
@@ -257,8 +259,9 @@ def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[l
         else:
             ranks, how = tuple(sorted(c["members"])), "not localized within the group"
         covered.update(c["members"])
-        hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in ranks}))
-        gpus = tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in ranks}))
+        seen: list[Mapping[str, Any]] = [rank_windows.get(r, {}) for r in ranks]
+        hosts = tuple(sorted({rw.get("host", "?") for rw in seen}))
+        gpus = tuple(sorted({int(rw.get("gpu", -1)) for rw in seen}))
         summary = (f"collective {c['function']} transfers {ratio:.2f}x slower than its sibling groups "
                    f"({c['transfer_ms_median']:.2f} ms per call); slow link at rank(s) {_short(ranks)} on "
                    f"{', '.join(hosts[:3])} ({how}); costs ~{cost:.1f} ms per step")
@@ -279,7 +282,7 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(best.values())
 
 
-def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[Finding]:
+def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Finding]:
     """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
     found: dict[str, Finding] = {}
     for c in comparisons:
@@ -311,7 +314,7 @@ def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[F
     return list(found.values())
 
 
-def _expectations(comparisons: list[dict], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
+def _expectations(comparisons: list[FunctionComparison], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
     """All-rank problems: a share of the step far above what a healthy job spends."""
     if job_step_ms <= 0:
         return []
@@ -337,7 +340,7 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
     return out
 
 
-def _share_limit(c: dict, policy: DetectionPolicy) -> float | None:
+def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None:
     if c["function"] == KIND_PREFIX + "gc":
         return policy.gc_share
     if c["function"] == KIND_PREFIX + "dataloader":

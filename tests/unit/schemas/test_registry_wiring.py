@@ -108,13 +108,13 @@ def test_worker_codecs_register_at_start_and_read_both_framings(registry):
     codecs = stream_codecs(settings(registry), NAMES)
     assert set(FakeRegistry.subjects) == {"pt.patterns-value", "pt.anomalies-value", "pt.control-value",
                                           "pt.findings-RankWindow", "pt.findings-FunctionComparison"}
-    ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), **codecs)
+    ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), codecs=codecs)
     batch = next(iter(batches(SyntheticJob("job-reg", ranks=2, seconds=2))))[1]
     collector_codec = RegistryCodec(EVENT_BATCH, NAMES.events, registry_client(settings(registry)))
     for data in (collector_codec.encode(batch), Codec(EVENT_BATCH).encode(batch)):
-        name, record = asyncio.run(ctx.decode(ctx.inputs, "inputs", data))
+        name, record = asyncio.run(ctx.decode(ctx.codecs["inputs"], "inputs", data))
         assert name == EVENT_BATCH and record["names"] == batch["names"]
-    assert ctx.anomaly_codec.encode(samples.anomaly("job-reg"))[:1] == b"\x00"
+    assert ctx.encode(ANOMALY, samples.anomaly("job-reg"))[:1] == b"\x00"
     assert stream_codecs(Settings(), NAMES) == {}  # no registry: the plain codecs
 
 
@@ -130,12 +130,12 @@ def test_worker_holds_a_message_while_the_registry_is_away(registry):
 
     data = RegistryCodec(EVENT_BATCH, NAMES.events, registry_client(settings(registry))).encode(
         next(iter(batches(SyntheticJob("job-reg", ranks=1, seconds=1))))[1])
-    ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), inputs=multi_codec_for(settings(registry),
-                                                                         [EVENT_BATCH], NAMES.events))
+    ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), codecs={"inputs": multi_codec_for(
+        settings(registry), [EVENT_BATCH], NAMES.events)})
     FakeRegistry.up = False
     threading.Timer(1.0, lambda: setattr(FakeRegistry, "up", True)).start()
     started = time.monotonic()
-    name, _ = asyncio.run(ctx.decode(ctx.inputs, "inputs", data))
+    name, _ = asyncio.run(ctx.decode(ctx.codecs["inputs"], "inputs", data))
     assert name == EVENT_BATCH and time.monotonic() - started >= 0.9
     assert ctx.counters.snapshot().get("dead_lettered", 0) == 0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from perftracker.streams.context import StreamContext, StreamCounters, now_ms
-from perftracker.streams.gaps import GapMetrics, event_count
+from perftracker.streams.detect import RankSummarizer
+from perftracker.streams.gaps import GapMetrics, SummarizerGaps, event_count
 from perftracker.streams.metrics import consumer_lag
 
 # batch_in(job, rank, lost batches so far, dropped events total, batch)
@@ -40,6 +41,17 @@ def test_a_jobs_series_go_with_its_last_rank():
     for counter in (StreamCounters.batches_lost, StreamCounters.events_dropped,
                     StreamCounters.worst_rank_batches_lost):
         assert c.series(counter) == {}
+
+
+def test_the_summarize_stage_observer_feeds_event_batches_only_and_forgets_dropped_ranks():
+    c = StreamCounters()
+    gaps, s = SummarizerGaps(c), RankSummarizer("j", 3)
+    s.health.lost_batches = 2
+    gaps.fed(s, "EventBatch", BATCH)
+    gaps.fed(s, "HardwareBatch", BATCH)
+    assert c.value(StreamCounters.events_in) == 6 and c.series(StreamCounters.batches_lost) == {("j",): 2}
+    gaps.dropped(s)
+    assert c.series(StreamCounters.batches_lost) == {}
 
 
 def test_event_count_of_a_bad_batch_is_zero():
