@@ -12,7 +12,13 @@ from typing import Any
 from ..schemas import Codec, MultiCodec, SchemaError
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.records import Anomaly, RankWindow
-from ..schemas.registry import RegistryClient, RegistryCodec, RegistryMultiCodec, RegistryUnavailable, fetch_writer
+from ..schemas.registry import (
+    RegistryClient,
+    RegistryCodec,
+    RegistryMultiCodec,
+    RegistryUnavailable,
+    fetch_writer,
+)
 from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
 from ..schemas.validate import validate

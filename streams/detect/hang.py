@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S
 from .model import comm_op
 
@@ -48,7 +49,7 @@ class HangState:
     group_seq: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> rank -> max seq
     members: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
-    def note_collectives(self, comparisons: list[dict]) -> None:
+    def note_collectives(self, comparisons: list[FunctionComparison]) -> None:
         for c in comparisons:
             if c.get("members"):
                 group = c["function"].split(":", 2)[-1]
@@ -57,7 +58,7 @@ class HangState:
                 for r, s in zip(c["members"], c["member_max_seq"], strict=False):
                     seqs[int(r)] = max(int(s), seqs.get(int(r), -1))
 
-    def note_window(self, rank_windows: dict[int, dict]) -> None:
+    def note_window(self, rank_windows: dict[int, RankWindow]) -> None:
         """Each rank's latest state; ranks without a batch in this window count as silent."""
         for r, seen in self.ranks.items():
             rw = rank_windows.get(r)

@@ -18,9 +18,7 @@ never the waiting ranks; if every rank is outside collectives the finding says s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -44,7 +42,7 @@ class LivenessState:
     hang: HangState = field(default_factory=HangState)  # each rank's state, groups' members and seqs
 
 
-def note_collectives(state: LivenessState, comparisons: list[dict]) -> None:
+def note_collectives(state: LivenessState, comparisons: list[FunctionComparison]) -> None:
     """Remember, per collective group, its members and each member's highest seq (hang culprits)."""
     state.hang.note_collectives(comparisons)
 
@@ -103,7 +101,7 @@ def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) ->
     return recent and state.alive_windows >= max(1.0, expected / 2)
 
 
-def _hang_finding(state: LivenessState, rank_windows: dict[int, dict], stalled_s: float,
+def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], stalled_s: float,
                   policy: DetectionPolicy) -> Finding:
     v = verdict(state.hang, policy.window_s)
     seen = state.hang.ranks
