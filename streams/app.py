@@ -15,7 +15,7 @@ from typing import Any
 import faust
 
 from ..schemas.http_auth import check_bind
-from ..schemas.registry import registry_client
+from ..schemas.registry import RegistryMultiCodec, registry_client
 from ..schemas.settings import Settings
 from ..schemas.topics import TopicNames
 from .agents import stage
@@ -51,7 +51,7 @@ def stream_codecs(settings: Settings, names: TopicNames) -> dict[str, Any]:
     for role, codec in codecs.items():
         if role == TopicRole.INPUTS:
             continue
-        if hasattr(codec, "register_all"):
+        if isinstance(codec, RegistryMultiCodec):
             codec.register_all()
         else:
             codec.schema_id  # noqa: B018 (registers the writer schema)
