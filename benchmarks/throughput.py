@@ -8,11 +8,12 @@ collectors send them), then timed in this one process:
 
 * ``events_per_s`` (end to end): a confluent-kafka consumer reads every partition from
   the beginning (explicit assignment: no group join in the timing) and each message goes
-  through the summarize agent's own calls (``streams/agents/summarize.py``) -- the
+  through the summarize agent's own calls (the ``summarize`` stage of
+  ``streams/topology.py`` as ``streams/agents/stage.py`` wires it) -- the
   input MultiCodec's ``decode`` and the content validation, ``RankSummarizer.add_events``,
   the gap metrics and counters, ``poll`` and the encoding of every closed
   FunctionPattern/RankWindow with the agent's codecs -- plus the
-  ``close_windows`` timer every 0.5 s, and a final flush so every window is closed once.
+  stage's timer every 0.5 s, and a final flush so every window is closed once.
   Not the Faust/aiokafka consumer: the calls the agent makes, with librdkafka fetching.
 * ``decode_events_per_s``: the input codec's ``decode`` and the validation alone over the
   encoded batches.
@@ -45,15 +46,16 @@ from perftracker.schemas import Codec
 from perftracker.schemas.rules import limits_for
 from perftracker.schemas.topics import TopicNames
 from perftracker.schemas.validate import validate
-from perftracker.schemas.vocabulary import EVENT_BATCH, FUNCTION_PATTERN, HARDWARE_BATCH
+from perftracker.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker.streams.gaps import GapMetrics
+from perftracker.streams.topology import TopicRole
 
 from .faust_worker import catch_up
 from .workload import Workload, batches
 
-TICK_S = 0.5  # the summarize agent's close_windows timer
+TICK_S = 0.5  # the summarize stage's timer (topology.POLL_INTERVAL_S)
 GOAL_EVENTS_PER_S = 1_000_000
 
 
@@ -100,7 +102,7 @@ class AgentCalls:
 
     def decode(self, raw: bytes) -> tuple[str, dict] | None:
         """What the agent's ``ctx.decode`` does: decode, then validate the content (None: invalid)."""
-        name, record = self.ctx.inputs.decode(raw)
+        name, record = self.ctx.codecs[TopicRole.INPUTS].decode(raw)
         if validate(name, record, self.limits) is not None:
             self.invalid += 1
             return None
@@ -145,10 +147,7 @@ class AgentCalls:
     def emit(self, closed: Iterable[tuple[str, dict]]) -> None:
         """Encode what the agent would send (the send itself is left out)."""
         for name, record in closed:
-            if name == FUNCTION_PATTERN:
-                self.ctx.pattern_codec.encode(record)
-            else:
-                self.ctx.findings.encode(name, record)
+            self.ctx.encode(name, record)
             self.emitted += 1
 
 
