@@ -103,6 +103,7 @@ def test_exception_in_the_buffer_never_reaches_training(attached, tmp_path):
     the loop."""
     rec = attached.recorder
     real, rec.events = rec.events, _ExplodingBuffer()
+    real.clear()  # events recorded before the swap (e.g. GC pauses since attach) are not this run's
     try:
         loss = _train_one_process(steps=8, tmp_path=tmp_path)
     finally:
