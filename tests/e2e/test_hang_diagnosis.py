@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.stack.conftest import Stack, stack_env
+from tests.integration.stack.conftest import Stack, running_stack
 
 from .helpers import SCRIPTS
 
@@ -28,13 +28,8 @@ SLACK_S = 15.0  # window close grace, stage hand-offs and the store's poll
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data_dir: Path = tmp_path_factory.mktemp("hangstack")
-    s = Stack(data_dir, stack_env(data_dir))
-    s.cli("up", timeout=180)
-    try:
+    with running_stack(tmp_path_factory.mktemp("hangstack")) as s:
         yield s
-    finally:
-        s.cli("down", check=False)
 
 
 def test_stalled_rank_is_named_during_the_stall_and_the_waiting_ranks_never(stack: Stack, tmp_path: Path):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,15 +48,21 @@ def stack_env(data_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data_dir = tmp_path_factory.mktemp("stack")
+@contextmanager
+def running_stack(data_dir: Path, show_logs: bool = False) -> Iterator[Stack]:
+    """`perftracker up` on ``data_dir`` for the block, `down` after it (log tails printed if asked)."""
     s = Stack(data_dir, stack_env(data_dir))
     s.cli("up", timeout=180)
     try:
         yield s
     finally:
         s.cli("down", check=False)
-        for log in sorted((data_dir / "logs").glob("*.log")):
+        for log in sorted((data_dir / "logs").glob("*.log")) if show_logs else []:
             tail = log.read_text(errors="replace")[-3000:]
             print(f"----- {log.name} (tail) -----\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("stack"), show_logs=True) as s:
+        yield s

@@ -24,20 +24,15 @@ from confluent_kafka import Consumer, Producer
 from perftracker.schemas.stackfile import pid_alive
 
 from ..waiting import wait_for
-from .conftest import Stack, stack_env
+from .conftest import Stack, running_stack
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data_dir = tmp_path_factory.mktemp("restart")
-    s = Stack(data_dir, stack_env(data_dir))
-    s.cli("up", timeout=180)
-    try:
+    with running_stack(tmp_path_factory.mktemp("restart")) as s:
         yield s
-    finally:
-        s.cli("down", check=False)
 
 
 def status(stack: Stack) -> dict:
