@@ -96,6 +96,7 @@ class SinkService:
         self.api: QueryServer | None = None
         self._consumer: Any = None
         self._producer: Any = None
+        self._keeper: Any = None
 
     # -- lifecycle ---------------------------------------------------------
     def stop(self) -> None:
@@ -123,7 +124,7 @@ class SinkService:
     def start(self) -> None:
         from confluent_kafka import Consumer, Producer
 
-        from ..schemas.kafka_admin import ensure_topics
+        from ..schemas.kafka_admin import TopicKeeper, ensure_topics
 
         self._open_store()
         assert self.store is not None
@@ -131,7 +132,10 @@ class SinkService:
         conf = consumer_conf(self.settings)
         base = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol")
                 or k.startswith(("sasl.", "ssl."))}
-        ensure_topics(base, all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions))
+        topics = all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions)
+        ensure_topics(base, topics)
+        self._keeper = TopicKeeper(base, topics)  # a restarted memory-only broker gets its topics back
+        self._keeper.start()
         self._producer = Producer({**base, "linger.ms": 50})
         self._consumer = Consumer(conf)
         self._consumer.subscribe([self.topics.patterns, self.topics.findings, self.topics.anomalies],
@@ -158,6 +162,8 @@ class SinkService:
             self.close()
 
     def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
         if self.flusher is not None and self._consumer is not None:
             self._final_flush()
             self.flusher.shutdown()
