@@ -142,7 +142,8 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         "rank": meta.rank, "world_size": meta.world_size, "host": meta.host, "gpu": meta.gpu,
         "signature": signature,
         "functions": sorted(n for n in w.functions if not n.startswith("kind:")),
-        "steps": len(w.steps), "last_step": int(sticky["last_step"]),
+        # the window's own last step (the sink numbers step_time_ns back from it); sticky when idle
+        "steps": len(w.steps), "last_step": int(max(w.steps) if w.steps else sticky["last_step"]),
         "step_time_ns": [int(x) for x in w.step_ns],
         "last_event_ms": int(sticky["last_event_ms"]), "last_function": sticky["last_function"],
         "pending_group": sticky["pending_group"], "pending_seq": int(sticky["pending_seq"]),

@@ -70,6 +70,8 @@ class RankSummarizer:
         self.sticky: dict[str, Any] = {"last_step": -1, "last_function": "", "pending_group": "",
                                        "pending_seq": -1, "last_event_ms": 0}
         self.health = {"dropped_events": 0, "lost_batches": 0, "bytes_received": 0}
+        self.collector_dropped = 0  # the batch header's cumulative count
+        self.dropped_here = 0  # well-formed events this summarizer could not place in an open window
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self._batch_wall_ms = 0
         self.batches_since_close = 0  # sign of life, heartbeats included
@@ -86,7 +88,7 @@ class RankSummarizer:
             self.batches_since_close += 1
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
                                  str(batch["host"]), int(batch["gpu"]))
-            self.health["dropped_events"] = int(batch.get("dropped_events", 0))
+            self.collector_dropped = int(batch.get("dropped_events", 0))
             offset_ns = int(batch["wall_ns"]) - int(batch["mono_ns"])
             self._batch_wall_ms = int(batch["wall_ns"]) // 1_000_000
             names = list(batch["names"])
@@ -114,10 +116,12 @@ class RankSummarizer:
         wid = wall_ms // self.policy.window_ms
         if self.next_window is not None and wid < self.next_window:
             self.skipped["late_event"] += 1
+            self.dropped_here += 1
             return None
         if wid not in self.windows:
             if len(self.windows) >= self.policy.max_open_windows:
                 self.skipped["too_many_open_windows"] += 1
+                self.dropped_here += 1
                 return None
             self.windows[wid] = WindowAcc()
         return self.windows[wid]
@@ -297,6 +301,7 @@ class RankSummarizer:
             add_kind_aggregates(w)
         for name, acc in sorted(w.functions.items()):
             out.append((FUNCTION_PATTERN, pattern_record(self.meta, wid, wsec, sig, name, acc, steps)))
+        self.health["dropped_events"] = self.collector_dropped + self.dropped_here
         out.append((RANK_WINDOW, rank_window_record(self.meta, wid, wsec, sig, w, self.sticky, self.health,
                                                      batches=self.batches_since_close)))
         self.batches_since_close = 0

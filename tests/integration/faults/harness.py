@@ -27,6 +27,7 @@ from typing import Any
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.deploy.tansu import free_port
 from perftracker.schemas import Codec, MultiCodec
+from perftracker.schemas.kafka_admin import quiet_kafka_logger
 from perftracker.schemas.topics import TopicNames
 from perftracker.schemas.vocabulary import EVENT_BATCH
 
@@ -175,7 +176,7 @@ class Traffic(threading.Thread):
     sent: int = 0
     delivered: int = 0
     failed: int = 0
-    sent_by_rank: dict[tuple[str, int], int] = field(default_factory=dict)
+    steps: dict[tuple[str, int, int], list[int]] = field(default_factory=dict)  # (job, rank, seq) -> steps
 
     def __post_init__(self) -> None:
         super().__init__(name="fault-traffic", daemon=True)
@@ -195,7 +196,7 @@ class Traffic(threading.Thread):
         codec = Codec(EVENT_BATCH)
         producer = Producer({**self.conf, "linger.ms": 50, "compression.type": "lz4",
                              "message.timeout.ms": 60_000, "reconnect.backoff.max.ms": 5_000,
-                             "log_level": 3})
+                             "logger": quiet_kafka_logger("perftracker.tests.traffic")})
 
         def on_delivery(err: Any, _msg: Any) -> None:
             if err is None:
@@ -218,7 +219,7 @@ class Traffic(threading.Thread):
             except BufferError:
                 self.failed += 1
             self.sent += 1
-            self.sent_by_rank[(rec["job"], rank)] = rec["seq"] + 1
+            self.steps[(rec["job"], rank, rec["seq"])] = list(rec["iterations"]["step"])
             producer.poll(0)
         producer.flush(90)
 
