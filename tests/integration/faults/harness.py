@@ -282,20 +282,25 @@ def server_reader(url: str) -> Callable[[list[str]], list[list[list]]]:
     return run
 
 
-def group_lag(conf: dict[str, str], group: str, topics: list[str]) -> int:
+def group_lag(conf: dict[str, str], group: str, topics: list[str], detail: bool = False) -> Any:
     """Messages on ``topics`` past ``group``'s committed offsets (all partitions; read without
-    joining the group). tansu's high watermark can read one below a committed offset (seen
-    after batches of several records): a partition committed at or past it counts 0."""
+    joining the group); ``detail``: {topic:partition: (committed, low, high)} of those behind.
+    tansu's high watermark can read one below a committed offset (seen after batches of
+    several records): a partition committed at or past it counts 0."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False,
+                  "logger": quiet_kafka_logger("perftracker.tests.lag")})
     try:
         tps = [TopicPartition(t, p) for t in topics for p in c.list_topics(t, timeout=10).topics[t].partitions]
-        lag = 0
+        lag, behind = 0, {}
         for tp in c.committed(tps, timeout=10):
             low, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-            lag += max(0, high - (tp.offset if tp.offset >= 0 else low))
-        return lag
+            n = max(0, high - (tp.offset if tp.offset >= 0 else low))
+            lag += n
+            if n:
+                behind[f"{tp.topic}:{tp.partition}"] = (tp.offset, low, high)
+        return behind if detail else lag
     finally:
         c.close()
 
@@ -311,4 +316,6 @@ def stop_workers(d: Deployment) -> None:
     for c in d.components:
         if c.web_port:
             c.stop()
-    wait_for(lambda: sink_caught_up(d), 180, 1.0)
+    t = d.topics
+    wait_for(lambda: sink_caught_up(d), 180, 1.0, lambda: group_lag(
+        d.kafka_conf, f"{d.app_id}-sink", [t.patterns, t.findings, t.anomalies], detail=True))

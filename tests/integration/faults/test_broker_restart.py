@@ -35,11 +35,15 @@ def test_broker_restart_everyone_reconnects_and_every_lost_batch_is_counted(tmp_
     same port. Nobody but the perftracker processes creates topics.
 
     Asserted: the topics come back, the producer, the worker and the sink deliver, consume and
-    write again by themselves (same processes); every rank has steps stored from after the
-    restart; the batches each rank lost (what the dead broker held unread, and anything after)
-    are exactly the gaps its RankWindows report (``lost_batches``, from the batch sequence
-    numbers), and the ``rank_health`` query shows that number. Printed: batches sent, lost and
-    counted, and the time from the broker's return to topics, worker and sink being back.
+    write again by themselves (same processes, none died); every rank has steps stored from
+    after the restart; the broker kept batches the worker never read, and every rank counts
+    them (``lost_batches``, from gaps in the batch sequence numbers); the steps missing from
+    the store are no more than the lost batches held plus the events counted as dropped
+    (``dropped_events`` includes what came too late for its window, which a paused pipeline
+    causes); the ``rank_health`` query shows those counters and any RankWindow missing
+    between the worker and the store. Printed: batches sent and consumed, steps missing and
+    counters per rank, RankWindows missing, and the time from the broker's return until the
+    topics existed and the worker and the sink consumed again.
     """
     brokers = [start_broker(log_path=tmp_path / "tansu-0.log")]
     try:
@@ -82,13 +86,16 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
 
     query = chdb_reader(d.data_dir / "chdb")
     health_sql = _rank_health_sql().replace("{job:String}", f"'{job.job}'").replace("{minutes:UInt32}", "600")
-    counted_rows, step_rows, after_rows, health_rows = query([
+    counted_rows, step_rows, after_rows, health_rows, window_rows = query([
         f"SELECT rank, max(lost_batches), max(dropped_events) FROM rank_windows FINAL"
         f" WHERE job = '{job.job}' GROUP BY rank",
         f"SELECT rank, step FROM iterations FINAL WHERE job = '{job.job}'",
         f"SELECT DISTINCT rank FROM rank_windows FINAL WHERE job = '{job.job}' AND steps > 0"
         f" AND toUnixTimestamp64Milli(window_start) > {restart_wall_ms}",
-        f"SELECT rank, lost_batches, dropped_events FROM ({health_sql})"])
+        f"SELECT rank, lost_batches, dropped_events, missing_windows FROM ({health_sql})",
+        f"SELECT rank, max(window_id) - min(window_id) + 1 - count() FROM rank_windows FINAL"
+        f" WHERE job = '{job.job}' GROUP BY rank"])
+    holes = {int(r): int(n) for r, n in window_rows}
     counted = {int(r): (int(lost), int(dropped)) for r, lost, dropped in counted_rows}
     stored: dict[int, set[int]] = {}
     for r, step in step_rows:
@@ -104,7 +111,7 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
     print(f"\nbroker restart: {traffic.sent} batches sent ({traffic.failed} failed at the producer), "
           f"{received} consumed by the worker; per rank: steps missing {missing}, "
           f"(lost batches, dropped events) counted {counted}; back after the broker returned: "
-          f"topics {topics_s:.1f} s, worker {worker_s:.1f} s, sink {sink_s:.1f} s")
+          f"topics {topics_s:.1f} s, worker {worker_s:.1f} s, sink {sink_s:.1f} s; RankWindows missing {holes}")
     assert traffic.sent > received, "the stalled worker should have lost what the dead broker held"
     for rank in range(RANKS):
         lost, dropped = counted[rank]
@@ -112,7 +119,8 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
         assert missing[rank] <= lost * per_batch + dropped, \
             f"rank {rank}: {missing[rank]} steps missing ({gaps[rank]}), only {lost} lost batches and " \
             f"{dropped} dropped events counted; batches (seq: steps) {_batch_spans(traffic, rank)}"
-    assert {int(r): (int(lost), int(dropped)) for r, lost, dropped in health_rows} == counted
+    assert {int(r): (int(lost), int(dropped)) for r, lost, dropped, _ in health_rows} == counted
+    assert {int(r[0]): int(r[3]) for r in health_rows} == holes  # RankWindows lost on the way: shown too
 
 
 def _rank_health_sql() -> str:
