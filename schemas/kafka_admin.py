@@ -39,7 +39,8 @@ TOPIC_CHECK_S = 1.0
 def _admin(conf: Mapping[str, str]) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**conf, "logger": quiet_kafka_logger("perftracker.kafka.admin")})
+    admin_conf: dict[str, Any] = {**conf, "logger": quiet_kafka_logger("perftracker.kafka.admin")}
+    return AdminClient(admin_conf)
 
 
 def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float = 10.0,

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 OUTAGE_S = 60.0  # the figure; both outages run at the same time to keep the suite short
 JOBS, RANKS = 3, 4
-SECONDS = 100  # of job time, sent in real time: traffic runs before, during and after the outage
+SECONDS = 80  # of job time, sent in real time: traffic runs before, during and after the outage
 SLOW_UNTIL_S = 35  # incidents open (~20 s) and resolve (~50 s) while both are down
 
 
