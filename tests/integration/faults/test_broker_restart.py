@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 STALL_S = 3.0  # the worker is paused this long before the broker dies: what it had not read is lost
 OUTAGE_S = 5.0  # broker down
-RANKS, SECONDS = 8, 60
+RANKS, SECONDS = 8, 50
 
 
 def _topics_back(conf: dict[str, str], prefix: str, partitions: int) -> bool:
@@ -29,7 +29,7 @@ def _topics_back(conf: dict[str, str], prefix: str, partitions: int) -> bool:
 
 
 def test_broker_restart_everyone_reconnects_and_every_lost_batch_is_counted(tmp_path, deployment, unique):
-    """One job (8 ranks, 60 s in real time) runs through a worker and the sink on a broker of
+    """One job (8 ranks, 50 s in real time) runs through a worker and the sink on a broker of
     this test's own. Mid-stream the worker is paused for 3 s (SIGSTOP: a stalled consumer), the
     broker is stopped, the worker resumed, and after 5 s a new broker (no topics) starts on the
     same port. Nobody but the perftracker processes creates topics.

@@ -105,7 +105,8 @@ def test_a_killed_worker_is_taken_over_and_every_anomaly_reaches_store_and_webho
           f"{traffic.sent} batches sent, {len(anomalies)} anomaly records ({len(delivered)} incidents, "
           f"{sum(map(len, delivered.values()))} notifications), {sum(rows.values())} keys stored, "
           f"{stored.replayed_rows()} replayed rows awaiting merge; final input lag {final_lag}; iterations stored "
-          f"{rows['iterations']} of {sent_steps} sent")
+          f"{rows['iterations']} of {sent_steps} sent; incidents "
+          f"{sorted({(a['job'][-1], a['cause'], tuple(a['ranks']), a['status']) for a in anomalies})}")
 
 
 def _batches(job: SyntheticJob):
