@@ -1,7 +1,8 @@
 """Labelled detection benchmark: ``python -m benchmarks.detection [--json] [--quick]``.
 
 Runs every scenario of :mod:`benchmarks.scenarios` through the engine's real classes
-(FunctionComparator and JobDiagnoser always; RankSummarizer too for event-level jobs) on a
+(FunctionComparator and JobDiagnoser always; RankSummarizer too for event-level jobs),
+wired as the stream workers wire them (``perftracker.streams.topology.LocalRunner``), on a
 simulated clock, then scores the OPEN incidents against the ground truth:
 
 * an incident *matches* a truth when its ranks are a non-empty subset of the culprit ranks
@@ -23,13 +24,13 @@ import sys
 import time
 from dataclasses import dataclass
 
-from perftracker.schemas.vocabulary import Status
+from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
 from perftracker.streams.detect import DetectionPolicy
+from perftracker.streams.topology import LocalRunner, Routed
 
 from .scenarios import Scenario, event_scenarios, pattern_scenarios, stress_scenarios
 from .simulate.events import EventFault, EventJob, EventSimulator
 from .simulate.patterns import PatternSim
-from .simulate.pipeline import Pipeline
 from .simulate.records import T0_MS
 
 
@@ -46,41 +47,44 @@ def run_patterns(sc: Scenario, policy: DetectionPolicy) -> list[Incident]:
     assert sc.layout is not None
     sim = PatternSim(sc.layout, sc.faults, seed=sc.seed, moe=sc.moe, spike_prob=sc.spike_prob,
                      window_s=policy.window_s)
-    pl = Pipeline("job", policy)
+    runner = LocalRunner(policy)
     wms, grace = policy.window_ms, policy.grace_ms
     now = T0_MS
+    out: list[Routed] = []
     for w, recs in sim.windows(sc.windows):
         now = T0_MS + (w + 1) * wms + 500
-        pl.add_records(recs, now)
-        pl.tick(now + grace + 100)
-        pl.tick(now + grace + grace // 2 + 200)
+        for name, rec in recs:
+            out += runner.feed(name, rec, now)
+        out += runner.tick(now + grace + 100)
+        out += runner.tick(now + grace + grace // 2 + 200)
     for k in range(1, 4):
-        pl.tick(now + k * wms)
-    return _incidents(pl, wms, T0_MS)
+        out += runner.tick(now + k * wms)
+    return _incidents(out, wms, T0_MS)
 
 
 def run_events(sc: Scenario, policy: DetectionPolicy) -> list[Incident]:
     fault = EventFault(sc.event_fault, 2 if sc.event_ranks == 4 else 11, sc.magnitude,
                        start_s=3 * policy.window_s)
     sim = EventSimulator(EventJob(ranks=sc.event_ranks), fault, seed=sc.seed)
-    pl = Pipeline("job", policy)
+    runner = LocalRunner(policy)
     t0 = sim.t0_ns // 1_000_000
     tick_ms = 500
+    out: list[Routed] = []
     for tick in range(1, int(sc.windows * policy.window_ms / tick_ms) + 1):
         t_ns = tick * tick_ms * 1e6
         while sim.clock.min() < t_ns:
             sim.run_step()
         if tick % 2 == 0:
             for r in range(sim.job.ranks):
-                pl.add_events(sim.batch(r, t_ns), t0 + tick * tick_ms)
-        pl.tick(t0 + tick * tick_ms)
-    return _incidents(pl, policy.window_ms, t0)
+                out += runner.feed(EVENT_BATCH, sim.batch(r, t_ns), t0 + tick * tick_ms)
+        out += runner.tick(t0 + tick * tick_ms)
+    return _incidents(out, policy.window_ms, t0)
 
 
-def _incidents(pl: Pipeline, wms: int, t0_ms: int) -> list[Incident]:
+def _incidents(out: list[Routed], wms: int, t0_ms: int) -> list[Incident]:
     seen: dict[str, Incident] = {}
-    for _, a in pl.anomalies:
-        if a["status"] == Status.OPEN and a["incident_id"] not in seen:
+    for name, a in out:
+        if name == ANOMALY and a["status"] == Status.OPEN and a["incident_id"] not in seen:
             window = (a["last_seen_ms"] - t0_ms) // wms - 1
             seen[a["incident_id"]] = Incident(a["cause"], a["kind"], tuple(a["ranks"]), int(window), a["summary"])
     return list(seen.values())

@@ -10,10 +10,12 @@ from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any, TypeVar, overload
 
+from ..schemas.redact import redact_configured
 from ..schemas.vocabulary import SpanKind
 from .collector import Collector, CollectorStats
 from .config import load_attach_settings
-from .identity import default_job, identity_from_env
+from .identity import identity_from_env
+from .job_agreement import provisional_job, settled_job, world_size
 
 log = logging.getLogger("perftracker.collectors")
 
@@ -42,13 +44,16 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
             settings = load_attach_settings(env, **overrides)
             if not settings.collector.enabled:
                 return None
-            job = job or settings.collector.job or default_job(env)
-            identity = identity_from_env(job, env)
+            settled = settled_job(job or settings.collector.job, env)
+            agree = not settled and world_size(env) > 1
+            job = settled or provisional_job(env)
+            identity = identity_from_env(job, env, settings.collector.host)
             bootstrap = settings.collector.bootstrap_servers or _bootstrap(env)
-            collector = Collector(settings, identity, bootstrap)
+            collector = Collector(settings, identity, bootstrap, job_settled=not agree)
             collector.start()
         except Exception as exc:  # noqa: BLE001 - attaching must never break the job
-            log.warning("perftracker: collector not attached: %s: %s", type(exc).__name__, exc)
+            log.warning("perftracker: collector not attached: %s: %s", type(exc).__name__,
+                        redact_configured(str(exc)))
             return None
         _current = collector
         os.environ[ATTACHED_PID_ENV] = str(os.getpid())

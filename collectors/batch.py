@@ -23,6 +23,9 @@ class _Names:
         return idx
 
 
+StackRow = tuple[str, int, int, int, str]  # (file function, line, kind, count, source text)
+
+
 def _columns(*names: str) -> dict[str, list]:
     return {n: [] for n in names}
 
@@ -34,8 +37,9 @@ class BatchBuilder:
         self.identity = identity
         self.seq = 0
 
-    def build(self, events: Iterable[tuple], dropped: int,
-              kernels: Sequence[OpSummary] = ()) -> dict[str, Any]:
+    def build(self, events: Iterable[tuple], dropped: int, kernels: Sequence[OpSummary] = (),
+              cpu: Sequence[dict] = (), stacks: Sequence[StackRow] = ()) -> dict[str, Any]:
+        """``cpu``: CpuSample records; ``stacks``: ``(file function, line, kind, count, code)`` rows."""
         names = _Names()
         index = names.index
         name_id = index.setdefault  # (name, len(index)): the name's id, a new one if unseen
@@ -75,7 +79,10 @@ class BatchBuilder:
         record.update(
             groups=[{"group_id": g.group_id, "ranks": list(g.ranks)} for g in groups],
             iterations=iters, spans=spans, comms=comms,
-            kernels=[_kernel(k, names) for k in kernels],
+            kernels=[_kernel(k, names) for k in kernels], cpu=list(cpu),
+            stacks={"frame": [names(r[0]) for r in stacks], "line": [r[1] for r in stacks],
+                    "kind": [r[2] for r in stacks], "count": [r[3] for r in stacks],
+                    "code": [names(r[4]) if r[4] else -1 for r in stacks]},
         )
         record["names"] = list(index)
         self.seq += 1

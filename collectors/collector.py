@@ -8,26 +8,31 @@ that attaches before the user's script runs never imports torch itself.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ..schemas import Codec
+from ..schemas.registry import RegistryCodec, codec_for, registry_client
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
 from .config import AttachSettings
+from .counters import CollectorCounters
 from .identity import RankIdentity
 from .iteration import IterationDetector
+from .job_agreement import JobAgreement, torch_distributed
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
 from .selfcost import background_cpu_by_thread
-from .transport import KafkaSink, NullSink, SendCounters, Sender
+from .transport import KafkaSink, NullSink, Sender
 
 log = logging.getLogger("perftracker.collectors")
 
@@ -58,35 +63,53 @@ class CollectorStats:
     background_cpu_by_thread: dict[str, float]  # the same by thread (empty if unknown)
 
 
+class Part(Protocol):
+    """An optional part (profiler windows, control follower, NVML sampler): stopped at close."""
+
+    def close(self) -> None: ...
+
+
 class Collector:
-    def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str):
+    def __init__(self, settings: AttachSettings, identity: RankIdentity, bootstrap: str,
+                 job_settled: bool = True):
         cfg = settings.collector
         self.settings = settings
         self.identity = identity
-        self.errors = ErrorBudget(cfg.log_every_s)
+        self.counters = CollectorCounters()
+        self.errors = ErrorBudget(cfg.log_every_s, self.counters)
         detector = IterationDetector(cfg.iteration_repeats, cfg.iteration_relearn)
-        self.recorder = Recorder(cfg.buffer_events, detector, self.errors)
+        self.recorder = Recorder(cfg.buffer_events, detector, self.errors, self.counters)
         self.patches = Patches()
         self.imports = PostImportHook()
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
-        self.counters = SendCounters()
         self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+        self.registry = registry_client(settings)  # None: single-object framing
         self.sink = self._make_sink(bootstrap)
-        codec = Codec(EVENT_BATCH)
+        codec = self.codec(EVENT_BATCH, self.topics.events)
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
-        self.gc_timer: Any = None
-        self.windows: Any = None  # ProfileWindows once torch is imported
-        self.extras: list[Any] = []  # optional parts with a close(): control, profiler, nvml
-        self._removers: list[Any] = []
+        self._parts: list[Part] = []  # closed first to last
+        self._removers: list[Callable[[], None]] = []
         self._pid = os.getpid()
         self._closed = False
         self._background_cpu: dict[str, float] | None = None  # frozen at close, before the threads end
         self._close_lock = threading.Lock()
+        self._identity_listeners: list[Callable[[RankIdentity], None]] = []
+        self.agreement: JobAgreement | None = None
+        if not job_settled:
+            self.agreement = JobAgreement(identity.job, self._agreed_job, cfg.job_agreement_s,
+                                          torch_distributed)
+            self.sender.add_task(self.agreement.poll)
+            self.sender.hold_until(self.agreement.ready)
+
+    def codec(self, record_name: str, topic: str) -> Codec | RegistryCodec:
+        """The codec of ``record_name`` on ``topic``: registry-framed with a schema registry configured
+        (the schema is registered on the first encode, in the sender's thread, never in training code)."""
+        return codec_for(self.settings, record_name, topic, client=self.registry)
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
-        on_lost = self._lost
+        on_lost = self.recorder.lost
         if not bootstrap:
             log.warning("perftracker: no Kafka broker configured (PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS "
                         "or `perftracker up`); events are counted, not sent")
@@ -97,20 +120,60 @@ class Collector:
             self.errors.caught("kafka producer", exc)
             return NullSink(self.counters, on_lost)
 
-    def _lost(self, n_events: int) -> None:
-        self.recorder.dropped += n_events
+    # -- what the hooks and optional parts hand in ----------------------------------------
+    def add_remover(self, remove: Callable[[], None]) -> None:
+        """``remove()`` undoes one hook at :meth:`remove_hooks` (patches have their own undo)."""
+        self._removers.append(remove)
+
+    def add_part(self, part: Part, *, close_first: bool = False) -> None:
+        """Close ``part`` at :meth:`close`, before the sender's last flush."""
+        if close_first:
+            self._parts.insert(0, part)
+        else:
+            self._parts.append(part)
+
+    def set_identity(self, identity: RankIdentity) -> None:
+        """A more precise identity (the GPU once NVML knows it, the agreed job) for later batches."""
+        self.identity = identity
+        self.sender.set_identity(identity)
+        for listener in self._identity_listeners:
+            listener(identity)
+
+    def on_identity(self, listener: Callable[[RankIdentity], None]) -> None:
+        """Call ``listener(identity)`` whenever the identity changes (parts that send on their own)."""
+        self._identity_listeners.append(listener)
+
+    def job_settled(self) -> bool:
+        """False while the ranks still agree on the job id (see :mod:`.job_agreement`)."""
+        return self.agreement is None or self.agreement.ready()
+
+    def _agreed_job(self, job: str) -> None:
+        self.set_identity(dataclasses.replace(self.identity, job=job))
 
     def start(self) -> None:
         from .hooks_python import GcTimer
         cfg = self.settings.collector
         if cfg.gc:
-            gc_timer = self.gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
+            gc_timer = GcTimer(self.recorder, int(cfg.gc_min_us * 1000))
             gc_timer.install()
-            self._removers.append(gc_timer.remove)
+            self.add_remover(gc_timer.remove)
+        if cfg.cpu_evidence:
+            self._start_cpu_evidence(cfg.stack_hz)
         self.imports.when_imported("torch", self._on_torch)
         self.sender.start()
+        if cfg.metrics_port > 0:
+            self._serve_metrics(cfg.metrics_host, cfg.metrics_port + self.identity.local_rank)
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _start_cpu_evidence(self, hz: float) -> None:
+        try:
+            from .cpu_evidence import CpuEvidence
+            evidence = CpuEvidence(self.sender, self.counters, hz)
+            evidence.start()
+            self.add_part(evidence)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.caught("cpu evidence", exc)
 
     def _on_torch(self, torch: ModuleType) -> None:
         try:
@@ -120,24 +183,41 @@ class Collector:
         except Exception as exc:  # noqa: BLE001
             self.errors.caught("torch hooks", exc)
 
+    def _serve_metrics(self, host: str, port: int) -> None:
+        """The opt-in Prometheus endpoint (PERFTRACKER_COLLECTOR_METRICS_PORT + LOCAL_RANK)."""
+        from ..schemas.metrics import MetricsServer, registry_of
+
+        labels = {"job": self.identity.job, "rank": str(self.identity.rank)}
+        try:
+            server = MetricsServer(registry_of(self.counters, const_labels=labels), port, host)
+        except ImportError:
+            log.warning("perftracker: PERFTRACKER_COLLECTOR_METRICS_PORT is set but prometheus-client "
+                        "is not installed (pip install prometheus-client); metrics endpoint off")
+            return
+        except OSError as exc:
+            log.warning("perftracker: metrics endpoint on %s:%d not started: %s", host, port, exc)
+            return
+        self.add_part(server)
+        log.info("perftracker: collector metrics at %s", server.url)
+
     def _after_fork_child(self) -> None:
         self.recorder.silence()
         self._closed = True  # the child has no sender thread; never flush from it
 
     def stats(self) -> CollectorStats:
-        rec = self.recorder
+        rec, counters = self.recorder, self.counters
         pattern = rec.detector.pattern or ()
         return CollectorStats(
             job=self.identity.job, rank=self.identity.rank, events_buffered=len(rec.events),
-            events_sent=self.counters.events_sent, events_dropped=rec.dropped,
-            batches_sent=self.counters.batches_sent, batches_failed=self.counters.batches_failed,
-            bytes_sent=self.counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
-            wire_bytes=self.counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
+            events_sent=counters.events_sent, events_dropped=counters.events_dropped,
+            batches_sent=counters.batches_sent, batches_failed=counters.batches_failed,
+            bytes_sent=counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
+            wire_bytes=counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
             wire_ratio=round(self.sender.wire_ratio(), 4),
-            errors_caught=self.errors.count, step=rec.step,
-            gc_short_pauses=self.gc_timer.short_pauses if self.gc_timer else 0,
+            errors_caught=counters.errors_caught, step=rec.step,
+            gc_short_pauses=counters.gc_short_pauses,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
-            profile_windows=self.windows.windows_done if self.windows is not None else 0,
+            profile_windows=counters.profile_windows,
             **_background(self._background_cpu if self._closed else background_cpu_by_thread()))
 
     def close(self) -> None:
@@ -148,8 +228,8 @@ class Collector:
             self._closed = True
         try:
             self._background_cpu = background_cpu_by_thread()
-            for extra in self.extras:
-                extra.close()
+            for part in self._parts:
+                part.close()
             self.sender.close(self.settings.collector.exit_flush_s)
             if self.settings.collector.stats_file:
                 self._write_stats(self.settings.collector.stats_file)

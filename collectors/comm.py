@@ -10,6 +10,11 @@ member. Each call records op, group, per-group sequence number, bytes and durati
   ``isend``/``irecv``, until the Work's future completes.
 * CUDA tensors: device time between two CUDA events recorded around the call on
   the current stream, read back by the sender thread (see :mod:`.cuda_timing`).
+
+A call counts as entered the moment it is issued: its seq is taken before the call; a
+synchronous one stays in ``Recorder.blocking`` until it returns, an async one (and each
+DDP bucket all-reduce) in ``Recorder.in_flight`` until its future completes. The sender
+reports the calls still there as entry markers (``dur_ns`` -1) for hang diagnosis.
 """
 
 from __future__ import annotations
@@ -98,6 +103,9 @@ class _Params:
                    tuple((index(n), n) for n in spec.byte_params))
 
 
+_Call = tuple[GroupState, int, int, bool]  # (group, seq, bytes, async) of a call being issued
+
+
 def _arg(args: tuple, kwargs: dict, idx: int, name: str) -> Any:
     if 0 <= idx < len(args):
         return args[idx]
@@ -147,18 +155,30 @@ class CommTimer:
                 and len(params.byte_params) == 1 and params.byte_params[0][0] >= 0 \
                 and params.group >= 0 and params.async_op >= 0:
             return self._wrap_sync_cpu(spec, params, orig)
-        errors = self.rec.errors
-        record = self._record
+        rec = self.rec
+        errors, enter, record = rec.errors, self._enter, self._record
         cuda_begin = self._cuda_begin
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             ev = cuda_begin(spec, params, args, kwargs) if self.cuda is not None else None
+            try:
+                call = enter(spec, params, args, kwargs)
+            except Exception as exc:  # noqa: BLE001
+                errors.caught(spec.name, exc)
+                return orig(*args, **kwargs)
             t0 = perf_counter_ns()
-            result = orig(*args, **kwargs)
+            if call[3]:
+                result = orig(*args, **kwargs)
+            else:  # entered until it returns: the sender reports it if it does not
+                rec.blocking = (spec.name, call[0].ref, call[1], call[2], rec.step, t0)
+                try:
+                    result = orig(*args, **kwargs)
+                finally:
+                    rec.blocking = None
             t1 = perf_counter_ns()
             try:
-                record(spec, params, args, kwargs, result, t0, t1, ev)
+                record(spec, call, result, t0, t1, ev)
             except Exception as exc:  # noqa: BLE001
                 errors.caught(spec.name, exc)
             return result
@@ -170,9 +190,12 @@ class CommTimer:
 
         A synchronous call records here with no further Python call: the group
         comes from the registry's cached default when none is given, and the
-        event tuple goes straight into the recorder's buffer (the layout and the
-        drop accounting of :meth:`Recorder.comm`). An async call takes the
-        general path, which times it until its Work completes.
+        event tuple goes straight into the recorder's buffer (the layout of
+        :meth:`Recorder.comm`, a drop counted in the recorder's ``overflow``
+        cell as there). Its seq and bytes are taken before the call, whose entry
+        stays in ``rec.blocking`` until it returns (the sender reports a call that
+        has not returned as entered). An async call takes the general path, which
+        times it until its Work completes.
         """
         rec, registry, general = self.rec, self.registry, self._record
         name, group_idx, async_idx = spec.name, params.group, params.async_op
@@ -180,9 +203,6 @@ class CommTimer:
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = perf_counter_ns()
-            result = orig(*args, **kwargs)
-            t1 = perf_counter_ns()
             try:
                 n = len(args)
                 if kwargs:
@@ -193,9 +213,6 @@ class CommTimer:
                     group = args[group_idx] if n > group_idx else None
                     is_async = n > async_idx and args[async_idx]
                     tensor = args[tensor_idx] if n > tensor_idx else None
-                if is_async:
-                    general(spec, params, args, kwargs, result, t0, t1, None)
-                    return result
                 state = registry.default if group is None else None
                 if state is None:
                     state = registry.resolve(group)
@@ -204,12 +221,29 @@ class CommTimer:
                     nbytes = tensor.nbytes
                 except AttributeError:
                     nbytes = nbytes_of(tensor)
-                events = rec.events
-                if len(events) >= rec.capacity:
-                    rec.dropped += 1
-                events.append((COMM, name, state.ref, seq, nbytes, rec.step, t0, t1 - t0))
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(name, exc)
+                return orig(*args, **kwargs)
+            if is_async:
+                t0 = perf_counter_ns()
+                result = orig(*args, **kwargs)
+                try:
+                    general(spec, (state, seq, nbytes, True), result, t0, perf_counter_ns(), None)
+                except Exception as exc:  # noqa: BLE001
+                    rec.errors.caught(name, exc)
+                return result
+            step = rec.step
+            t0 = perf_counter_ns()
+            rec.blocking = (name, state.ref, seq, nbytes, step, t0)
+            try:
+                result = orig(*args, **kwargs)
+            finally:
+                rec.blocking = None
+            t1 = perf_counter_ns()
+            events = rec.events
+            if len(events) >= rec.capacity:
+                rec.overflow.value += 1
+            events.append((COMM, name, state.ref, seq, nbytes, step, t0, t1 - t0))
             return result
 
         return wrapper
@@ -223,9 +257,11 @@ class CommTimer:
         ~5% of a small CPU step, measured in-process (docs/collectors.md). The
         sequence number comes from the same per-group counters as every other
         collective; the event is recorded when the bucket's future completes, on
-        the thread that completes it. Complex buffers take the stock path.
+        the thread that completes it; until then the call is in ``rec.in_flight``
+        (entered). Complex buffers take the stock path.
         """
         rec, registry, dist, cuda = self.rec, self.registry, self.dist, self.cuda
+        in_flight = rec.in_flight
 
         def allreduce_bucket(process_group: Any, bucket: Any) -> Any:
             pg = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
@@ -245,9 +281,12 @@ class CommTimer:
             fut = pg.allreduce([tensor]).get_future()
             seq = state.seq = state.seq + 1
             meta = ("all_reduce", state.ref, seq, tensor.nbytes, rec.step, t0)
+            key = (state.ref, seq)
+            in_flight[key] = meta  # entered when issued, until its future completes
 
             def done(completed: Any) -> Any:
                 try:
+                    in_flight.pop(key, None)
                     _completed(rec, cuda, start, meta)
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
@@ -266,9 +305,8 @@ class CommTimer:
         idx, name = params.byte_params[0]
         return _cuda_start(self.cuda, _arg(args, kwargs, idx, name), self.rec)
 
-    def _record(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict, result: Any,
-                t0: int, t1: int, cuda_ev: Any) -> None:
-        """Sequence number, bytes, then one event (now, at completion, or from CUDA events)."""
+    def _enter(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> _Call:
+        """Group, sequence number, bytes and whether the call is async (before issuing it)."""
         if spec.p2p is P2P.NONE:
             group = args[params.group] if 0 <= params.group < len(args) else kwargs.get("group")
             state = self.registry.resolve(group)
@@ -282,12 +320,17 @@ class CommTimer:
                 nbytes += value.nbytes
             except AttributeError:
                 nbytes += nbytes_of(value)
+        is_async = bool(spec.always_async or (args[params.async_op] if 0 <= params.async_op < len(args)
+                                              else kwargs.get("async_op")))
+        return state, seq, nbytes, is_async
+
+    def _record(self, spec: OpSpec, call: _Call, result: Any, t0: int, t1: int, cuda_ev: Any) -> None:
+        """One event: at completion for an async call (entered until then), from CUDA events, or now."""
+        state, seq, nbytes, is_async = call
         rec = self.rec
-        if spec.always_async or (args[params.async_op] if 0 <= params.async_op < len(args)
-                                 else kwargs.get("async_op")):
-            if result is not None and _on_completion(result, spec.name, state, seq, nbytes,
-                                                     rec.step, t0, rec, self.cuda, cuda_ev):
-                return
+        if is_async and result is not None and _on_completion(result, spec.name, state, seq, nbytes,
+                                                              rec.step, t0, rec, self.cuda, cuda_ev):
+            return
         if cuda_ev is not None:
             assert self.cuda is not None
             self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, rec.step, t0))
@@ -343,9 +386,12 @@ def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int,
     except Exception:  # noqa: BLE001 - some backends/ops have no future
         return False
     ref = state.ref
+    key = (ref, seq)
+    rec.in_flight[key] = (op, ref, seq, nbytes, step, t0)  # entered when issued, until it completes
 
     def done(_fut: Any) -> None:
         try:
+            rec.in_flight.pop(key, None)
             _completed(rec, cuda, cuda_ev, (op, ref, seq, nbytes, step, t0))
         except Exception as exc:  # noqa: BLE001
             rec.errors.caught(op, exc)

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..schemas.settings import CollectorSettings, KafkaSettings
-from ..schemas.settings_loader import load_section, refuse_unwired
+from ..schemas.settings_checks import check_kafka
+from ..schemas.settings_loader import load_section
 
 
 @dataclass(frozen=True)
@@ -33,5 +34,5 @@ def load_attach_settings(env: Mapping[str, str] | None = None, **overrides: obje
     if overrides:
         collector = dataclasses.replace(collector, **overrides)  # type: ignore[arg-type]
     kafka = load_section(KafkaSettings, "kafka", env)
-    refuse_unwired(kafka)
+    check_kafka(kafka)
     return AttachSettings(collector, kafka)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..schemas.kafka_admin import quiet_kafka_logger
+from ..schemas.vocabulary import ControlCommand
 from .profiling import ProfileRequest, ProfileWindows
 from .safety import ErrorBudget
 from .transport import LIBRDKAFKA_LOGGER
@@ -24,7 +25,7 @@ STALE_S = 60.0
 
 class ControlFollower(threading.Thread):
     def __init__(self, conf: Mapping[str, str], topic: str, job: str, windows: ProfileWindows,
-                 errors: ErrorBudget):
+                 errors: ErrorBudget, codec: Any = None):
         super().__init__(name="perftracker-control", daemon=True)
         self.topic = topic
         self.job = job
@@ -35,6 +36,7 @@ class ControlFollower(threading.Thread):
         self._seen: set[str] = set()
         self._since_ms = int((time.time() - STALE_S) * 1000)
         self._stop_event = threading.Event()
+        self._codec = codec  # a Codec or RegistryCodec of Control; None: the single-object one
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -42,7 +44,7 @@ class ControlFollower(threading.Thread):
         from ..schemas import Codec
         from ..schemas.vocabulary import CONTROL
 
-        codec = Codec(CONTROL)
+        codec = self._codec or Codec(CONTROL)
         consumer = Consumer({**self._conf, "group.id": f"perftracker-collector-{self.job}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 5000,
                              "session.timeout.ms": 10_000, "log_level": 3, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
@@ -71,7 +73,7 @@ class ControlFollower(threading.Thread):
             return
         self._seen.add(msg["request_id"])
         self.received += 1
-        if msg["command"] == "PROFILE":
+        if msg["command"] == ControlCommand.PROFILE:
             self.windows.request(ProfileRequest(msg["request_id"], int(msg["start_step"]),
                                                 float(msg["duration_s"])))
         elif msg["command"] == "STOP_PROFILE":

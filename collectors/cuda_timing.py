@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from .counters import DropReason
 from .recorder import Recorder
 
 MAX_PENDING = 4096
@@ -49,7 +50,7 @@ class CudaCommTimer:
 
     def end(self, start: Any, meta: tuple) -> None:
         if len(self._pending) >= MAX_PENDING:
-            self.rec.dropped += 1
+            self.rec.lost(1, DropReason.CUDA_QUEUE_FULL)
             self._pool.append(start)
             return
         stop = self._event()

@@ -16,6 +16,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from ..schemas.vocabulary import SpanKind
+from .counters import CollectorCounters
 from .patching import Patches
 from .recorder import Recorder
 
@@ -221,7 +222,7 @@ def install_torch_functions(torch: Any, rec: Recorder, patches: Patches) -> None
 
 
 class GcTimer:
-    """GC pauses through ``gc.callbacks``."""
+    """GC pauses through ``gc.callbacks``; pauses under ``min_ns`` are only counted."""
 
     NAMES = ("gc.gen0", "gc.gen1", "gc.gen2")
 
@@ -229,8 +230,9 @@ class GcTimer:
         self.rec = rec
         self.min_ns = min_ns
         self._t0 = 0
-        self.short_pauses = 0
-        self.short_ns = 0
+        # added to inline (a collection can run after any allocation: no call, no lock)
+        self._short = rec.counters.cell(CollectorCounters.gc_short_pauses)
+        self._short_ns = rec.counters.cell(CollectorCounters.gc_short_pause_ns)
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -239,8 +241,8 @@ class GcTimer:
         try:
             t1 = perf_counter_ns()
             if t1 - self._t0 < self.min_ns:
-                self.short_pauses += 1
-                self.short_ns += t1 - self._t0
+                self._short.value += 1
+                self._short_ns.value += t1 - self._t0
                 return
             self.rec.span(SpanKind.GC, self.NAMES[info.get("generation", 2) % 3], self._t0, t1 - self._t0)
         except Exception as exc:  # noqa: BLE001

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,15 +29,6 @@ class RankIdentity:
                             gpu, gpu_uuid, self.pid)
 
 
-def default_job(env: Mapping[str, str]) -> str:
-    """The launcher's run id (torchrun ``--rdzv-id``), else a generated id."""
-    for name in ("PERFTRACKER_COLLECTOR_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
-        value = env.get(name, "")
-        if value and value != "none":
-            return value
-    return "job-" + uuid.uuid4().hex[:10]
-
-
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(env.get(name, default))
@@ -46,12 +36,14 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return default
 
 
-def identity_from_env(job: str, env: Mapping[str, str] | None = None) -> RankIdentity:
-    """Rank fields from torchrun/SLURM variables; GPU from LOCAL_RANK when CUDA is visible."""
+def identity_from_env(job: str, env: Mapping[str, str] | None = None, host: str = "") -> RankIdentity:
+    """Rank fields from torchrun/SLURM variables. ``host``: the configured machine name
+    (``collector.host``), else the hostname; in a container the hostname is the pod's,
+    so host-level causes could not be merged per machine without it."""
     env = os.environ if env is None else env
     rank = _int(env, "RANK", _int(env, "SLURM_PROCID", 0))
     local_rank = _int(env, "LOCAL_RANK", _int(env, "SLURM_LOCALID", 0))
     world = _int(env, "WORLD_SIZE", _int(env, "SLURM_NTASKS", 1))
-    return RankIdentity(job=job or default_job(env), rank=rank, local_rank=local_rank,
-                        world_size=world, host=socket.gethostname(), gpu=-1, gpu_uuid="",
+    return RankIdentity(job=job, rank=rank, local_rank=local_rank,
+                        world_size=world, host=host or socket.gethostname(), gpu=-1, gpu_uuid="",
                         pid=os.getpid())

@@ -67,6 +67,11 @@ class IterationDetector:
     def locked(self) -> bool:
         return self.pattern is not None
 
+    @property
+    def next_step(self) -> int:
+        """The number the next iteration will get (iterations are numbered from 0, never reused)."""
+        return self._next_step
+
     def feed(self, token: int, start_ns: int, end_ns: int) -> tuple[Iteration, ...]:
         """Feed one token; return the iterations it completes (usually none)."""
         if self.pattern is None:

@@ -7,59 +7,55 @@ import signal
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from .bootstrap import ATTACH_ENV, ATTACHED_PID_ENV, LAUNCHER_PID_ENV, SITECUSTOMIZE
+from .job_agreement import PROVISIONAL_ENV, provisional_job, settled_job
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def job_from_command(command: Sequence[str], env: Mapping[str, str]) -> str:
-    """``--rdzv-id``/``--rdzv_id`` of a torchrun command, else TORCHELASTIC_RUN_ID, else generated."""
+    """The job id every node's launcher shares: torchrun's ``--rdzv-id``, else a launcher
+    variable (:func:`.job_agreement.settled_job`); '' when the ranks must agree on one."""
     for i, arg in enumerate(command):
         for flag in ("--rdzv-id", "--rdzv_id"):
             if arg == flag and i + 1 < len(command):
                 return command[i + 1]
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
-    run_id = env.get("TORCHELASTIC_RUN_ID", "")
-    if run_id and run_id != "none":
-        return run_id
-    return "job-" + uuid.uuid4().hex[:10]
+    return settled_job("", env)
 
 
 def child_env(base: Mapping[str, str], job: str, bootstrap_dir: Path, settings: Any) -> dict[str, str]:
-    """The command's environment: bootstrap on PYTHONPATH, job, and the Kafka settings."""
+    """The command's environment: bootstrap on PYTHONPATH, the job (or, when no launcher
+    names one, this launcher's provisional id for rank 0 to share), and the Kafka settings."""
     env = dict(base)
     env.pop(ATTACHED_PID_ENV, None)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(bootstrap_dir) + (os.pathsep + path if path else "")
     env[ATTACH_ENV] = "1"
     env[LAUNCHER_PID_ENV] = str(os.getpid())
-    env["PERFTRACKER_COLLECTOR_JOB"] = job
+    if job:
+        env["PERFTRACKER_COLLECTOR_JOB"] = job
+    else:
+        env[PROVISIONAL_ENV] = provisional_job(base)
     env.update(_kafka_env(settings))
     return env
 
 
 def _kafka_env(settings: Any) -> dict[str, str]:
+    """Every Kafka setting that differs from its default (TLS, SASL, pass-through, registry)."""
+    from ..schemas.settings_loader import section_env
     from ..schemas.stackfile import resolve_bootstrap
 
-    kafka = settings.kafka
-    out = {
-        "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": resolve_bootstrap(settings),
-        "PERFTRACKER_KAFKA_TOPIC_PREFIX": kafka.topic_prefix,
-        "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": kafka.security_protocol,
-    }
-    for name in ("sasl_mechanism", "sasl_username", "ssl_ca_location", "schema_registry_url"):
-        if getattr(kafka, name):
-            out["PERFTRACKER_KAFKA_" + name.upper()] = str(getattr(kafka, name))
-    if kafka.sasl_password:
-        out["PERFTRACKER_KAFKA_SASL_PASSWORD"] = kafka.sasl_password.reveal()
-    return out
+    return {**section_env(settings.kafka, "kafka"),
+            "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": resolve_bootstrap(settings),
+            "PERFTRACKER_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
+            "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": settings.kafka.security_protocol}
 
 
 def _forward_signals(proc: subprocess.Popen) -> dict[int, Any]:
@@ -95,7 +91,8 @@ def run(command: list[str], job: str | None, settings: Any) -> int:
         (boot_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
         env = child_env(os.environ, job, boot_dir, settings)
         target = env["PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"] or "no broker (events counted, not sent)"
-        print(f"perftracker: job {job} -> {target}", file=sys.stderr, flush=True)
+        named = job or f"agreed by the ranks at start-up (rank 0's launcher proposes {env[PROVISIONAL_ENV]})"
+        print(f"perftracker: job {named} -> {target}", file=sys.stderr, flush=True)
         try:
             proc = subprocess.Popen(command, env=env)
         except OSError as exc:

@@ -3,36 +3,40 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from ..schemas import Codec
-from ..schemas.vocabulary import HARDWARE_BATCH
+from ..schemas.vocabulary import CONTROL, HARDWARE_BATCH
 from .control import ControlFollower
 from .hardware import HardwareSampler, open_nvml
 from .profiling import ProfileWindows
 from .transport import KafkaSink
 
+if TYPE_CHECKING:
+    from .collector import Collector
+
 log = logging.getLogger("perftracker.collectors")
 
 
-def start_optional_parts(collector: Any, torch: Any) -> None:
+def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     cfg = collector.settings.collector
     sampler = _start_nvml(collector, torch) if cfg.nvml_interval_s > 0 else None
     on_change = sampler.set_fast if sampler is not None else (lambda active: None)
-    windows = ProfileWindows(torch, collector.sender.kernels.append, collector.errors,
+    windows = ProfileWindows(torch, collector.sender.add_kernels, collector.errors,
                              cfg.profile_every_s, cfg.profile_duration_s, on_change)
-    collector.windows = windows
-    collector.recorder.step_listeners.append(windows.on_step)
-    collector.sender.tasks.append(windows.summarize_finished)
-    collector.extras.insert(0, windows)
+    collector.recorder.add_step_listener(windows.on_step)
+    collector.sender.add_task(windows.summarize_finished)
+    collector.add_part(windows, close_first=True)
     if cfg.control and isinstance(collector.sink, KafkaSink):
         follower = ControlFollower(collector.kafka_conf, collector.topics.control,
-                                   collector.identity.job, windows, collector.errors)
+                                   collector.identity.job, windows, collector.errors,
+                                   collector.codec(CONTROL, collector.topics.control))
+        collector.on_identity(lambda ident: setattr(follower, "job", ident.job))
         follower.start()
-        collector.extras.append(follower)
+        collector.add_part(follower)
 
 
-def _start_nvml(collector: Any, torch: Any) -> HardwareSampler | None:
+def _start_nvml(collector: Collector, torch: ModuleType) -> HardwareSampler | None:
     if not _cuda(torch):
         log.info("perftracker: no CUDA device; GPU hardware sampling is off")
         return None
@@ -41,24 +45,25 @@ def _start_nvml(collector: Any, torch: Any) -> HardwareSampler | None:
         return None
     _, _, index, uuid = nvml
     identity = collector.identity.with_gpu(index, uuid)
-    collector.identity = identity
-    collector.sender.builder.identity = identity
-    codec = Codec(HARDWARE_BATCH)
+    collector.set_identity(identity)
+    codec = collector.codec(HARDWARE_BATCH, collector.topics.hardware)
     sink = collector.sink
 
     def send(record: dict) -> None:
-        if isinstance(sink, KafkaSink):
-            sink.send_to(collector.topics.hardware, identity.key, codec.encode(record))
+        # samples taken while the ranks still agree on the job id (a few seconds) are skipped
+        if isinstance(sink, KafkaSink) and collector.job_settled():
+            sink.send_to(collector.topics.hardware, collector.identity.key, codec.encode(record))
 
     cfg = collector.settings.collector
     sampler = HardwareSampler(nvml, identity, send, cfg.nvml_interval_s,
                               cfg.nvml_profile_interval_s, collector.errors)
+    collector.on_identity(lambda ident: setattr(sampler, "identity", ident))
     sampler.start()
-    collector.extras.append(sampler)
+    collector.add_part(sampler)
     return sampler
 
 
-def _cuda(torch: Any) -> bool:
+def _cuda(torch: ModuleType) -> bool:
     try:
         return bool(torch.cuda.is_available())
     except Exception:  # noqa: BLE001

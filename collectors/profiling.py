@@ -53,7 +53,6 @@ class ProfileWindows:
         self.every_s = every_s
         self.duration_s = duration_s
         self.on_change = on_change
-        self.windows_done = 0
         self._requests: deque[ProfileRequest] = deque(maxlen=16)
         self._stop_requested = threading.Event()
         self._active: _Active | None = None
@@ -115,7 +114,6 @@ class ProfileWindows:
         while self._finished:
             request_id, profiler = self._finished.popleft()
             ops = summarize_events(profiler.events(), request_id)
-            self.windows_done += 1
             self.emit(ops)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from .hooks_python import (
     ForwardTimer,
@@ -12,19 +14,22 @@ from .hooks_python import (
     install_torch_functions,
 )
 
+if TYPE_CHECKING:
+    from .collector import Collector
 
-def install_torch_hooks(collector: Any, torch: Any) -> None:
+
+def install_torch_hooks(collector: Collector, torch: ModuleType) -> None:
     cfg = collector.settings.collector
     rec = collector.recorder
     patches = collector.patches
     _guarded(collector, "dataloader", lambda: install_dataloader(torch, rec, patches))
     opt = OptimizerTimer(rec)
     _guarded(collector, "optimizer", lambda: opt.install(torch))
-    collector._removers.append(opt.remove)
+    collector.add_remover(opt.remove)
     if cfg.forward:
         fwd = ForwardTimer(rec)
         _guarded(collector, "forward", lambda: fwd.install(torch, patches))
-        collector._removers.append(fwd.remove)
+        collector.add_remover(fwd.remove)
     _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
     if cfg.comms:
         _guarded(collector, "collectives", lambda: _install_comms(collector, torch))
@@ -37,7 +42,7 @@ def install_torch_hooks(collector: Any, torch: Any) -> None:
     _guarded(collector, "optional parts", lambda: start_optional_parts(collector, torch))
 
 
-def _install_comms(collector: Any, torch: Any) -> None:
+def _install_comms(collector: Collector, torch: ModuleType) -> None:
     import torch.distributed as dist
     if not dist.is_available():
         return
@@ -48,27 +53,26 @@ def _install_comms(collector: Any, torch: Any) -> None:
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
     if cuda is not None:
-        collector.sender.tasks.append(cuda.poll)
+        collector.sender.add_task(cuda.poll)
     if collector.settings.collector.ddp_hook:
         from .ddp import install_ddp
         install_ddp(torch, collector.patches, collector.errors, timer.ddp_allreduce_hook())
 
 
-def _retry_at_first_step(collector: Any, pending: list[str]) -> None:
+def _retry_at_first_step(collector: Collector, pending: list[str]) -> None:
     """Functions of ``__main__`` exist only once the script runs: retry at the first step."""
     rec = collector.recorder
 
     def retry(step: int) -> None:
-        if retry in rec.step_listeners:
-            rec.step_listeners.remove(retry)
+        rec.remove_step_listener(retry)
         left = install_extra_functions(pending, rec, collector.patches)
         if left:
             collector.errors.caught("functions", LookupError(f"cannot resolve {left}"))
 
-    rec.step_listeners.append(retry)
+    rec.add_step_listener(retry)
 
 
-def _guarded(collector: Any, what: str, install: Any) -> None:
+def _guarded(collector: Collector, what: str, install: Callable[[], object]) -> None:
     try:
         install()
     except Exception as exc:  # noqa: BLE001 - a hook that cannot go in is skipped, not fatal

@@ -14,14 +14,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..schemas.kafka_admin import quiet_kafka_logger
 from ..schemas.settings import CollectorSettings
 from ..schemas.vocabulary import HEARTBEAT_S
-from .batch import BatchBuilder, event_count
+from .batch import BatchBuilder, StackRow, event_count
+from .counters import CollectorCounters
 from .events import OpSummary
+from .identity import RankIdentity
 from .recorder import Recorder
 from .safety import ErrorBudget
 
@@ -29,32 +30,33 @@ LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
 
 log = logging.getLogger("perftracker.collectors")
 
+# a collective still in flight this long is reported as entered (hang culprits); shorter calls
+# usually complete before the next batch and need no marker
+IN_FLIGHT_MARKER_AGE_NS = 1_000_000_000
 STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
 
 
-@dataclass
-class SendCounters:
-    batches_sent: int = 0
-    events_sent: int = 0
-    bytes_sent: int = 0
-    batches_failed: int = 0
-    events_in_flight: int = 0  # produced, delivery not yet reported
-    # from librdkafka's statistics (-1 unknown): bytes written to the brokers (compressed,
-    # with request framing) up to the last statistics, when (monotonic ns), and bytes_sent then
-    wire_bytes: int = -1
-    wire_at_ns: int = 0
-    bytes_sent_at_wire: int = 0
+class BatchSink(Protocol):
+    """Where the sender's encoded batches go; it counts what it delivers in ``counters``."""
+
+    counters: CollectorCounters
+    wire_at_ns: int  # when ``wire_bytes`` was last read (monotonic ns)
+
+    def send(self, key: bytes, payload: bytes, n_events: int) -> None: ...
+    def poll(self) -> None: ...
+    def flush(self, timeout_s: float) -> int: ...
 
 
 class KafkaSink:
     """confluent-kafka producer; counts delivered and failed messages."""
 
-    def __init__(self, conf: Mapping[str, str], topic: str, counters: SendCounters,
+    def __init__(self, conf: Mapping[str, str], topic: str, counters: CollectorCounters,
                  on_lost: Callable[[int], None], errors: ErrorBudget):
         from confluent_kafka import Producer
 
         self.topic = topic
         self.counters = counters
+        self.wire_at_ns = 0
         self._on_lost = on_lost
         self._errors = errors
         self._wire = WireBytes()
@@ -68,21 +70,23 @@ class KafkaSink:
         })
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
+        counters = self.counters
+
         def delivered(err: object, _msg: object) -> None:
-            self.counters.events_in_flight -= n_events
+            counters.inc(CollectorCounters.events_in_flight, by=-n_events)
             if err is None:
-                self.counters.batches_sent += 1
-                self.counters.events_sent += n_events
-                self.counters.bytes_sent += len(payload)
+                counters.inc(CollectorCounters.batches_sent)
+                counters.inc(CollectorCounters.events_sent, by=n_events)
+                counters.inc(CollectorCounters.bytes_sent, by=len(payload))
             else:
-                self.counters.batches_failed += 1
+                counters.inc(CollectorCounters.batches_failed)
                 self._on_lost(n_events)
 
         try:
             self.producer.produce(self.topic, payload, key, on_delivery=delivered)
-            self.counters.events_in_flight += n_events
+            counters.inc(CollectorCounters.events_in_flight, by=n_events)
         except BufferError:
-            self.counters.batches_failed += 1
+            counters.inc(CollectorCounters.batches_failed)
             self._on_lost(n_events)
         self.producer.poll(0)
 
@@ -94,7 +98,7 @@ class KafkaSink:
         try:
             self.producer.produce(topic, payload, key)
         except BufferError:
-            self.counters.batches_failed += 1
+            self.counters.inc(CollectorCounters.batches_failed)
 
     def flush(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for delivery; return messages still queued."""
@@ -107,9 +111,9 @@ class KafkaSink:
         """librdkafka's statistics: each broker connection's ``txbytes``, summed over time."""
         try:
             counters = self.counters
-            counters.wire_bytes = self._wire.add(json.loads(stats_json)["brokers"])
-            counters.wire_at_ns = time.monotonic_ns()
-            counters.bytes_sent_at_wire = counters.bytes_sent
+            counters.set(CollectorCounters.wire_bytes, self._wire.add(json.loads(stats_json)["brokers"]))
+            self.wire_at_ns = time.monotonic_ns()
+            counters.set(CollectorCounters.bytes_sent_at_wire, counters.bytes_sent)
         except Exception as exc:  # noqa: BLE001 - called from librdkafka: never raise back
             self._errors.caught("kafka statistics", exc)
 
@@ -141,12 +145,14 @@ class WireBytes:
 class NullSink:
     """No broker configured: every batch is counted as lost."""
 
-    def __init__(self, counters: SendCounters, on_lost: Callable[[int], None]):
+    wire_at_ns = 0  # never: wire_bytes stays unknown
+
+    def __init__(self, counters: CollectorCounters, on_lost: Callable[[int], None]):
         self.counters = counters
         self._on_lost = on_lost
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
-        self.counters.batches_failed += 1
+        self.counters.inc(CollectorCounters.batches_failed)
         self._on_lost(n_events)
 
     def poll(self) -> None:
@@ -160,7 +166,7 @@ class Sender(threading.Thread):
     """Every ``flush_interval_s``: run periodic tasks, drain the buffer, encode, send."""
 
     def __init__(self, recorder: Recorder, builder: BatchBuilder, encode: Callable[[dict], bytes],
-                 sink: KafkaSink | NullSink, config: CollectorSettings, key: bytes):
+                 sink: BatchSink, config: CollectorSettings, key: bytes):
         super().__init__(name="perftracker-sender", daemon=True)
         self.recorder = recorder
         self.builder = builder
@@ -168,12 +174,41 @@ class Sender(threading.Thread):
         self.sink = sink
         self.config = config
         self.key = key
-        self.tasks: list[Callable[[], None]] = []
-        self.kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self._tasks: list[Callable[[], object]] = []
+        self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
+        self._cpu: deque[dict] = deque(maxlen=16)  # CpuSample records for the next batch
+        self._stacks: list[StackRow] = []  # stack rows for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._last_send = 0.0
+        self._may_send: Callable[[], bool] = lambda: True
+
+    def add_task(self, task: Callable[[], object]) -> None:
+        """Run ``task()`` on the sender thread at every send cycle, before the buffer is drained."""
+        self._tasks.append(task)
+
+    def add_kernels(self, ops: list[OpSummary]) -> None:
+        """Op summaries of one profiling window, sent with the next batch (the newest 16 are kept)."""
+        self._kernels.append(ops)
+        self.recorder.counters.inc(CollectorCounters.profile_windows)
+
+    def add_cpu(self, sample: dict | None, stacks: list[StackRow]) -> None:
+        """CPU evidence of one flush interval, sent with the next batch (called on this thread)."""
+        if sample is not None:
+            self._cpu.append(sample)
+        if stacks:
+            self._stacks = stacks if not self._stacks else _merge_rows(self._stacks, stacks)
+
+    def set_identity(self, identity: RankIdentity) -> None:
+        """The identity (and message key) later batches carry (the GPU once known, the agreed job)."""
+        self.builder.identity = identity
+        self.key = identity.key
+
+    def hold_until(self, may_send: Callable[[], bool]) -> None:
+        """Keep batches back (events stay in the recorder's bounded buffer) until ``may_send()``;
+        the last flush at exit sends regardless."""
+        self._may_send = may_send
 
     def run(self) -> None:
         while not self._stop_event.wait(self.config.flush_interval_s):
@@ -183,26 +218,39 @@ class Sender(threading.Thread):
         """One send cycle; never raises."""
         with self._lock:
             try:
-                for task in self.tasks:
+                for task in self._tasks:
                     task()
-                self._send_available(final)
+                if final or self._may_send():
+                    self._send_available(final)
                 self.sink.poll()
             except Exception as exc:  # noqa: BLE001 - the sender thread must survive
                 self.recorder.errors.caught("sender", exc)
 
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
+        markers = self.recorder.in_flight_markers(time.perf_counter_ns(), IN_FLIGHT_MARKER_AGE_NS)
         while True:
             events = self.recorder.drain(limit)
-            kernels = self.kernels.popleft() if self.kernels else []
+            if markers:  # after the completed calls: a call that completed meanwhile comes next batch
+                events += markers
+                markers = []
+            kernels = self._kernels.popleft() if self._kernels else []
             now = time.monotonic()
             if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
                 return
-            record = self.builder.build(events, self.recorder.dropped, kernels)
-            self.sink.send(self.key, self.encode(record), event_count(record))
+            cpu, stacks = list(self._cpu), self._stacks
+            self._cpu.clear()
+            self._stacks = []
+            record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
+            try:
+                payload = self.encode(record)
+            except Exception:  # e.g. the schema registry away: these events are lost, and counted
+                self.recorder.lost(event_count(record))
+                raise
+            self.sink.send(self.key, payload, event_count(record))
             self._last_send = now
             final = False
-            if len(events) < limit and not self.kernels:
+            if len(events) < limit and not self._kernels:
                 return
 
     def close(self, timeout_s: float) -> None:
@@ -214,9 +262,10 @@ class Sender(threading.Thread):
         self.flush_once(final=True)
         left = self.sink.flush(deadline - time.monotonic())
         if left:
-            lost = self.sink.counters.events_in_flight
-            self.recorder.dropped += lost
-            self.sink.counters.events_in_flight = 0
+            counters = self.sink.counters
+            lost = counters.events_in_flight
+            self.recorder.lost(lost)
+            counters.set(CollectorCounters.events_in_flight, 0)
             log.warning("perftracker: %d batches (%d events) undelivered at exit", left, lost)
 
     def bytes_per_s(self) -> float:
@@ -229,7 +278,7 @@ class Sender(threading.Thread):
         counters = self.sink.counters
         if counters.wire_bytes < 0:
             return -1.0
-        return counters.wire_bytes / self._elapsed_s(counters.wire_at_ns)
+        return counters.wire_bytes / self._elapsed_s(self.sink.wire_at_ns)
 
     def wire_ratio(self) -> float:
         """Bytes on the wire per encoded batch byte delivered, up to the last statistics
@@ -242,3 +291,12 @@ class Sender(threading.Thread):
     def _elapsed_s(self, until_ns: int | None = None) -> float:
         end = time.monotonic_ns() if until_ns is None else until_ns
         return max(1e-9, (end - self.started_ns) / 1e9)
+
+
+def _merge_rows(a: list[StackRow],
+                b: list[StackRow]) -> list[StackRow]:
+    """Stack rows of two intervals that were not sent in between, counts added."""
+    total: dict[tuple[str, int, int, str], int] = {}
+    for name, line, kind, n, code in (*a, *b):
+        total[(name, line, kind, code)] = total.get((name, line, kind, code), 0) + n
+    return sorted(((k[0], k[1], k[2], n, k[3]) for k, n in total.items()), key=lambda r: -r[3])

@@ -1,4 +1,11 @@
-"""The `perftracker` command line. Every command loads settings once and passes them down."""
+"""The `perftracker` command line. Every command loads settings once and passes them down.
+
+Exit status: 0 done; 1 a runtime failure (a `PerftrackerError`: the stack is
+down, a job is unknown, Kafka or Grafana cannot be reached...); 2 a usage
+error (click's own: a bad option or argument; and a `ConfigError`: a setting
+that cannot be used); 130 interrupted. Errors are one line on stderr, names
+from user code made inert (:func:`.output.printable`), never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +13,51 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
-from ..schemas.errors import PerftrackerError
+from ..schemas.errors import ConfigError, PerftrackerError
+from ..schemas.logs import setup_logging
+from ..schemas.redact import install_redaction, redact_configured
 from ..schemas.settings import Settings
 from ..schemas.settings_loader import describe_settings, load_settings
 from .demo.runner import FAULTS
+from .extras import GRAFANA, STACK, WORKER, needs_server
+from .output import format_diagnosis, format_status, printable
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
 
 
 def _settings(ctx: click.Context) -> Settings:
     return ctx.obj["settings"]
 
 
+def _echo_line(line: str) -> None:
+    """Progress lines of long commands (they quote incident summaries and job ids)."""
+    click.echo(printable(line))
+
+
+class HttpUrl(click.ParamType):
+    """An absolute http(s) URL with a host, checked before anything is sent."""
+
+    name = "url"
+
+    def convert(self, value: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (raises on a port that is not a number)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid URL (a port must be a number, an IPv6 host in [...]); "
+                      "expected e.g. https://grafana.example.com", param, ctx)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            self.fail(f"{value!r} is not an http(s) URL; expected e.g. https://grafana.example.com", param, ctx)
+        return value
+
+
 @click.group()
+@click.version_option(package_name="perftracker", prog_name="perftracker")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help="TOML or YAML config file (default: $PERFTRACKER_CONFIG, ./perftracker.toml|yaml).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
@@ -31,19 +68,31 @@ def cli(ctx: click.Context, config_path: Path | None, data_dir: Path | None) -> 
     settings = load_settings(config_path)
     if data_dir is not None:
         settings = dataclasses.replace(settings, data_dir=data_dir)
+    setup_logging(settings, "cli", to_file=False)  # `worker` and `sink` add their log file
     ctx.obj = {"settings": settings}
 
 
 @cli.command()
-@click.option("--workers", type=int, default=None, help="Faust worker processes (default from config: 1).")
-@click.option("--port", type=int, default=None, help="Broker port on 127.0.0.1 (default: a free port).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Faust worker processes (default from config: 1).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Broker port on 127.0.0.1 (default: a free port).")
+@click.option("--force", is_flag=True,
+              help="If the recorded broker died (its topics are lost), stop the rest and start afresh.")
 @click.pass_context
-def up(ctx: click.Context, workers: int | None, port: int | None) -> None:
-    """Start the embedded stack (tansu broker, sink on chDB, stream workers) in the background."""
+@needs_server(*STACK)
+def up(ctx: click.Context, workers: int | None, port: int | None, force: bool) -> None:
+    """Start the embedded stack (tansu broker, sink on chDB, stream workers) in the background.
+    On a stack already recorded, restart only what died; the broker and its port are kept."""
     from .stack import up as stack_up
 
-    result = stack_up(_settings(ctx), workers=workers, port=port)
-    verb = "already running" if result.already_running else "started"
+    result = stack_up(_settings(ctx), workers=workers, port=port, force=force)
+    if result.already_running:
+        verb = "already running"
+    elif "broker" in result.started:
+        verb = "started"
+    else:
+        verb = f"restarted {', '.join(result.started)} (broker kept)"
     click.echo(f"perftracker stack {verb}: broker {result.state.bootstrap}, "
                f"{len(result.state.worker_pids)} worker(s), query API {result.state.query_url or '-'}")
 
@@ -68,70 +117,60 @@ def status(ctx: click.Context, as_json: bool) -> None:
     info = stack_status(_settings(ctx))
     if as_json:
         click.echo(json.dumps(info, indent=2))
-        return
-    if "broker" not in info:
-        click.echo(f"perftracker stack is not running (data dir {info['data_dir']})")
-        sys.exit(1)
-    click.echo(f"running: {info['running']}  data dir: {info['data_dir']}")
-    b, s = info["broker"], info["sink"]
-    click.echo(f"  broker  pid {b['pid']:>7}  {'up' if b['alive'] else 'DOWN'}  {b['bootstrap']}")
-    click.echo(f"  sink    pid {s['pid']:>7}  {'up' if s['alive'] else 'DOWN'}  {s['query_url']}")
-    for w in info["workers"]:
-        assigned = len((w.get("stats") or {}).get("assigned", []))
-        click.echo(f"  worker  pid {w['pid']:>7}  {'up' if w['alive'] else 'DOWN'}  {assigned} partitions")
-    if not info["running"]:
-        sys.exit(1)
+    else:
+        for line in format_status(info):
+            click.echo(line)
+    if not info["running"]:  # the same exit status in both modes
+        sys.exit(EXIT_RUNTIME)
 
 
 @cli.command()
 @click.pass_context
+@needs_server(*WORKER)
 def worker(ctx: click.Context) -> None:
-    """Run one production stream worker (Faust) in the foreground."""
+    """Run one production stream worker (Faust) in the foreground.
+    With the embedded stack running, it joins it (`status` shows it, `down` stops it)."""
     from ..streams.worker import run_worker
+    from .members import worker_member
 
-    run_worker(_settings(ctx))
+    with worker_member(_settings(ctx)) as settings:
+        run_worker(settings)
 
 
 @cli.command()
 @click.option("--ready-file", type=click.Path(path_type=Path), default=None,
               help="Write the query API address here once serving.")
 @click.pass_context
+@needs_server("clickhouse_connect")
 def sink(ctx: click.Context, ready_file: Path | None) -> None:
-    """Run the store sink and alert dispatcher in the foreground."""
+    """Run the store sink and alert dispatcher in the foreground.
+    With the embedded stack running and its sink down, it becomes the stack's sink."""
     from ..sinks.service import run_sink
+    from .members import sink_member
 
-    run_sink(_settings(ctx), ready_file=ready_file)
+    with sink_member(_settings(ctx), ready_file) as ready:
+        run_sink(_settings(ctx), ready_file=ready)
 
 
 @cli.command()
 @click.option("--job", required=True, help="Job id.")
 @click.option("--json", "as_json", is_flag=True, help="JSON list, most costly first.")
 @click.pass_context
+@needs_server()  # only when it opens chDB itself (no running sink): the import names the extra
 def diagnose(ctx: click.Context, job: str, as_json: bool) -> None:
     """Current root causes of a job, most costly first."""
     from ..sinks.client import diagnose as fetch
+    from .lookup import reading_store, require_job
 
-    rows = fetch(_settings(ctx), job)
+    settings = _settings(ctx)
+    with reading_store(settings):
+        rows = fetch(settings, job)
+        if not rows:
+            require_job(settings, job)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     click.echo(format_diagnosis(job, rows))
-
-
-def format_diagnosis(job: str, rows: list[dict[str, Any]]) -> str:
-    """A table an on-call engineer reads at 3 a.m.: one line per root cause, then its summary."""
-    if not rows:
-        return f"job {job}: no anomaly found"
-    lines = [f"job {job}: {len(rows)} root cause(s), most costly first",
-             f"{'cause':<22}{'ranks':<12}{'hosts':<18}{'function':<34}{'ms/step':>9}{'score':>8}"]
-    for r in rows:
-        ranks = ",".join(str(x) for x in r.get("ranks", []))[:11]
-        hosts = ",".join(r.get("hosts", []))[:17]
-        lines.append(f"{r['cause']:<22}{ranks:<12}{hosts:<18}{str(r['function'])[:33]:<34}"
-                     f"{r['impact_ms_per_step']:>9.1f}{r['score']:>8.1f}")
-        if r.get("summary"):
-            lines.append(f"    {r['summary']}")
-    return "\n".join(lines)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -151,11 +190,12 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 @click.option("--ranks", type=int, default=4, show_default=True)
 @click.option("--steps", type=int, default=600, show_default=True)
 @click.pass_context
+@needs_server(*STACK)
 def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
     """Train for real (torchrun, gloo) with a fault injected on rank 2, and watch it diagnosed."""
     from .demo.runner import run_demo
 
-    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=click.echo)
+    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=_echo_line)
     click.echo(format_diagnosis(result.job, result.rows))
     verdict = "correct" if result.culprit_correct else "NOT the injected fault"
     detect = f" in {result.seconds_to_detect:.1f} s" if result.seconds_to_detect is not None else ""
@@ -163,7 +203,7 @@ def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
                f"demo took {result.seconds_total:.0f} s")
     for label, path in (("HTML report", result.report_html), ("JSON diagnosis", result.report_json)):
         if path:
-            click.echo(f"{label}: {path}")
+            click.echo(f"{label}: {printable(path)}")
 
 
 @cli.command()
@@ -176,6 +216,7 @@ def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
 @click.option("--slowdown", type=float, default=1.4, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
 @click.pass_context
+@needs_server(*STACK)
 def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_rank: int,
           slow_function: str, slowdown: float, timeout_s: float) -> None:
     """Send a synthetic data-parallel job (no torch needed) through the stack and print its diagnosis."""
@@ -188,7 +229,7 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
         raise click.BadParameter("need 2..4096 ranks and --slow-rank below --ranks")
     cfg = SyntheticJob(job or f"synth-{int(time.time())}", ranks=ranks, seconds=seconds,
                        slow_rank=slow_rank, slow_function=slow_function, slowdown=slowdown)
-    rows = run_synthetic(_settings(ctx), cfg, timeout_s, click.echo)
+    rows = run_synthetic(_settings(ctx), cfg, timeout_s, _echo_line)
     click.echo(format_diagnosis(cfg.job, rows))
 
 
@@ -196,12 +237,17 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
 @click.option("--job", required=True, help="Job id.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="HTML file to write.")
 @click.pass_context
+@needs_server()  # only when it opens chDB itself (no running sink): the import names the extra
 def report(ctx: click.Context, job: str, out: Path) -> None:
     """Self-contained HTML report of a job (and its JSON diagnosis beside it)."""
     from ..sinks.report import json_path_for, write_report
+    from .lookup import reading_store, require_job
 
-    path = write_report(_settings(ctx), job, out)
-    click.echo(f"HTML report: {path}\nJSON diagnosis: {json_path_for(path)}")
+    settings = _settings(ctx)
+    with reading_store(settings):
+        require_job(settings, job)
+        path = write_report(settings, job, out)
+    click.echo(f"HTML report: {printable(path)}\nJSON diagnosis: {printable(json_path_for(path))}")
 
 
 @cli.command("import-traces")
@@ -209,6 +255,7 @@ def report(ctx: click.Context, job: str, out: Path) -> None:
 @click.option("--job", required=True, help="Job id to report the traces under.")
 @click.option("--json", "as_json", is_flag=True, help="JSON list, most costly first.")
 @click.pass_context
+@needs_server("numpy")
 def import_traces_cmd(ctx: click.Context, path: Path, job: str, as_json: bool) -> None:
     """Diagnose PyTorch profiler (Kineto) traces of many ranks with the same detection."""
     from ..streams.traces.importer import import_traces_with_report
@@ -218,10 +265,10 @@ def import_traces_cmd(ctx: click.Context, path: Path, job: str, as_json: bool) -
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    click.echo(f"imported {len(report.batches)} rank trace(s) from {path}; "
+    click.echo(f"imported {len(report.batches)} rank trace(s) from {printable(path)}; "
                f"skipped {len(report.skipped_files)} file(s), {sum(report.skipped_events.values())} event(s)")
     for skip in report.skipped_files:
-        click.echo(f"  skipped {skip}")
+        click.echo(f"  skipped {printable(skip)}")
     click.echo(format_diagnosis(job, rows))
 
 
@@ -231,9 +278,11 @@ def grafana() -> None:
 
 
 @grafana.command("push")
-@click.option("--url", required=True, help="Grafana base URL, e.g. https://grafana.example.com")
+@click.option("--url", required=True, type=HttpUrl(),
+              help="Grafana base URL, e.g. https://grafana.example.com")
 @click.option("--token-file", type=click.Path(path_type=Path), default=None,
               help="File holding the API token (default: $PERFTRACKER_GRAFANA_TOKEN).")
+@needs_server(*GRAFANA)
 def grafana_push(url: str, token_file: Path | None) -> None:
     """Upload datasource, folder, dashboards and alert rules (idempotent)."""
     import os
@@ -241,7 +290,7 @@ def grafana_push(url: str, token_file: Path | None) -> None:
     from ..grafana.push import push, read_token
 
     for line in push(url, read_token(os.environ, token_file)):
-        click.echo(line)
+        click.echo(printable(line))
 
 
 @cli.command("config")
@@ -253,21 +302,22 @@ def show_config(ctx: click.Context) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one clear line instead of a traceback for every expected error."""
+    """Entry point: one clear line instead of a traceback for every expected error; configured
+    secrets masked in every log line, error and traceback (:func:`install_redaction`)."""
+    install_redaction()
     try:
-        cli.main(args=argv, prog_name="perftracker", standalone_mode=False)
-    except click.exceptions.Abort:
+        code = cli.main(args=argv, prog_name="perftracker", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("perftracker: interrupted", err=True)
         sys.exit(130)
     except click.exceptions.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except PerftrackerError as exc:
-        click.echo(f"perftracker: error: {exc}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("perftracker: interrupted", err=True)
-        sys.exit(130)
+        click.echo(f"perftracker: error: {printable(redact_configured(str(exc)))}", err=True)
+        sys.exit(EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_RUNTIME)
+    if isinstance(code, int) and code:  # ctx.exit(code), e.g. from --version or --help
+        sys.exit(code)
 
 
 if __name__ == "__main__":

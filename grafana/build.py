@@ -112,13 +112,13 @@ def fleet() -> dict:
 TF = "$__timeFilter(window_start)"
 
 
-def _job_rank_panels(tf: str = TF) -> list[dict]:
+def _job_rank_panels() -> list[dict]:
     """Step time, rank x function slowdown, collective late arrivals: who is slow, where."""
     return [
         panel(1, "Step time per rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    median(step_time_ms) AS step_time_median_ms
-            FROM iterations WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM iterations WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY time, series ORDER BY time""", (0, 0, 24, 8), {"step_time_median_ms": "ms"}),
         panel(2, "Slowdown vs peer median (rank x function)", "table", f"""
             SELECT function, concat('rank ', toString(rank)) AS rank_name,
@@ -126,14 +126,14 @@ def _job_rank_panels(tf: str = TF) -> list[dict]:
             FROM (SELECT rank, function, ms_per_step,
                          quantileExact(0.5)(ms_per_step) OVER (PARTITION BY function) AS peer_ms
                   FROM (SELECT rank, function, sum(total_ns) / greatest(sum(steps), 1) / 1e6 AS ms_per_step
-                        FROM function_stats WHERE {JOB} AND {HOST_RANK} AND {tf}
+                        FROM function_stats WHERE {JOB} AND {HOST_RANK} AND {TF}
                         GROUP BY rank, function))
             ORDER BY function, rank""", (0, 8, 12, 10), {"slowdown": "x"},
               "time per step of a function on a rank / its median over ranks; >1 is slower",
               transformations=matrix("function", "rank_name", "slowdown")),
         panel(3, "Collective late arrivals (who made the others wait)", "table", f"""
             SELECT function, concat('rank ', toString(rank)) AS rank_name, sum(late_arrivals) AS late_arrivals
-            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY function, rank_name ORDER BY function, rank_name""", (12, 8, 12, 10),
               {"late_arrivals": "none"},
               "times each rank arrived last at each collective: the culprit, not the victims",
@@ -141,30 +141,30 @@ def _job_rank_panels(tf: str = TF) -> list[dict]:
         panel(4, "Waits caused per step, by rank", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    sum(wait_caused_ms_per_step) AS wait_caused_ms_per_step_total
-            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM collectives WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY time, series ORDER BY time""", (0, 18, 12, 8), {"wait_caused_ms_per_step_total": "ms"}),
     ]
 
 
-def _job_health_panels(tf: str = TF) -> list[dict]:
+def _job_health_panels() -> list[dict]:
     """GPU health, incidents with evidence, collector health: why, and can we trust it."""
     return [
         panel(5, "GPU SM clock", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    avg(sm_clock_mhz) AS sm_clock_avg_mhz
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf} AND sm_clock_mhz >= 0
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF} AND sm_clock_mhz >= 0
             GROUP BY time, series ORDER BY time""", (12, 18, 12, 8), {"sm_clock_avg_mhz": "rotmhz"}),
         panel(6, "GPU temperature", "timeseries", f"""
             SELECT window_start AS time, concat('rank ', toString(rank)) AS series,
                    max(temp_c_max) AS temp_c_peak
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf} AND temp_c_max >= 0
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF} AND temp_c_max >= 0
             GROUP BY time, series ORDER BY time""", (0, 26, 12, 8), {"temp_c_peak": "celsius"}),
         panel(7, "GPU throttling and errors", "table", f"""
             SELECT rank, any(host) AS host_name, any(gpu) AS gpu_index,
                    countIf(throttle_reasons > 0) AS throttled_windows,
                    groupBitOr(throttle_reasons) AS throttle_mask, max(ecc_uncorrected) AS ecc_errors,
                    max(xid) AS last_xid, min(pcie_width_min) AS pcie_width
-            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM gpu_health WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY rank ORDER BY throttled_windows DESC, rank""", (12, 26, 12, 8),
               {"throttled_windows": "none", "throttle_mask": "hex", "ecc_errors": "none"}),
         panel(8, "Incidents and evidence", "table", f"""
@@ -177,7 +177,7 @@ def _job_health_panels(tf: str = TF) -> list[dict]:
         panel(9, "Collector health", "table", f"""
             SELECT rank, any(host) AS host_name, max(last_event) AS last_event, max(last_step) AS last_step,
                    max(dropped_events) AS dropped, max(lost_batches) AS lost
-            FROM rank_windows WHERE {JOB} AND {HOST_RANK} AND {tf}
+            FROM rank_windows WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY rank ORDER BY rank""", (0, 43, 24, 8),
               {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"}),
     ]
@@ -196,7 +196,99 @@ def job_view() -> dict:
                      "One job: which rank and function, why, and how much it costs.")
 
 
-DASHBOARDS = {"fleet.json": fleet, "job.json": job_view}
+PROM = {"type": "prometheus", "uid": "perftracker-prometheus"}
+RATE = "[$__rate_interval]"
+
+
+def prom_panel(pid: int, title: str, grid: tuple[int, int, int, int], unit: str,
+               queries: dict[str, str], description: str = "", kind: str = "timeseries") -> dict:
+    """A panel over the perftracker-prometheus datasource: ``queries`` maps legend -> PromQL."""
+    x, y, w, h = grid
+    table = kind == "table"
+    targets = [{"refId": chr(ord("A") + i), "datasource": PROM, "expr": " ".join(expr.split()),
+                "legendFormat": legend, "range": not table, "instant": table,
+                **({"format": "table"} if table else {})}
+               for i, (legend, expr) in enumerate(queries.items())]
+    return {"id": pid, "type": kind, "title": title, "description": description, "datasource": PROM,
+            "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}, "options": {},
+            **({"transformations": [{"id": "merge", "options": {}}]} if table else {})}
+
+
+def quantiles(metric: str, by: str = "") -> dict[str, str]:
+    """p50 and p95 of a histogram over the rate interval (``by``: extra grouping labels)."""
+    group = f"le{', ' + by if by else ''}"
+    tag = f" {{{{{by}}}}}" if by else ""
+    return {f"p{q}{tag}": f"histogram_quantile(0.{q}, sum by ({group}) (rate({metric}_bucket{RATE})))"
+            for q in (50, 95)}
+
+
+def _health_pipeline_panels() -> list[dict]:
+    """In, out, lag and what was lost on the way: is everything processed?"""
+    s = "perftracker_stream_"
+    return [
+        prom_panel(1, "Events and batches in", (0, 0, 12, 8), "ops", {
+            "events/s": f"sum(rate({s}events_in_total{RATE}))",
+            "{{record}}/s": f"sum by (record) (rate({s}records_in_total{RATE}))"},
+            "what the workers decoded and processed, per second"),
+        prom_panel(2, "Consumer lag per partition", (12, 0, 12, 8), "none", {
+            "worker {{topic}}/{{partition}}": f"max by (topic, partition) ({s}consumer_lag)",
+            "sink {{topic}}/{{partition}}": "max by (topic, partition) (perftracker_sink_consumer_lag)"},
+            "messages not yet processed: high watermark seen in fetches minus the next offset, at least 0"),
+        prom_panel(3, "Decode errors and dead letters", (0, 8, 12, 8), "ops", {
+            "decode errors {{source}}": f"sum by (source) (rate({s}decode_errors_total{RATE}))",
+            "dead-lettered {{source}}": f"sum by (source) (rate({s}dead_lettered_total{RATE}))",
+            "sink dead-lettered": f"sum(rate(perftracker_sink_dead_lettered_total{RATE}))",
+            "worker errors {{source}}": f"sum by (source) (rate({s}errors_total{RATE}))"},
+            "bad messages parked on pt.deadletter with their reason; errors skip one message"),
+        prom_panel(4, "Batches lost and events dropped, by job", (12, 8, 12, 8), "none", {
+            "lost batches": f"topk(20, sum by (job) (increase({s}batches_lost_total[$__range])))",
+            "dropped events": f"topk(20, sum by (job) (increase({s}events_dropped_total[$__range])))",
+            "worst rank's lost batches": f"topk(20, max by (job, rank) ({s}worst_rank_batches_lost))"},
+            "gaps in the ranks' batch sequence numbers, drops the collectors reported; the worst rank "
+            "of each job (per-rank detail: the job dashboard)", kind="table"),
+    ]
+
+
+def _health_latency_panels() -> list[dict]:
+    """How late: windows, detections, the store; and what reached people."""
+    return [
+        prom_panel(5, "Window close delay", (0, 16, 12, 8), "ms",
+                   quantiles("perftracker_stream_window_close_delay_ms"),
+                   "from a window's end to its RankWindow being sent"),
+        prom_panel(6, "Detection latency", (12, 16, 12, 8), "ms",
+                   quantiles("perftracker_stream_detection_latency_ms", "status"),
+                   "from the end of the window that raised (or updated) an incident to the Anomaly"),
+        prom_panel(7, "Sink flush latency", (0, 24, 8, 8), "ms", quantiles("perftracker_sink_flush_ms"),
+                   "from a batch handed to the store to it being written, retries included"),
+        prom_panel(8, "Sink backlog and rows written", (8, 24, 8, 8), "none", {
+            "backlog rows": "sum(perftracker_sink_backlog_rows)",
+            "rows written/s": f"sum(rate(perftracker_sink_rows_written_total{RATE}))",
+            "rows dropped/s": f"sum(rate(perftracker_sink_rows_dropped_total{RATE}))"},
+            "rows not yet in the store; dropped: past store.max_backlog_rows while the store was down"),
+        prom_panel(9, "Alert deliveries and failures", (16, 24, 8, 8), "ops", {
+            "delivered {{channel}}": f"sum by (channel) (rate(perftracker_alerts_delivered_total{RATE}))",
+            "failed {{channel}}": f"sum by (channel) (rate(perftracker_alerts_failed_total{RATE}))",
+            "dropped {{channel}}": f"sum by (channel) (rate(perftracker_alerts_dropped_total{RATE}))"}),
+        prom_panel(10, "Collectors (opt-in endpoint)", (0, 32, 24, 8), "ops", {
+            "sent {{job}}": f"sum by (job) (rate(perftracker_collector_events_sent_total{RATE}))",
+            "dropped {{job}} {{reason}}":
+                f"sum by (job, reason) (rate(perftracker_collector_events_dropped_total{RATE}))",
+            "failed batches {{job}}": f"sum by (job) (rate(perftracker_collector_batches_failed_total{RATE}))"},
+            "training processes started with PERFTRACKER_COLLECTOR_METRICS_PORT"),
+    ]
+
+
+def health() -> dict:
+    d = dashboard("perftracker-health", "perftracker / health", _health_pipeline_panels()
+                  + _health_latency_panels(), [],
+                  "perftracker's own health from its Prometheus metrics: is every event processed, "
+                  "how late are findings, do alerts get out.")
+    d["refresh"] = "10s"
+    return d
+
+
+DASHBOARDS = {"fleet.json": fleet, "job.json": job_view, "health.json": health}
 
 
 def render_all() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""``perftracker grafana push``: upload folder, datasource, dashboards, contact point and alert rules.
+"""``perftracker grafana push``: upload folder, datasources, dashboards, contact point and alert rules.
 
 Idempotent: everything has a fixed uid and is created when missing, updated
 (overwritten) when present, so pushing twice changes nothing. The same
@@ -64,15 +64,21 @@ def _exists(call: Any, *args: Any) -> Any | None:
         raise
 
 
-def _datasource(api: Any, prov: dict, values: Mapping[str, str]) -> str:
-    ds = interpolate(prov["datasources/clickhouse.yaml"]["datasources"][0], values)
-    ds["jsonData"]["port"] = int(ds["jsonData"].get("port") or 8123)
-    ds.pop("editable", None)
-    if _exists(api.datasource.get_datasource_by_uid, ds["uid"]):
-        api.datasource.update_datasource_by_uid(ds["uid"], ds)
-        return f"datasource {ds['uid']} updated"
-    api.datasource.create_datasource(ds)
-    return f"datasource {ds['uid']} created"
+def _datasources(api: Any, prov: dict, values: Mapping[str, str]) -> list[str]:
+    """Every datasource of ``provisioning/datasources/`` (ClickHouse, Prometheus)."""
+    done = []
+    for name in sorted(n for n in prov if n.startswith("datasources/")):
+        for ds in interpolate(prov[name]["datasources"], values):
+            if ds["type"] == "grafana-clickhouse-datasource":
+                ds["jsonData"]["port"] = int(ds["jsonData"].get("port") or 8123)
+            ds.pop("editable", None)
+            if _exists(api.datasource.get_datasource_by_uid, ds["uid"]):
+                api.datasource.update_datasource_by_uid(ds["uid"], ds)
+                done.append(f"datasource {ds['uid']} updated")
+            else:
+                api.datasource.create_datasource(ds)
+                done.append(f"datasource {ds['uid']} created")
+    return done
 
 
 def _contact_point(api: Any, prov: dict, values: Mapping[str, str]) -> list[str]:
@@ -121,7 +127,7 @@ def push(url: str, token: str, values: Mapping[str, str] | None = None, timeout_
         if not _exists(api.folder.get_folder, FOLDER_UID):
             api.folder.create_folder(FOLDER_TITLE, uid=FOLDER_UID)
             done.append(f"folder {FOLDER_UID} created")
-        done.append(_datasource(api, prov, values))
+        done += _datasources(api, prov, values)
         for name, dash in load_dashboards().items():
             api.dashboard.update_dashboard({"dashboard": {**dash, "id": None}, "folderUid": FOLDER_UID,
                                             "overwrite": True, "message": "perftracker grafana push"})
@@ -133,8 +139,28 @@ def push(url: str, token: str, values: Mapping[str, str] | None = None, timeout_
     except Exception as exc:  # connection refused, DNS, TLS
         if isinstance(exc, PerftrackerError):
             raise
-        raise GrafanaPushError(f"cannot push to Grafana at {_safe(url)}: {type(exc).__name__}: {exc}") from None
+        raise GrafanaPushError(f"cannot push to Grafana at {_safe(url)}: {_unreachable(exc, timeout_s)}") from None
     return done
+
+
+def _unreachable(exc: Exception, timeout_s: float) -> str:
+    """Why a request failed, in a few words instead of the HTTP library's internals (classes are
+    matched by name: grafana-client sits on requests or niquests, whose errors share names)."""
+    kinds = {cls.__name__ for cls in type(exc).__mro__}
+    text = str(exc)
+    if "SSLError" in kinds:
+        return "the TLS handshake failed (certificate or protocol); check the URL's scheme and CA"
+    if "Timeout" in kinds:
+        return f"no answer within {timeout_s:g} s"
+    if "ConnectionError" in kinds:
+        if "NameResolution" in text or "Name or service not known" in text or "nodename nor servname" in text:
+            return "its host name does not resolve"
+        if "refused" in text:
+            return "connection refused (is Grafana listening on that host and port?)"
+        return "it cannot be reached"
+    if kinds & {"InvalidURL", "MissingSchema", "InvalidSchema"}:
+        return "not a valid http(s) URL, e.g. https://grafana.example.com"
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def _safe(url: str) -> str:

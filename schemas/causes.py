@@ -66,7 +66,7 @@ CAUSES: dict[Cause, CauseWords] = {
                "shares them."),
     Cause.HOST_CPU_CONTENTION: CauseWords(
         title="CPU contention on the host",
-        reason="its host CPU is contended (CPU-side and compute work both slow)",
+        reason="its host CPU is contended (the evidence in brackets says how we know)",
         explanation="{who} gets less CPU than its peers (another process competes for its core), "
                     "so its Python and compute run slower and the others wait.",
         advice="Look for other processes competing for the host's cores (top, pidstat); give the "

@@ -55,7 +55,7 @@ def _fingerprint_of(raw: dict) -> bytes:
 
 def schema_version_from(name: str, version: int, raw: dict) -> SchemaVersion:
     try:
-        parsed = parse_schema(raw, _write_hint=False)
+        parsed = parse_schema(raw)  # with fastavro's parsed hint: readers and writers skip re-parsing
     except Exception as exc:  # fastavro raises several types
         raise SchemaError(f"schema {name} v{version} does not parse: {exc}") from exc
     return SchemaVersion(name, version, parsed, raw, _fingerprint_of(raw))

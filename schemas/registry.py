@@ -1,12 +1,15 @@
 """Confluent Schema Registry framing: ``00`` + 4-byte big-endian schema id + Avro body.
 
-When ``kafka.schema_registry_url`` is set, producers encode with the Confluent wire
-format: the writer schema (this package's latest version of the record) is registered
-under the subject ``<topic>-value`` (``POST /subjects/{subject}/versions``, which returns
-the existing id when the schema is already there) and its id goes in the header.
-Consumers accept both framings: ``00`` + id (the writer schema is fetched once with
-``GET /schemas/ids/{id}`` and resolved against the reader's schema with Avro schema
-resolution) and ``C3 01`` single-object encoding (handled by :class:`~.codec.Codec`).
+When ``kafka.schema_registry_url`` is set, producers (collectors: EventBatch, HardwareBatch;
+workers: FunctionPattern, RankWindow, FunctionComparison, Anomaly, Control) encode with the
+Confluent wire format: the writer schema (this package's latest version of the record) is
+registered under the subject ``<topic>-value`` (``POST /subjects/{subject}/versions``, which
+returns the existing id when the schema is already there), or ``<topic>-<record name>`` on a
+topic that carries several record types (pt.findings), and its id goes in the header.
+Consumers (workers, the sink, the collectors' control follower) accept both framings: ``00`` +
+id (the writer schema is fetched once with ``GET /schemas/ids/{id}``, names the record, and is
+resolved against the reader's schema with Avro schema resolution) and ``C3 01``
+single-object encoding (handled by :class:`~.codec.Codec`).
 
 Ids and schemas are cached for the life of the process (registry ids are immutable).
 Basic-auth credentials come from ``kafka.schema_registry_username`` and the secret
@@ -33,7 +36,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import parse_schema
 
-from .codec import Codec, SchemaSet, _fingerprint_of, confluent_frame
+from .codec import Codec, MultiCodec, SchemaSet, _fingerprint_of, confluent_frame
 from .errors import PerftrackerError, SchemaError
 from .vocabulary import (
     CONFLUENT_HEADER_LEN,
@@ -44,8 +47,8 @@ from .vocabulary import (
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
-__all__ = ["RegistryClient", "RegistryCodec", "RegistryError", "RegistryUnavailable", "codec_for",
-           "confluent_frame", "subject_for"]
+__all__ = ["RegistryClient", "RegistryCodec", "RegistryError", "RegistryMultiCodec", "RegistryUnavailable",
+           "codec_for", "confluent_frame", "multi_codec_for", "registry_client", "subject_for"]
 
 
 class RegistryError(PerftrackerError):
@@ -226,17 +229,93 @@ class RegistryCodec:
         return parsed
 
 
+def schema_id_of(data: Any) -> int | None:
+    """The schema id of a Confluent-framed message; None for any other bytes."""
+    if isinstance(data, (bytes, bytearray)) and len(data) >= CONFLUENT_HEADER_LEN \
+            and data[:len(CONFLUENT_MAGIC)] == CONFLUENT_MAGIC:
+        return int.from_bytes(data[len(CONFLUENT_MAGIC):CONFLUENT_HEADER_LEN], "big")
+    return None
+
+
+def fetch_writer(client: RegistryClient | None, data: Any) -> None:
+    """Fetch (and cache) the writer schema a Confluent-framed ``data`` names, so that decoding it
+    needs no registry round trip. Raises :class:`RegistryUnavailable` while the registry is away
+    (a consumer waits and retries: the message is not at fault); an unknown id is left to decoding."""
+    schema_id = schema_id_of(data) if client is not None else None
+    if schema_id is not None:
+        try:
+            client.schema(schema_id)  # type: ignore[union-attr]
+        except SchemaError:
+            pass
+
+
+def registry_client(settings: Any) -> RegistryClient | None:
+    """One client (and id cache) for every codec of a process; None without ``kafka.schema_registry_url``.
+
+    ``settings``: a :class:`~.settings.Settings` (or anything with a ``kafka`` section, or the section)."""
+    kafka = getattr(settings, "kafka", settings)
+    url = getattr(kafka, "schema_registry_url", "") or ""
+    if not url:
+        return None
+    return RegistryClient(url, getattr(kafka, "schema_registry_username", ""),
+                          getattr(kafka, "schema_registry_password", ""))
+
+
 def codec_for(settings: Any, record_name: str, topic: str, client: RegistryClient | None = None,
               schemas: SchemaSet | None = None) -> Codec | RegistryCodec:
     """The codec a producer/consumer of ``topic`` should use under ``settings``.
 
     ``settings``: a :class:`~.settings.Settings` (or its ``KafkaSettings``). Without a registry URL
     this is the plain single-object :class:`~.codec.Codec`."""
-    kafka = getattr(settings, "kafka", settings)
-    url = getattr(kafka, "schema_registry_url", "") or ""
-    if not url:
-        return Codec(record_name, schemas)
+    client = client or registry_client(settings)
     if client is None:
-        client = RegistryClient(url, getattr(kafka, "schema_registry_username", ""),
-                                getattr(kafka, "schema_registry_password", ""))
+        return Codec(record_name, schemas)
     return RegistryCodec(record_name, topic, client, schemas)
+
+
+class RegistryMultiCodec(MultiCodec):
+    """A topic that carries several record types (pt.findings) or a consumer of several topics, with a
+    registry: encodes with Confluent framing under the subject ``<topic>-<record name>`` (one subject
+    per record type: a topic's single ``-value`` subject cannot hold two record schemas), and decodes
+    both framings, the schema id naming the record (its writer schema comes from the registry)."""
+
+    def __init__(self, names: list[str], topic: str, client: RegistryClient, schemas: SchemaSet | None = None):
+        super().__init__(names, schemas)
+        self.client = client
+        self.registry_codecs = {n: RegistryCodec(n, topic, client, schemas) for n in names}
+        for codec in self.registry_codecs.values():
+            codec.subject = f"{topic}-{codec.name}"
+
+    def encode(self, name: str, record: dict) -> bytes:
+        return self.registry_codecs[name].encode(record)
+
+    def decode(self, data: bytes) -> tuple[str, dict]:
+        data = bytes(data) if isinstance(data, (bytearray, memoryview)) else data
+        if not isinstance(data, bytes) or not data.startswith(CONFLUENT_MAGIC) or len(data) < CONFLUENT_HEADER_LEN:
+            return super().decode(data)
+        name = self.record_name(int.from_bytes(data[len(CONFLUENT_MAGIC):CONFLUENT_HEADER_LEN], "big"))
+        if name not in self.registry_codecs:
+            raise SchemaError(f"message holds a {name} record, expected one of {sorted(self.registry_codecs)}")
+        return name, self.registry_codecs[name].decode(data)
+
+    def record_name(self, schema_id: int) -> str:
+        """The short record name of a registry schema id (``perftracker.v1.RankWindow`` -> ``RankWindow``)."""
+        raw = self.client.schema(schema_id)
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str):
+            raise SchemaError(f"registry schema id {schema_id} does not describe a record")
+        return name.rpartition(".")[2]
+
+    def register_all(self) -> None:
+        """Register every writer schema now (a producer that must not fail later, on a record)."""
+        for codec in self.registry_codecs.values():
+            codec.schema_id  # noqa: B018 (registers and caches the id)
+
+
+def multi_codec_for(settings: Any, names: list[str], topic: str, client: RegistryClient | None = None,
+                    schemas: SchemaSet | None = None) -> MultiCodec:
+    """:class:`~.codec.MultiCodec`, or :class:`RegistryMultiCodec` when a registry is configured."""
+    client = client or registry_client(settings)
+    if client is None:
+        return MultiCodec(names, schemas)
+    return RegistryMultiCodec(names, topic, client, schemas)

@@ -41,42 +41,101 @@ class Secret:
         return hash(self._value)
 
 
+def _secret() -> Secret:
+    return Secret("")
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = field(default="", metadata={"doc": "host:port list; empty = the embedded broker from `perftracker up`"})
     topic_prefix: str = field(default="pt", metadata={"doc": "prefix of every topic name"})
     partitions: int = field(default=8, metadata={"doc": "partitions of the keyed topics (created at start-up)"})
     security_protocol: str = field(default="PLAINTEXT", metadata={"doc": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"})
-    sasl_mechanism: str = field(default="", metadata={"doc": "e.g. PLAIN, SCRAM-SHA-512"})
-    sasl_username: str = field(default="", metadata={"doc": "SASL user"})
-    sasl_password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "SASL password (env or *_file only)"})
-    ssl_ca_location: str = field(default="", metadata={"doc": "CA bundle path for TLS"})
+    sasl_mechanism: str = field(default="", metadata={"doc": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (with a SASL_* protocol)"})
+    sasl_username: str = field(default="", metadata={"doc": "SASL user (PLAIN, SCRAM)"})
+    sasl_password: Secret = field(default_factory=_secret, metadata={"doc": "SASL password (PLAIN, SCRAM; env or *_file only)"})
+    sasl_oauthbearer_token_endpoint_url: str = field(default="", metadata={"doc": "OAUTHBEARER: OIDC token endpoint (client credentials grant)"})
+    sasl_oauthbearer_client_id: str = field(default="", metadata={"doc": "OAUTHBEARER: OIDC client id"})
+    sasl_oauthbearer_client_secret: Secret = field(default_factory=_secret, metadata={"doc": "OAUTHBEARER: OIDC client secret (env or *_file only)"})
+    sasl_oauthbearer_scope: str = field(default="", metadata={"doc": "OAUTHBEARER: scope requested with the token (space-separated; empty = none)"})
+    ssl_ca_location: str = field(default="", metadata={"doc": "CA bundle (PEM) the broker certificates are checked against; empty = the system's"})
+    ssl_certificate_location: str = field(default="", metadata={"doc": "client certificate (PEM) for TLS client authentication"})
+    ssl_key_location: str = field(default="", metadata={"doc": "client private key (PEM) of ssl_certificate_location"})
+    ssl_key_password: Secret = field(default_factory=_secret, metadata={"doc": "password of an encrypted ssl_key_location (env or *_file only)"})
+    ssl_verify: bool = field(default=True, metadata={"doc": "verify the broker's certificate and host name (false only for tests)"})
+    librdkafka: str = field(default="", metadata={"pairs": True, "doc": "other librdkafka properties for collectors, sink and admin: 'k=v;k2=v2' (a table in the file); no secrets"})
+    librdkafka_secret: Secret = field(default_factory=_secret, metadata={"doc": "librdkafka properties holding secrets, 'k=v;k2=v2' (env or *_file only)"})
     profile: str = field(default="auto", metadata={"doc": "'tansu' (local broker quirks), 'kafka', or 'auto' (tansu when embedded)"})
-    schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL; not wired into collectors, workers and sink yet: refused when set"})
+    schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL: producers frame records with its schema ids; empty = single-object encoding"})
     schema_registry_username: str = field(default="", metadata={"doc": "basic-auth user of the schema registry"})
-    schema_registry_password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "basic-auth password of the schema registry (env or *_file only)"})
+    schema_registry_password: Secret = field(default_factory=_secret, metadata={"doc": "basic-auth password of the schema registry (env or *_file only)"})
 
     def client_conf(self) -> dict[str, str]:
         """librdkafka properties shared by producers, consumers and admin clients."""
         conf = {"bootstrap.servers": self.bootstrap_servers, "security.protocol": self.security_protocol}
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_mechanism == "OAUTHBEARER":
+            conf.update({"sasl.oauthbearer.method": "oidc",
+                         "sasl.oauthbearer.token.endpoint.url": self.sasl_oauthbearer_token_endpoint_url,
+                         "sasl.oauthbearer.client.id": self.sasl_oauthbearer_client_id,
+                         "sasl.oauthbearer.client.secret": self.sasl_oauthbearer_client_secret.reveal()})
+            if self.sasl_oauthbearer_scope:
+                conf["sasl.oauthbearer.scope"] = self.sasl_oauthbearer_scope
+        elif self.sasl_mechanism:
             conf["sasl.username"] = self.sasl_username
             conf["sasl.password"] = self.sasl_password.reveal()
-        if self.ssl_ca_location:
-            conf["ssl.ca.location"] = self.ssl_ca_location
+        for key, value in (("ssl.ca.location", self.ssl_ca_location),
+                           ("ssl.certificate.location", self.ssl_certificate_location),
+                           ("ssl.key.location", self.ssl_key_location),
+                           ("ssl.key.password", self.ssl_key_password.reveal())):
+            if value:
+                conf[key] = value
+        if not self.ssl_verify:
+            conf["enable.ssl.certificate.verification"] = "false"
+            conf["ssl.endpoint.identification.algorithm"] = "none"
+        conf.update(parse_properties(self.librdkafka))
+        conf.update(parse_properties(self.librdkafka_secret.reveal()))
         return conf
+
+
+# librdkafka properties with a dedicated setting above: never taken from kafka.librdkafka*
+DEDICATED_PROPERTIES = frozenset({
+    "bootstrap.servers", "metadata.broker.list", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
+    "sasl.username", "sasl.password", "sasl.oauthbearer.method", "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.scope",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "enable.ssl.certificate.verification", "ssl.endpoint.identification.algorithm"})
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``'k=v;k2=v2'`` -> ``{"k": "v", "k2": "v2"}`` (blank parts skipped; checked by the loader)."""
+    pairs = {}
+    for part in text.split(";"):
+        if part.strip():
+            key, _, value = part.partition("=")
+            pairs[key.strip()] = value.strip()
+    return pairs
 
 
 @dataclass(frozen=True)
 class StoreSettings:
-    url: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "clickhouse://user:pass@host:8123/db or chdb:///dir; empty = chDB under data_dir"})
+    url: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "clickhouse://user@host:8123/db (clickhouses:// or ?secure=true: TLS) or chdb:///dir; empty = chDB under data_dir"})
+    username: str = field(default="", metadata={"doc": "ClickHouse user; empty = the URL's, else 'default'"})
+    password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "ClickHouse password (env or *_file only); empty = the URL's"})
+    ca_file: str = field(default="", metadata={"doc": "CA bundle (PEM) the ClickHouse server certificate is checked against; empty = the system's"})
+    verify: bool = field(default=True, metadata={"doc": "verify the ClickHouse server certificate (TLS only; false only for tests)"})
     retention_days: int = field(default=30, metadata={"doc": "TTL of raw per-window tables"})
     incident_retention_days: int = field(default=365, metadata={"doc": "TTL of anomalies and incidents"})
     flush_rows: int = field(default=50_000, metadata={"doc": "sink flushes when this many rows are buffered"})
     flush_interval_s: float = field(default=1.0, metadata={"doc": "... or after this long"})
     max_backlog_rows: int = field(default=2_000_000, metadata={"doc": "rows kept while the store is down; older ones are dropped and counted"})
     query_port: int = field(default=0, metadata={"doc": "port of the sink's local query API (chDB); 0 = any free port"})
+    query_host: str = field(default="127.0.0.1", metadata={"doc": "address the sink's query API binds; any other than loopback needs http_token"})
     raw_ingest: bool = field(default=True, metadata={"doc": "let ClickHouse decode FunctionPattern and RankWindow (Avro + materialized views); false = decode in Python"})
     cluster: str = field(default="", metadata={"doc": "ClickHouse cluster name: migrations run ON CLUSTER with Replicated tables; empty = one server (or chDB)"})
 
@@ -86,8 +145,11 @@ class StreamSettings:
     app_id: str = field(default="perftracker", metadata={"doc": "Faust app id (consumer group)"})
     window_s: float = field(default=5.0, metadata={"doc": "length of a comparison window in seconds"})
     window_grace_s: float = field(default=3.0, metadata={"doc": "wait this long past a window's end for late ranks"})
-    web_port: int = field(default=6066, metadata={"doc": "Faust web port of a worker (0 = any free port)"})
+    web_port: int = field(default=0, metadata={"doc": "Faust web port of a worker (0 = a free port, recorded in stack.json)"})
     workers: int = field(default=1, metadata={"doc": "worker processes `perftracker up` starts"})
+    metrics_port: int = field(default=0, metadata={"doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the worker's metrics endpoint binds"})
+    web_host: str = field(default="127.0.0.1", metadata={"doc": "address a worker's Faust web server (stats) binds; any other than loopback needs http_token"})
 
 
 @dataclass(frozen=True)
@@ -125,8 +187,10 @@ class CollectorSettings:
     """Read by ``attach()`` in each training process, from the environment only."""
 
     enabled: bool = field(default=True, metadata={"doc": "master switch; false = attach() does nothing"})
-    job: str = field(default="", metadata={"doc": "job id; empty = TORCHELASTIC_RUN_ID or a generated one"})
+    job: str = field(default="", metadata={"doc": "job id; empty = the launcher's run id (torchrun rdzv id, SLURM_JOB_ID, JobSet/PyTorchJob name), else rank 0's id agreed through the job's c10d store"})
+    job_agreement_s: float = field(default=120.0, metadata={"doc": "longest wait for the job's process group to agree on a job id; batches are held meanwhile"})
     bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
+    host: str = field(default="", metadata={"doc": "machine name reported for this rank; empty = the hostname (in Kubernetes set it to the node name: the pod name is not the machine)"})
     buffer_mb: float = field(default=32.0, metadata={"doc": "bound of the in-process event buffer; oldest dropped when full"})
     flush_interval_s: float = field(default=1.0, metadata={"doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"doc": "longest wait for delivery at process exit"})
@@ -146,6 +210,10 @@ class CollectorSettings:
     nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
     nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
     log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
+    metrics_port: int = field(default=0, metadata={"doc": "opt-in Prometheus endpoint of each training process at this port + LOCAL_RANK (needs prometheus-client); 0 = off"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the collector's metrics endpoint binds"})
+    cpu_evidence: bool = field(default=True, metadata={"doc": "read the training thread's CPU, run-queue wait, context switches and faults from /proc"})
+    stack_hz: float = field(default=25.0, metadata={"doc": "samples per second of the training thread's Python stack; 0 = off"})
 
     @property
     def buffer_events(self) -> int:
@@ -159,6 +227,9 @@ EVENT_COST_BYTES = 256  # measured size of one buffered event tuple with its int
 class Settings:
     data_dir: Path = field(default=Path(".perftracker"), metadata={"doc": "state, logs and chDB data of the embedded stack"})
     log_level: str = field(default="INFO", metadata={"doc": "DEBUG, INFO, WARNING, ERROR"})
+    log_format: str = field(default="text", metadata={"doc": "text (one line per record) or json (one JSON object per line)"})
+    log_file: str = field(default="", metadata={"doc": "log file of a worker or sink; empty = <data_dir>/logs/<worker|sink>.log, '-' = standard error only"})
+    http_token: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "bearer token of every HTTP endpoint (query API, worker web, metrics); required to bind one beyond loopback (env or *_file only)"})
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     streams: StreamSettings = field(default_factory=StreamSettings)

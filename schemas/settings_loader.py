@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from .errors import ConfigError
-from .settings import KafkaSettings, Secret, Settings
+from .redact import remember_secret
+from .settings import Secret, Settings
+from .settings_checks import check_settings
 
 ENV_PREFIX = "PERFTRACKER_"
 
@@ -43,7 +45,9 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 def _coerce(value: Any, typ: Any, where: str) -> Any:
     if typ is Secret:
-        return value if isinstance(value, Secret) else Secret(str(value))
+        secret = value if isinstance(value, Secret) else Secret(str(value))
+        remember_secret(secret.reveal())  # masked in every log and error from now on
+        return secret
     if typ is Path:
         return Path(str(value)).expanduser()
     if typ is bool:
@@ -87,6 +91,8 @@ def load_section(cls: type[T], section: str, env: Mapping[str, str],
             kwargs[f.name] = load_section(typ, f.name, env, sub)
             continue
         raw = _raw_value(f.name, typ, section, file_values, env)
+        if f.metadata.get("pairs") and isinstance(raw, Mapping):  # a table of properties in the file
+            raw = ";".join(f"{k}={_pair_value(v)}" for k, v in raw.items())
         if raw is not None:
             kwargs[f.name] = _coerce(raw, typ, f"{section}.{f.name}" if section else f.name)
     return cls(**kwargs)
@@ -110,11 +116,32 @@ def _raw_value(name: str, typ: Any, section: str, file_values: Mapping[str, Any]
     return None
 
 
+def _pair_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _secret_file(path: str, where: str) -> Secret:
     try:
         return Secret(Path(path).expanduser().read_text().strip())
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
+
+
+def section_env(values: Any, section: str) -> dict[str, str]:
+    """The ``PERFTRACKER_<SECTION>_*`` variables that reproduce the non-default fields of the
+    settings dataclass ``values`` (secrets revealed: for a child process's environment only)."""
+    out = {}
+    for f in fields(values):
+        value = getattr(values, f.name)
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if value == default:
+            continue
+        if isinstance(value, Secret):
+            value = value.reveal()
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        out[env_name(section, f.name)] = str(value)
+    return out
 
 
 def default_config_path(env: Mapping[str, str]) -> Path | None:
@@ -132,22 +159,8 @@ def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None
     path = path or default_config_path(env)
     values = _read_file(path) if path else {}
     settings = load_section(Settings, "", env, values)
-    refuse_unwired(settings.kafka)
+    check_settings(settings)
     return settings
-
-
-def refuse_unwired(kafka: KafkaSettings) -> None:
-    """Refuse settings that are declared but not yet used by every component.
-
-    The Schema Registry codec (:mod:`.registry`) exists, but collectors, workers and sink
-    still frame every record with single-object encoding; a URL that silently did nothing
-    would be worse than an error.
-    """
-    if kafka.schema_registry_url:
-        raise ConfigError(
-            "kafka.schema_registry_url is set, but collectors, workers and sink do not use a "
-            "Schema Registry yet (records are single-object encoded); unset "
-            "PERFTRACKER_KAFKA_SCHEMA_REGISTRY_URL / kafka.schema_registry_url")
 
 
 def describe_settings() -> list[tuple[str, str, str, str]]:

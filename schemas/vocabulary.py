@@ -26,9 +26,9 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # --- schema versions a record's ``schema_version`` field is set to where it is built ----
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
-EVENT_BATCH_VERSION = 2  # EventBatch built by the trace importer (streams/traces/kineto.py)
+EVENT_BATCH_VERSION = 3  # EventBatch built by the trace importer (streams/traces/kineto.py)
 FUNCTION_PATTERN_VERSION = 1
-RANK_WINDOW_VERSION = 1
+RANK_WINDOW_VERSION = 2
 FUNCTION_COMPARISON_VERSION = 1
 ANOMALY_VERSION = 1
 CONTROL_VERSION = 1
@@ -48,6 +48,7 @@ DEADLETTER_SOURCE_TOPIC = "source_topic"  # the sink: where the message was cons
 DEADLETTER_PARTITION = "partition"
 DEADLETTER_OFFSET = "offset"
 DEADLETTER_STAGE = "stage"  # ... and which stage refused it ("sink")
+DEADLETTER_TABLE = "table"  # sink: the table that refused the row (the value is the row as JSON)
 
 # --- liveness -------------------------------------------------------------------------
 HEARTBEAT_S = 5.0  # collectors send a batch at least this often (empty ones included), so a
@@ -97,3 +98,11 @@ class Status(str, Enum):
     OPEN = "OPEN"
     UPDATED = "UPDATED"
     RESOLVED = "RESOLVED"
+
+
+class ControlCommand(str, Enum):
+    """Control.command: what the stream workers ask every collector of a job to do."""
+
+    PROFILE = "PROFILE"
+    STOP_PROFILE = "STOP_PROFILE"
+    PING = "PING"

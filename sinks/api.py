@@ -1,6 +1,11 @@
-"""The sink's local query API (127.0.0.1 only): other processes read chDB through it.
+"""The sink's query API: other processes read chDB through it.
+
+It binds ``store.query_host`` (default 127.0.0.1); any other address needs the
+``http_token`` setting, and with a token every request must carry
+``Authorization: Bearer <token>`` (else 401), see :mod:`perftracker.schemas.http_auth`.
 
 ``GET /health`` -> ``{"ok": true, "stats": {...}}``;
+``GET /metrics`` -> the sink's counters in Prometheus' text format;
 ``GET /query/<name>?param=value`` -> ``{"columns": [...], "rows": [[...], ...]}``
 for the named queries of :mod:`.queries` (datetimes as ISO 8601 strings).
 Errors answer ``{"error": "..."}`` with 400 (bad name or parameters) or 503.
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from datetime import date, datetime
@@ -17,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
+from ..schemas.http_auth import authorized, check_bind
+from ..schemas.settings import Secret
 from .errors import StoreUnavailable, UnknownQuery
 from .queries import run_query
 from .store import Store
@@ -35,18 +43,27 @@ def to_json_value(value: Any) -> Any:
 class QueryServer:
     """Serves the named queries of one :class:`Store` in a background thread."""
 
-    def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None):
+    def __init__(self, store: Store, port: int = 0, stats: Callable[[], dict] | None = None,
+                 metrics: Callable[[], tuple[bytes, str]] | None = None,
+                 host: str = "127.0.0.1", token: Secret | None = None):
+        self.token = token or Secret("")
+        check_bind(host, self.token, "store.query_host")
         self.store = store
         self._stats = stats or dict
+        self.metrics = metrics
+        self._host = host
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server = _ServerV6 if ":" in host else ThreadingHTTPServer
+        self._httpd = server((host.strip("[]"), port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="pt-query-api", daemon=True)
 
     @property
     def url(self) -> str:
+        """Where a client on this machine reaches the API (loopback for a wildcard bind)."""
         port = self._httpd.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self._host, self._host)
+        return f"http://{f'[{host}]' if ':' in host and not host.startswith('[') else host}:{port}"
 
     def start(self) -> QueryServer:
         self._thread.start()
@@ -61,7 +78,7 @@ class QueryServer:
         if path == "/health":
             return 200, {"ok": True, "stats": self._stats()}
         if not path.startswith("/query/"):
-            return 404, {"error": f"no such endpoint {path!r}; use /health or /query/<name>"}
+            return 404, {"error": f"no such endpoint {path!r}; use /health, /metrics or /query/<name>"}
         name = unquote(path[len("/query/"):])
         try:
             res = run_query(self.store, name, dict(parse_qsl(query, keep_blank_values=True)))
@@ -72,15 +89,28 @@ class QueryServer:
         return 200, {"columns": res.columns, "rows": [to_json_value(list(r)) for r in res.rows]}
 
 
+class _ServerV6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_ref: QueryServer
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         parsed = urlparse(self.path)
-        status, body = self.server_ref.answer(parsed.path, parsed.query)
-        data = json.dumps(body).encode()
+        metrics = self.server_ref.metrics
+        if not authorized(self.headers.get("Authorization"), self.server_ref.token):
+            status, body = 401, {"error": "missing or wrong bearer token (Authorization: Bearer <http_token>)"}
+            data, content_type = json.dumps(body).encode(), "application/json"
+        elif parsed.path == "/metrics" and metrics is not None:
+            status, (data, content_type) = 200, metrics()
+        else:
+            status, body = self.server_ref.answer(parsed.path, parsed.query)
+            data, content_type = json.dumps(body).encode(), "application/json"
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -51,6 +51,7 @@ class BatchingSink(Sink):
         self._rows: dict[str, list[Sequence[Any]]] = {t: [] for t in columns}
         self.buffered = 0
         self.dropped_rows = 0
+        self.rejected_rows = 0  # refused by the store and handed to the caller (not written)
         self.written_rows = 0
         self._last_flush = time.monotonic()
 

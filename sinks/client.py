@@ -12,20 +12,23 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..schemas.settings import Settings
+from ..schemas.diagnosis import diagnosis_row
+from ..schemas.http_auth import auth_headers
+from ..schemas.settings import Secret, Settings
 from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
 from .errors import NoStore, SinkError, UnknownQuery
 from .queries import QUERIES, run_query
-from .store import Store, parse_store_url
+from .store import Store, store_target
 
 TIMEOUT_S = 10.0
 
 
-def _via_api(url: str, name: str, params: dict[str, Any]) -> list[dict]:
+def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list[dict]:
     target = f"{url.rstrip('/')}/query/{quote(name)}?{urlencode(params)}"
     try:
-        with urllib.request.urlopen(target, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(urllib.request.Request(target, headers=auth_headers(token)),
+                                    timeout=TIMEOUT_S) as resp:
             body = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -39,7 +42,7 @@ def _via_api(url: str, name: str, params: dict[str, Any]) -> list[dict]:
 
 
 def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
-    target = parse_store_url(settings.store.url.reveal(), settings.data_dir)
+    target = store_target(settings)
     try:
         store = Store.open(target)
     except SinkError as exc:
@@ -60,30 +63,19 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
     state = read_state(settings.data_dir)
     if state and state.query_url and pid_alive(state.sink_pid):
         try:
-            return _via_api(state.query_url, name, params)
+            return _via_api(state.query_url, name, params, settings.http_token)
         except (urllib.error.URLError, OSError) as exc:
             raise NoStore(f"the sink (pid {state.sink_pid}) did not answer at {state.query_url}: "
                           f"{exc}; is it still starting?") from None
     return _direct(settings, name, params)
 
 
-def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict]:
+def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict[str, Any]]:
     """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON)."""
     rows = query(settings, "incidents", job=job, include_resolved=include_resolved)
     return [incident_view(r) for r in rows]
 
 
-def incident_view(row: dict) -> dict:
-    try:
-        evidence = json.loads(row.get("evidence_json") or "{}")
-    except ValueError:
-        evidence = {"raw": row.get("evidence_json")}
-    return {
-        "incident_id": row["incident_id"], "job": row["job"], "status": row["status"],
-        "kind": row["kind"], "cause": row["cause"], "ranks": list(row["ranks"]),
-        "hosts": list(row["hosts"]), "gpus": list(row.get("gpus") or []),
-        "function": row["function"], "score": row["score"],
-        "impact_ms_per_step": row["impact_ms_per_step"], "step_time_ms": row.get("step_time_ms", 0.0),
-        "first_seen": row["first_seen"], "last_seen": row["last_seen"],
-        "windows": row.get("windows", 0), "summary": row["summary"], "evidence": evidence,
-    }
+def incident_view(row: dict) -> dict[str, Any]:
+    """One ``incidents`` query row as a diagnosis row (first/last seen as the store has them)."""
+    return diagnosis_row(row, row["first_seen"], row["last_seen"])

@@ -21,6 +21,12 @@ class StoreUnavailable(SinkError):
         self.retry_after = retry_after
 
 
+class RowsRejected(SinkError):
+    """The store answered and refused the rows themselves (a value its column type or a
+    constraint rejects). Retrying the same rows cannot succeed: the sink isolates the
+    rejected ones and dead-letters them instead (see :mod:`.clickhouse`)."""
+
+
 class UnknownQuery(SinkError):
     """A named query that does not exist, or parameters that do not fit it."""
 

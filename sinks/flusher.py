@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -31,6 +32,7 @@ Offsets = dict[tuple[str, int], int]
 class Flushed:
     rows: int
     offsets: Offsets
+    duration_ms: int = -1  # from submit to written, retries included (-1: not measured)
 
 
 class BackgroundFlusher:
@@ -41,6 +43,8 @@ class BackgroundFlusher:
         self._max_backoff_s = max_backoff_s
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="pt-sink-flush")
         self._inflight: tuple[Future[int], Offsets] | None = None
+        self._submitted = 0.0
+        self.inflight_rows = 0  # rows of the batch being written
 
     @property
     def busy(self) -> bool:
@@ -48,15 +52,18 @@ class BackgroundFlusher:
 
     def submit(self, batch: dict[str, list[Sequence[Any]]], offsets: Offsets) -> None:
         assert self._inflight is None, "one batch at a time"
+        self._submitted = time.monotonic()
+        self.inflight_rows = sum(len(rows) for rows in batch.values())
         self._inflight = (self._pool.submit(self._write, batch), offsets)
 
     def _write(self, batch: dict[str, list[Sequence[Any]]]) -> int:
         delay = min(0.5, self._max_backoff_s)
         total = sum(len(rows) for rows in batch.values())  # tables written before a failure count
+        rejected = self.sink.rejected_rows
         while True:
             try:
                 self.sink.write_batch(batch)
-                return total
+                return total - (self.sink.rejected_rows - rejected)
             except StoreUnavailable as exc:
                 self.failures += 1
                 pending = sum(len(rows) for rows in batch.values())
@@ -80,12 +87,12 @@ class BackgroundFlusher:
         except FutureTimeout:  # distinct from the builtin before Python 3.11
             return None
         except StoreUnavailable:
-            self._inflight = None
+            self._inflight, self.inflight_rows = None, 0
             return None
         if rows is None:
             return None
-        self._inflight = None
-        return Flushed(rows, offsets)
+        self._inflight, self.inflight_rows = None, 0
+        return Flushed(rows, offsets, round((time.monotonic() - self._submitted) * 1000))
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

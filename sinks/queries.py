@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UnknownQuery
+from .identifiers import ident
 from .store import QueryResult, Store
 
 _SINCE = ("(SELECT max(window_start) FROM {table} WHERE job = {{job:String}})"
@@ -18,7 +19,7 @@ _SINCE = ("(SELECT max(window_start) FROM {table} WHERE job = {{job:String}})"
 
 
 def _since(table: str) -> str:
-    return _SINCE.format(table=table)
+    return _SINCE.format(table=ident(table))
 
 
 @dataclass(frozen=True)

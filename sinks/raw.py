@@ -24,6 +24,8 @@ import fastavro
 
 from ..schemas import bundled_schemas
 from ..schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, SINGLE_OBJECT_HEADER_LEN
+from .checks import constraints_sql
+from .identifiers import ident
 
 RAW_TABLES = {FUNCTION_PATTERN: "raw_function_patterns", RANK_WINDOW: "raw_rank_windows"}
 
@@ -51,9 +53,10 @@ def _ch_type(avro_type: object) -> str:
 
 
 def raw_table_sql(name: str) -> str:
-    """A Null table with every field of the latest ``name`` schema (nothing is stored)."""
+    """A Null table with every field of the latest ``name`` schema (nothing is stored), and the
+    content rules as constraints (:mod:`.checks`): a container with an absurd record is refused."""
     fields = bundled_schemas().latest(name).raw["fields"]
-    cols = ", ".join(f"`{f['name']}` {_ch_type(f['type'])}" for f in fields)
+    cols = ", ".join([f"`{ident(f['name'])}` {_ch_type(f['type'])}" for f in fields] + constraints_sql(ident(name)))
     return f"CREATE TABLE IF NOT EXISTS {RAW_TABLES[name]} ({cols}) ENGINE = Null"
 
 
@@ -88,6 +91,12 @@ VIEWS = {
         " toInt16(pcie_width_min) AS pcie_width_min, nvlink_errors, ecc_uncorrected, xid"
         " FROM raw_rank_windows"),
 }
+
+
+def recreate_raw_tables() -> tuple[str, ...]:
+    """Drop and create the raw tables again (with their constraints); the views stay attached."""
+    return tuple(f"DROP TABLE IF EXISTS {table}" for table in RAW_TABLES.values()) + tuple(
+        raw_table_sql(name) for name in RAW_TABLES)
 
 
 def migration_statements() -> tuple[str, ...]:

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from ..schemas.errors import ConfigError
+from .identifiers import ident
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ class Table:
     ttl_column: str = ""  # DateTime64 column the retention TTL counts from
     incident_retention: bool = False  # use incident_retention_days instead of retention_days
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        for name in (self.name, *self.column_names, *([self.ttl_column] if self.ttl_column else [])):
+            ident(name)
 
     @property
     def column_names(self) -> list[str]:
@@ -174,10 +179,18 @@ def _raw_ingest_statements() -> tuple[str, ...]:
     return migration_statements()
 
 
+def _raw_constraint_statements() -> tuple[str, ...]:
+    from .raw import recreate_raw_tables
+
+    return recreate_raw_tables()
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial tables", tables=tuple(TABLES)),
     Migration(2, "raw Avro ingestion: Null tables and materialized views",
               statements=_raw_ingest_statements()),
+    Migration(3, "content rules as constraints on the raw Avro tables",
+              statements=_raw_constraint_statements()),
 )
 
 

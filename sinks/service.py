@@ -20,16 +20,22 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
+from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.http_auth import check_bind
+from ..schemas.logs import setup_logging
+from ..schemas.metrics import exposition, registry_of
+from ..schemas.registry import RegistryUnavailable, fetch_writer, registry_client
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
 from ..schemas.topics import TopicNames, all_topics
+from ..schemas.validate import validate
 from ..schemas.vocabulary import (
     ANOMALY,
     DEADLETTER_OFFSET,
@@ -38,6 +44,7 @@ from ..schemas.vocabulary import (
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE_TOPIC,
     DEADLETTER_STAGE,
+    DEADLETTER_TABLE,
 )
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .api import QueryServer
@@ -45,23 +52,39 @@ from .clickhouse import ClickHouseSink
 from .decode import RecordDecoder
 from .errors import SinkError, StoreUnavailable
 from .flusher import BackgroundFlusher, Flushed
+from .lag import consumer_lag
 from .raw import RawMessage, raw_fingerprints
 from .rows import ROW_BUILDERS
-from .store import Store, StoreTarget, parse_store_url
+from .store import Store, StoreTarget, store_target
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SinkStats:
-    consumed: int = 0
-    rows_buffered: int = 0
-    rows_written: int = 0
-    rows_dropped: int = 0
-    dead_lettered: int = 0
-    flushes: int = 0
-    flush_failures: int = 0
-    commits: int = 0
+class Interrupted(Exception):
+    """The sink stopped while a message waited (for the schema registry); it stays unhandled."""
+
+
+class SinkCounters(CounterSet):
+    """The sink's counters (``GET /health`` and the stop log line show their snapshot)."""
+
+    component = "sink"
+
+    consumed = Counter("messages consumed from Kafka")
+    rows_buffered = Counter("rows (and raw messages) added to the store's buffer")
+    rows_written = Counter("rows written to the store")
+    rows_dropped = Counter("rows dropped while the store was down (oldest first, past max_backlog_rows)")
+    dead_lettered = Counter("messages sent to the dead-letter topic: undecodable or unmappable")
+    flushes = Counter("batches written to the store")
+    flush_failures = Counter("failed attempts to write a batch (retried with backoff)")
+    commits = Counter("offset commits after a successful flush")
+    rows_rejected = Counter("rows the store refused, dead-lettered one by one (part of dead_lettered)")
+    decode_errors = Counter("messages that could not be decoded (dead-lettered)")
+    backlog_rows = Counter("rows buffered or being written, not yet in the store", kind=Kind.GAUGE)
+    flush_ms = Histogram("from a batch handed to the store to it being written, retries included, in ms",
+                         buckets=(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000))
+    consumer_lag = Counter("messages in a partition not yet read: the high watermark seen in the "
+                           "consumer's fetches minus its position, at least 0",
+                           labels=("topic", "partition"), kind=Kind.GAUGE)
 
 
 def consumer_conf(settings: Settings) -> dict[str, Any]:
@@ -84,9 +107,13 @@ class SinkService:
         self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
-        self.codec = RecordDecoder(names)
+        self.registry = registry_client(settings)
+        self.codec = RecordDecoder(names, self.registry)
         self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
-        self.stats = SinkStats()
+        self.stats = SinkCounters()
+        # added to inline: once per message, on the consumer thread only
+        self._consumed = self.stats.cell(SinkCounters.consumed)
+        self._rows_buffered = self.stats.cell(SinkCounters.rows_buffered)
         self.dispatcher = dispatcher or build_dispatcher(settings.alerts)
         self._stop = threading.Event()
         self._offsets: dict[tuple[str, int], int] = {}
@@ -97,18 +124,20 @@ class SinkService:
         self._consumer: Any = None
         self._producer: Any = None
         self._keeper: Any = None
+        self._gauges_due = 0.0
 
     # -- lifecycle ---------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
 
     def _open_store(self) -> None:
-        target = parse_store_url(self.settings.store.url.reveal(), self.settings.data_dir)
+        target = store_target(self.settings)
         delay = 0.5
         while not self._stop.is_set():
             try:
                 self.store = self._open_store_fn(target)
-                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw)
+                self.sink = ClickHouseSink(self.store, self.settings.store, self._dead_letter_raw,
+                                           self._dead_letter_row)
                 self.sink.setup()
                 self.flusher = BackgroundFlusher(self.sink, self._stop)
                 return
@@ -126,12 +155,16 @@ class SinkService:
 
         from ..schemas.kafka_admin import TopicKeeper, ensure_topics
 
+        store = self.settings.store
+        check_bind(store.query_host, self.settings.http_token, "store.query_host")  # before a long store wait
         self._open_store()
         assert self.store is not None
-        self.api = QueryServer(self.store, self.settings.store.query_port, self.stats_dict).start()
+        registry = registry_of(self.stats, self.dispatcher.counters)
+        self.api = QueryServer(self.store, store.query_port, self.stats_dict,
+                               lambda: exposition(registry), store.query_host,
+                               self.settings.http_token).start()
         conf = consumer_conf(self.settings)
-        base = {k: v for k, v in conf.items() if k in ("bootstrap.servers", "security.protocol")
-                or k.startswith(("sasl.", "ssl."))}
+        base = {**self.settings.kafka.client_conf(), "bootstrap.servers": conf["bootstrap.servers"]}
         topics = all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions)
         ensure_topics(base, topics)
         self._keeper = TopicKeeper(base, topics)  # a restarted memory-only broker gets its topics back
@@ -181,41 +214,70 @@ class SinkService:
     # -- data path ---------------------------------------------------------
     def poll_once(self, timeout_s: float = 0.2) -> None:
         msgs = self._consumer.consume(num_messages=5000, timeout=timeout_s)
-        for msg in msgs:
-            if msg.error():
-                log.warning("kafka: %s", msg.error())
-                continue
-            self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
+        try:
+            for msg in msgs:
+                if msg.error():
+                    log.warning("kafka: %s", msg.error())
+                    continue
+                self.handle(msg.topic(), msg.partition(), msg.offset(), msg.value())
+        except Interrupted:  # stopping: what was not handled is re-read by the next consumer
+            return
         self._producer.poll(0)
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
-        self.stats.consumed += 1
+        self._consumed.value += 1
+        self._wait_for_registry(value)  # before the offset counts as handled
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None
         fp = writer_fingerprint(value) if value else None
         raw_name = self._raw_fps.get(fp) if fp is not None else None
         if raw_name is not None:
             self.sink.add_raw(raw_name, RawMessage(value, topic, partition, offset))  # type: ignore[arg-type]
-            self.stats.rows_buffered += 1
+            self._rows_buffered.value += 1
             return
         try:
             name, record = self.codec.decode(value or b"")
-            batches = ROW_BUILDERS[name](record)
+            invalid = validate(name, record)
+            batches = [] if invalid else ROW_BUILDERS[name](record)
         except SchemaError as exc:
+            self.stats.inc(SinkCounters.decode_errors)
             self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
             return
         except (KeyError, TypeError, ValueError) as exc:
             self._dead_letter(topic, partition, offset, value, f"unmappable record: {exc!r}")
             return
+        if invalid:
+            self._dead_letter(topic, partition, offset, value, f"invalid: {invalid}")
+            return
         for table, rows in batches:
             self.sink.add_rows(table, rows)
-            self.stats.rows_buffered += len(rows)
+            self._rows_buffered.value += len(rows)
         if name == ANOMALY:
             self.dispatcher.submit(record)
 
+    def _wait_for_registry(self, value: bytes | None) -> None:
+        """Hold a registry-framed message while the schema registry is away (it is not the
+        message's fault): retry with backoff; at stop, :class:`Interrupted` leaves it unhandled."""
+        delay = 0.5
+        while True:
+            try:
+                return fetch_writer(self.registry, value)
+            except RegistryUnavailable as exc:
+                if self._stop.is_set():
+                    raise Interrupted("stopped while the schema registry was unavailable") from None
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+
     def _dead_letter_raw(self, m: RawMessage, reason: str) -> None:
         self._dead_letter(m.topic, m.partition, m.offset, m.value, reason)
+
+    def _dead_letter_row(self, table: str, row: dict[str, Any], reason: str) -> None:
+        """A row the store refused (flush thread): its values as JSON, headers ``table`` and ``reason``."""
+        self.stats.inc(SinkCounters.rows_rejected)
+        value = json.dumps({"table": table, "row": row}, default=str).encode()
+        self._dead_letter(table, -1, -1, value, f"rejected by the store: {reason}", table)
 
     def idle(self) -> bool:
         """Everything consumed so far is in the store (or dead-lettered)."""
@@ -223,14 +285,14 @@ class SinkService:
             not self.sink.buffered and not self.flusher.busy)
 
     def _dead_letter(self, topic: str, partition: int, offset: int, value: bytes | None,
-                     reason: str) -> None:
-        self.stats.dead_lettered += 1
+                     reason: str, table: str = "") -> None:
+        self.stats.inc(SinkCounters.dead_lettered)
         log.debug("dead-letter %s[%d]@%d: %s", topic, partition, offset, reason)
+        where = [(DEADLETTER_TABLE, table.encode())] if table else [(DEADLETTER_SOURCE_TOPIC, topic.encode())]
         try:
             self._producer.produce(
                 self.topics.deadletter, value=value, key=topic.encode(),
-                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
-                         (DEADLETTER_SOURCE_TOPIC, topic.encode()),
+                headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()), *where,
                          (DEADLETTER_PARTITION, str(partition).encode()),
                          (DEADLETTER_OFFSET, str(offset).encode()), (DEADLETTER_STAGE, b"sink")])
         except BufferError:
@@ -247,12 +309,25 @@ class SinkService:
         idle_flush = caught_up and self.sink.buffered >= self.sink.flush_rows // 10
         if not self.flusher.busy and (self.sink.due() or idle_flush):
             self.flusher.submit(self.sink.take(), dict(self._offsets))
-        self.stats.rows_dropped = self.sink.dropped_rows
-        self.stats.flush_failures = self.flusher.failures
+        self.stats.set(SinkCounters.rows_dropped, self.sink.dropped_rows)
+        self.stats.set(SinkCounters.flush_failures, self.flusher.failures)
+        self._refresh_gauges()
+
+    def _refresh_gauges(self, every_s: float = 1.0) -> None:
+        """Backlog and consumer lag, at most once per ``every_s``."""
+        now = time.monotonic()
+        if now < self._gauges_due or self.sink is None or self.flusher is None:
+            return
+        self._gauges_due = now + every_s
+        self.stats.set(SinkCounters.backlog_rows, self.sink.buffered + self.flusher.inflight_rows)
+        if self._consumer is not None:
+            self.stats.replace(SinkCounters.consumer_lag, consumer_lag(self._consumer))
 
     def _flushed(self, done: Flushed) -> None:
-        self.stats.flushes += 1
-        self.stats.rows_written += done.rows
+        self.stats.inc(SinkCounters.flushes)
+        if done.duration_ms >= 0:
+            self.stats.observe(SinkCounters.flush_ms, done.duration_ms)
+        self.stats.inc(SinkCounters.rows_written, by=done.rows)
         self._commit(done.offsets)
 
     def _final_flush(self) -> None:
@@ -280,7 +355,7 @@ class SinkService:
         tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
         try:
             self._consumer.commit(offsets=tps, asynchronous=False)
-            self.stats.commits += 1
+            self.stats.inc(SinkCounters.commits)
             for key, off in offsets.items():
                 if self._offsets.get(key) == off:
                     del self._offsets[key]
@@ -296,7 +371,7 @@ class SinkService:
             self._offsets.pop((tp.topic, tp.partition), None)
 
     def stats_dict(self) -> dict:
-        return {**asdict(self.stats), "alerts": self.dispatcher.stats()}
+        return {**self.stats.snapshot(), "alerts": self.dispatcher.stats()}
 
 
 def tune_gc() -> None:
@@ -310,6 +385,8 @@ def tune_gc() -> None:
 
 def run_sink(settings: Settings, ready_file: Path | None = None) -> None:
     """Blocking: run the sink until SIGTERM/SIGINT (or :meth:`SinkService.stop`)."""
+    check_bind(settings.store.query_host, settings.http_token, "store.query_host")  # refuse before anything
+    setup_logging(settings, "sink")
     tune_gc()
     service = SinkService(settings)
     if threading.current_thread() is threading.main_thread():

@@ -2,32 +2,92 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..schemas import Codec, MultiCodec, SchemaError
+from ..schemas.counters import Counter, CounterSet, Histogram, Kind
+from ..schemas.records import Anomaly, RankWindow
+from ..schemas.registry import (
+    RegistryClient,
+    RegistryCodec,
+    RegistryMultiCodec,
+    RegistryUnavailable,
+    fetch_writer,
+)
+from ..schemas.rules import limits_for
 from ..schemas.topics import TopicNames
+from ..schemas.validate import validate
 from ..schemas.vocabulary import (
-    ANOMALY,
-    CONTROL,
     DEADLETTER_REASON,
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE,
-    EVENT_BATCH,
-    FUNCTION_COMPARISON,
-    FUNCTION_PATTERN,
-    HARDWARE_BATCH,
-    RANK_WINDOW,
+    Status,
 )
+from .topology import TOPIC_OF, records_on
 
 log = logging.getLogger("perftracker.streams")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+LATENCY_BUCKETS_MS = (500, 1000, 2000, 5000, 10_000, 15_000, 20_000, 30_000, 60_000, 120_000, 300_000)
+
+
+class StreamCounters(CounterSet):
+    """A stream worker's counters (``GET /perftracker/stats/`` shows their snapshot)."""
+
+    component = "stream"
+
+    records_in = Counter("records decoded and processed", labels=("record",))
+    records_out = Counter("records produced (Anomaly records by status)", labels=("record", "status"))
+    dead_lettered = Counter("messages parked on the dead-letter topic, by where they were read",
+                            labels=("source",))
+    dead_letter_failures = Counter("messages that could not be parked on the dead-letter topic")
+    invalid = Counter("records that decoded but failed content validation (dead-lettered), by source",
+                      labels=("source",))
+    errors = Counter("exceptions while processing one message or one tick (the message is skipped)",
+                     labels=("source",))
+    events_in = Counter("events (spans, collectives, iterations) in the EventBatches processed")
+    decode_errors = Counter("messages that could not be decoded (dead-lettered), by where they were read",
+                            labels=("source",))
+    batches_lost = Counter("EventBatches missing from a rank's sequence numbers (gaps), summed over the "
+                           "job's ranks", labels=("job",))
+    events_dropped = Counter("events the job's collectors reported dropped before sending (from the "
+                             "running totals in their batch headers)", labels=("job",))
+    worst_rank_batches_lost = Counter("batches lost by the job's worst rank (one series per job: "
+                                      "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
+    consumer_lag = Counter("messages in a partition not yet processed: the high watermark seen in the "
+                           "consumer's fetches minus the next offset to process, at least 0",
+                           labels=("topic", "partition"), kind=Kind.GAUGE)
+    window_close_delay_ms = Histogram("from a window's end to its RankWindow being sent, in ms",
+                                      buckets=LATENCY_BUCKETS_MS)
+    detection_latency_ms = Histogram("from the end of the window whose data raised or updated an "
+                                     "incident to the Anomaly being sent, in ms", labels=("status",),
+                                     buckets=LATENCY_BUCKETS_MS)
+
+
+def topic_codecs(client: RegistryClient | None = None, topics: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The codec of each topic role: it decodes what the role's topic carries and encodes what
+    the worker writes to it (a topic of one record type: :class:`Codec`; of several:
+    :class:`MultiCodec`, dispatching on the writer schema). With a schema registry ``client``,
+    their registry-framed versions, ``topics`` naming each role's topic (its subject)."""
+    codecs: dict[str, Any] = {}
+    for role in dict.fromkeys(TOPIC_OF.values()):
+        names = records_on(role)
+        if client is None or topics is None:
+            codecs[role] = Codec(names[0]) if len(names) == 1 else MultiCodec(names)
+        elif len(names) == 1:
+            codecs[role] = RegistryCodec(names[0], topics[role], client)
+        else:
+            codecs[role] = RegistryMultiCodec(names, topics[role], client)
+    return codecs
 
 
 @dataclass
@@ -37,17 +97,19 @@ class StreamContext:
     names: TopicNames
     policy: Any  # perftracker.streams.detect.DetectionPolicy
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
-    counters: Counter = field(default_factory=Counter)
-    inputs: MultiCodec = field(default_factory=lambda: MultiCodec([EVENT_BATCH, HARDWARE_BATCH]))
-    pattern_codec: Codec = field(default_factory=lambda: Codec(FUNCTION_PATTERN))
-    findings: MultiCodec = field(default_factory=lambda: MultiCodec([RANK_WINDOW, FUNCTION_COMPARISON]))
-    anomaly_codec: Codec = field(default_factory=lambda: Codec(ANOMALY))
-    control_codec: Codec = field(default_factory=lambda: Codec(CONTROL))
+    counters: StreamCounters = field(default_factory=StreamCounters)
+    codecs: dict[str, Any] = field(default_factory=topic_codecs)  # topic role -> its codec
+
+    def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
+        """A record the worker writes, framed by the codec of its topic."""
+        role = TOPIC_OF[name]
+        codec = self.codecs[role]
+        return codec.encode(name, record) if len(records_on(role)) > 1 else codec.encode(record)
 
     async def dead_letter(self, source: str, raw: Any, reason: str) -> None:
         """Park an undecodable message on the dead-letter topic with the reason; never raise."""
-        self.counters[f"deadletter.{source}"] += 1
-        if self.counters[f"deadletter.{source}"] <= 5 or self.counters[f"deadletter.{source}"] % 1000 == 0:
+        n = self.counters.inc(StreamCounters.dead_lettered, source)
+        if n <= 5 or n % 1000 == 0:
             log.warning("dead-lettered a message from %s: %s", source, reason)
         value = raw if isinstance(raw, (bytes, bytearray)) else repr(raw).encode()
         try:
@@ -56,23 +118,61 @@ class StreamContext:
                 headers=[(DEADLETTER_REASON, reason[:DEADLETTER_REASON_MAX_CHARS].encode()),
                          (DEADLETTER_SOURCE, source.encode())])
         except Exception as exc:  # the dead-letter path itself must never kill an agent
-            self.counters["deadletter.send_failed"] += 1
+            self.counters.inc(StreamCounters.dead_letter_failures)
             log.error("could not dead-letter a message from %s: %s", source, exc)
 
     def failed(self, source: str, exc: BaseException) -> None:
         """Count an exception raised while processing one message or tick; log it at most now and then."""
-        key = f"error.{source}"
-        self.counters[key] += 1
-        if self.counters[key] <= 3 or self.counters[key] % 1000 == 0:
-            log.exception("error #%d in %s (message skipped): %s", self.counters[key], source, exc)
+        n = self.counters.inc(StreamCounters.errors, source)
+        if n <= 3 or n % 1000 == 0:
+            log.exception("error #%d in %s (message skipped): %s", n, source, exc)
+
+    def count_in(self, record: str) -> None:
+        """One ``record`` (a record name) consumed and processed."""
+        self.counters.inc(StreamCounters.records_in, record)
+
+    def count_out(self, record: str, status: str = "") -> None:
+        """One ``record`` produced (an Anomaly with its ``status``)."""
+        self.counters.inc(StreamCounters.records_out, record, status)
+
+    def window_closed(self, rank_window: RankWindow) -> None:
+        """A RankWindow is sent: how long after its window's end."""
+        end_ms = rank_window["window_start_ms"] + round(rank_window["window_s"] * 1000)
+        self.counters.observe(StreamCounters.window_close_delay_ms, max(0, now_ms() - end_ms))
+
+    def anomaly_sent(self, anomaly: Anomaly) -> None:
+        """An Anomaly is sent: how long after the end of the window that raised (or updated) it."""
+        if anomaly["status"] != Status.RESOLVED.value:  # a resolution's last window is long past
+            self.counters.observe(StreamCounters.detection_latency_ms,
+                                  max(0, now_ms() - int(anomaly["last_seen_ms"])), anomaly["status"])
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
-        """Decode with a (Multi)Codec; bad bytes go to the dead-letter topic and return None."""
+        """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
+        bad bytes and absurd records go to the dead-letter topic with the reason and return None.
+        A registry-framed message waits while the schema registry is away (:meth:`writer_ready`)."""
+        await self.writer_ready(getattr(codec, "client", None), raw)
         try:
             decoded = codec.decode(raw)
         except SchemaError as exc:
+            self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, str(exc))
             return None
-        if isinstance(decoded, tuple):
-            return decoded
-        return codec.name, decoded
+        name, record = decoded if isinstance(decoded, tuple) else (codec.name, decoded)
+        reason = validate(name, record, limits_for(self.policy.max_duration_s))
+        if reason is not None:
+            self.counters.inc(StreamCounters.invalid, source)
+            await self.dead_letter(source, raw, f"invalid: {reason}")
+            return None
+        return name, record
+
+    async def writer_ready(self, client: Any, raw: Any) -> None:
+        """Fetch the writer schema of a Confluent-framed message, retrying with backoff while the
+        registry cannot be reached (the message is held, not dead-lettered)."""
+        delay = 0.5
+        while True:
+            try:
+                return fetch_writer(client, raw)
+            except RegistryUnavailable as exc:
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 from perftracker.deploy.tansu import LocalBroker, start_broker
+from perftracker.schemas.redact import reset_redaction
+
+from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +23,14 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrok
 @pytest.fixture
 def kafka_conf(kafka_broker: LocalBroker) -> dict[str, str]:
     return {"bootstrap.servers": kafka_broker.bootstrap}
+
+
+@pytest.fixture(autouse=True)
+def _forget_configured_secrets() -> Iterator[None]:
+    """Each test starts without the secrets and log redaction an earlier test configured
+    (settings loaded in-process remember their secrets for redaction)."""
+    yield
+    reset_redaction()
 
 
 @pytest.fixture

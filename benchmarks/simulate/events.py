@@ -4,7 +4,9 @@ Each step on rank r: dataloader, forward (optionally a GC pause inside), backwar
 the gradient all-reduce nested at its end, optimizer. The all-reduce ends for everyone
 at max(arrival) + transfer; a rank's time inside it is that end minus its own arrival.
 Each host has its own wall-clock skew (tens of ms) and each rank its own monotonic
-origin, so nothing but durations and seqs can be compared across ranks.
+origin, so nothing but durations and seqs can be compared across ranks. Each batch also
+carries one CPU sample (EventBatch v3 ``cpu``): run-queue wait of ~2 % of the step on
+every rank, plus, on a CPU-contended rank, the time its step lost to the contention.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MS = 1_000_000
+STACK_HZ = 25.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class EventSimulator:
         self.step = 0
         self.seq = 0
         self.batch_seq = np.zeros(job.ranks, dtype=np.int64)
+        self.rq_wait_ns = np.zeros(job.ranks)  # run-queue wait since the last batch, per rank
+        self.last_batch_ns = np.zeros(job.ranks)
+        self.late_ns = np.zeros(job.ranks)  # time spent late before the all-reduce since the last batch
         self.pending: list[list[tuple]] = [[] for _ in range(job.ranks)]
         self.names = ["DataLoader.__next__", "Model.forward", "Model.backward", "Optimizer.step",
                       "gc.collect", "all_reduce"]
@@ -79,10 +85,13 @@ class EventSimulator:
                 total = sum(v[r] for v in d.values())
                 for v in d.values():
                     v[r] *= 1 + m / total
+                self.rq_wait_ns[r] += m
             elif f.kind == "slow-collective":
                 late[r] = m
+                self.late_ns[r] += m
             elif f.kind == "gc-storm":
                 gc[r] = m
+        self.rq_wait_ns += 0.02 * sum(d.values())
         start = self.clock.copy()
         t_fwd = start + d["dl"]
         t_bwd = t_fwd + d["fwd"] + gc
@@ -124,7 +133,7 @@ class EventSimulator:
             "world_size": j.ranks, "host": f"host{host}", "gpu": rank % j.ranks_per_host if j.gpu else -1,
             "gpu_uuid": "", "pid": 1000 + rank, "seq": int(self.batch_seq[rank]), "dropped_events": 0,
             "wall_ns": int(self.t0_ns + now_true_ns + self.skew_ns[host]), "mono_ns": mono(now_true_ns),
-            "names": list(self.names), "groups": [{"group_id": "world", "ranks": list(range(j.ranks))}],
+            "names": [*self.names, "/job/train.py step", "loss.backward()", "x.clone()"], "groups": [{"group_id": "world", "ranks": list(range(j.ranks))}],
             "iterations": {"step": [e[1] for e in iters], "start_ns": [mono(e[2]) for e in iters],
                            "dur_ns": [int(e[3]) for e in iters]},
             "spans": {"kind": [e[1] for e in spans], "name": [e[2] for e in spans],
@@ -133,5 +142,25 @@ class EventSimulator:
             "comms": {"op": [5] * len(comms), "group": [0] * len(comms), "seq": [e[1] for e in comms],
                       "bytes": [4 << 20] * len(comms), "step": [-1] * len(comms),
                       "start_ns": [mono(e[2]) for e in comms], "dur_ns": [int(e[3]) for e in comms]},
-            "kernels": [],
+            "kernels": [], "stacks": self._stacks(rank, now_true_ns), "cpu": [self._cpu_sample(rank, now_true_ns)],
         }
+
+    def _stacks(self, rank: int, now_true_ns: float) -> dict:
+        """25 Hz stack samples: the step's own work at train.py:40, a late entry's at train.py:88."""
+        hz = STACK_HZ / 1e9
+        busy = int((now_true_ns - self.last_batch_ns[rank] - self.late_ns[rank]) * hz)
+        late = int(round(self.late_ns[rank] * hz))
+        self.late_ns[rank] = 0.0
+        n = len(self.names)
+        rows = [(40, n + 1, busy)] + ([(88, n + 2, late)] if late else [])
+        return {"frame": [n] * len(rows), "line": [r[0] for r in rows], "kind": [1] * len(rows),
+                "code": [r[1] for r in rows], "count": [r[2] for r in rows]}
+
+    def _cpu_sample(self, rank: int, now_true_ns: float) -> dict:
+        interval = int(max(1.0, now_true_ns - self.last_batch_ns[rank]))
+        wait = int(self.rq_wait_ns[rank])
+        self.last_batch_ns[rank], self.rq_wait_ns[rank] = now_true_ns, 0.0
+        return {"interval_ns": interval, "thread_cpu_ns": int(interval * 0.95), "runqueue_wait_ns": wait,
+                "voluntary_switches": -1, "involuntary_switches": -1, "major_faults": 0, "load1": -1.0,
+                "steal_pct": -1.0, "cpus": -1, "stack_samples": int(interval * STACK_HZ / 1e9),
+                "stack_hz": STACK_HZ}

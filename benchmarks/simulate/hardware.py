@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from .patterns import PatternSim
+from .state import SimState
 
 SW_POWER_CAP, SW_THERMAL, HW_THERMAL = 0x4, 0x20, 0x40
 
 
-def hardware_fields(sim: PatternSim, w: int) -> dict[str, list]:
+def hardware_fields(sim: SimState, w: int) -> dict[str, list]:
     """Per-rank RankWindow hardware columns; faults with hw_evidence change them."""
     n = sim.layout.ranks
     rng = sim.rng
@@ -37,7 +34,7 @@ def hardware_fields(sim: PatternSim, w: int) -> dict[str, list]:
             "ecc_uncorrected": [0] * n, "xid": [0] * n}
 
 
-def pending_fields(sim: PatternSim, mask: np.ndarray, step_ids: np.ndarray) -> dict[str, list]:
+def pending_fields(sim: SimState, mask: np.ndarray, step_ids: np.ndarray) -> dict[str, list]:
     """last_function / pending_group / pending_seq; during a hang the culprit is stuck in
     backward and everyone else waits inside a collective it never reached."""
     lay, n = sim.layout, sim.layout.ranks

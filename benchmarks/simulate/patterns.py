@@ -45,7 +45,7 @@ class PatternSim:
         self.steps: list[dict] = []
         self.step_no = 0
         self.next_window = 0
-        self.spikes: dict[int, int] = {}
+        self.spikes: dict[int, tuple[int, float]] = {}  # window -> (rank or -1, spike start ms)
         self.hung_at: float | None = None
         self.ckpt_done: set[int] = set()
 

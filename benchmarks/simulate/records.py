@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from .patterns import PatternSim
+from .hardware import hardware_fields, pending_fields
+from .state import SimState
 
 MS = 1_000_000
 T0_MS = 1_700_000_000_000 // 5000 * 5000
@@ -24,7 +22,7 @@ def _stack(steps: list[dict], key: str, n: int) -> np.ndarray:
     return np.stack([s[key] if key in s else np.zeros(n) for s in steps]) if steps else np.zeros((0, n))
 
 
-def emit_window(sim: PatternSim, w: int) -> list[tuple[str, dict]]:
+def emit_window(sim: SimState, w: int) -> list[tuple[str, dict]]:
     _lay, n = sim.layout, sim.layout.ranks
     lo, hi = w * sim.w_ms, (w + 1) * sim.w_ms
     steps = sim.steps
@@ -84,7 +82,7 @@ def _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim) 
     return out
 
 
-def _groups(sim: PatternSim) -> list[tuple[str, str, int, np.ndarray]]:
+def _groups(sim: SimState) -> list[tuple[str, str, int, np.ndarray]]:
     """(op, value key, seqs per step, group id per rank) of each collective family."""
     lay = sim.layout
     out = []
@@ -132,7 +130,6 @@ def _comm_patterns(sim, rank_base, mask, nsteps) -> list[tuple[str, dict]]:
 
 
 def _rank_windows(sim, rank_base, mask, nsteps, w) -> list[tuple[str, dict]]:
-    from .hardware import hardware_fields, pending_fields
     n = sim.layout.ranks
     iters = _stack(sim.steps, "iter", n)
     step_ids = np.array([s["step"] for s in sim.steps], dtype=np.int64)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ...schemas.settings import AlertSettings
 from ...schemas.vocabulary import Status
 from .base import Channel, Event, Incident, Notification
-from .worker import ChannelWorker, DeliveryPolicy
+from .worker import AlertCounters, ChannelWorker, DeliveryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,17 @@ class _Tracked:
 class AlertDispatcher:
     def __init__(self, channels: list[Channel], policy: AlertPolicy | None = None):
         self.policy = policy or AlertPolicy()
-        self.workers = [ChannelWorker(c, self.policy.delivery) for c in channels]
+        self.counters = AlertCounters()
+        self.workers = [ChannelWorker(c, self.policy.delivery, self.counters) for c in channels]
         self._incidents: OrderedDict[str, _Tracked] = OrderedDict()
-        self.suppressed = 0
-        self.skipped = 0
+
+    @property
+    def suppressed(self) -> int:
+        return self.counters.suppressed
+
+    @property
+    def skipped(self) -> int:
+        return self.counters.skipped
 
     def start(self) -> None:
         for w in self.workers:
@@ -76,7 +83,7 @@ class AlertDispatcher:
         key = (i.status, i.last_seen.timestamp())
         tracked = self._incidents.get(i.incident_id)
         if tracked and tracked.last_key == key:
-            self.skipped += 1
+            self.counters.inc(AlertCounters.skipped)
             return None
         if i.status == Status.RESOLVED:
             was_open = bool(tracked and tracked.opened)
@@ -86,13 +93,13 @@ class AlertDispatcher:
             return None
         if tracked is None or not tracked.opened:
             if i.impact_ms_per_step < self.policy.min_impact_ms_per_step:
-                self.skipped += 1
+                self.counters.inc(AlertCounters.skipped)
                 return None
             self._track(i.incident_id, _Tracked(True, key, now))
             return Event.OPEN
         tracked.last_key = key
         if now - tracked.last_sent < self.policy.update_interval_s:
-            self.suppressed += 1
+            self.counters.inc(AlertCounters.suppressed)
             return None
         tracked.last_sent = now
         return Event.UPDATE
@@ -112,7 +119,7 @@ class AlertDispatcher:
 
     def stats(self) -> dict:
         return {"suppressed": self.suppressed, "skipped": self.skipped,
-                **{w.channel.name: vars(w.stats).copy() for w in self.workers}}
+                **{w.channel.name: self.counters.of_channel(w.channel.name) for w in self.workers}}
 
 
 def build_channels(s: AlertSettings) -> list[Channel]:

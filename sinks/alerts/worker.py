@@ -17,7 +17,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
+from ...schemas.counters import Counter, CounterSet
 from .base import Channel, DeliveryError, Event, HttpRequest, Notification
 from .http import post
 
@@ -39,20 +41,32 @@ class DeliveryPolicy:
         return rng.uniform(ceiling / 2, ceiling)
 
 
-@dataclass
-class ChannelStats:
-    delivered: int = 0
-    failed: int = 0
-    retries: int = 0
-    dropped: int = 0
+class AlertCounters(CounterSet):
+    """The alert dispatcher's counters and, per channel, its workers'."""
+
+    component = "alerts"
+
+    suppressed = Counter("updates not sent: within update_interval_s of the last one sent")
+    skipped = Counter("records that need no notification: exact repeats, or below min_impact_ms_per_step")
+    delivered = Counter("notifications delivered", labels=("channel",))
+    failed = Counter("notifications given up on (every attempt failed, or a 4xx answer)",
+                     labels=("channel",))
+    retries = Counter("delivery attempts repeated after a failure", labels=("channel",))
+    dropped = Counter("notifications dropped because the channel's queue was full", labels=("channel",))
+
+    CHANNEL: ClassVar[tuple[Counter, ...]] = (delivered, failed, retries, dropped)  # per channel
+
+    def of_channel(self, channel: str) -> dict[str, int]:
+        """One channel's counters by name."""
+        return {c.name: self.value(c, channel) for c in self.CHANNEL}
 
 
 class ChannelWorker:
-    def __init__(self, channel: Channel, policy: DeliveryPolicy,
+    def __init__(self, channel: Channel, policy: DeliveryPolicy, counters: AlertCounters,
                  send: Callable[[HttpRequest, float], int] = post):
         self.channel = channel
         self.policy = policy
-        self.stats = ChannelStats()
+        self.counters = counters
         self._send = send
         self._lanes: OrderedDict[str, deque[Notification]] = OrderedDict()
         self._busy: set[str] = set()
@@ -74,7 +88,7 @@ class ChannelWorker:
                 lane[-1] = n  # coalesce: only the newest update matters
                 return True
             if self._size >= self.policy.queue_size:
-                self.stats.dropped += 1
+                self.counters.inc(AlertCounters.dropped, self.channel.name)
                 log.warning("alert queue of %s full; %s of %s dropped", self.channel.name,
                             n.event.value, n.incident.incident_id)
                 return False
@@ -112,16 +126,16 @@ class ChannelWorker:
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
                 self._send(self.channel.request(n), self.policy.timeout_s)
-                self.stats.delivered += 1
+                self.counters.inc(AlertCounters.delivered, self.channel.name)
                 return
             except DeliveryError as exc:
                 last = exc
                 if not exc.retryable or attempt == self.policy.max_attempts:
                     break
-                self.stats.retries += 1
+                self.counters.inc(AlertCounters.retries, self.channel.name)
                 if self._stop.wait(self.policy.backoff_s(attempt, self._rng)):
                     break
-        self.stats.failed += 1
+        self.counters.inc(AlertCounters.failed, self.channel.name)
         log.warning("alert %s of incident %s to %s failed: %s", n.event.value,
                     n.incident.incident_id, self.channel.name, last)
 

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from ...schemas.vocabulary import Status
+from .evidence import RENDERED_HERE, evidence_blocks
 from .svg import share_color, slowdown_color, step_time_chart
 from .words import advice, cause_title, evidence_lines, explain, who
 
@@ -132,14 +133,15 @@ def render_card(inc: dict[str, Any]) -> str:
              ("impact", f"{inc['impact_ms_per_step']:.1f} ms per step{share}"),
              ("score", f"{inc['score']:.1f}"), ("first seen", _fmt_time(inc.get("first_seen_s"))),
              ("last seen", _fmt_time(inc.get("last_seen_s"))), ("windows", str(inc.get("windows", "")))]
-    facts += evidence_lines(inc.get("evidence"))
+    ev = inc.get("evidence")
+    facts += evidence_lines({k: v for k, v in ev.items() if k not in RENDERED_HERE} if isinstance(ev, dict) else ev)
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     return (f'<div class="card incident {"resolved" if status == Status.RESOLVED else ""}" '
             f'data-cause="{escape(str(inc.get("cause", "")))}" data-ranks="{escape(",".join(map(str, inc.get("ranks", []))))}">'
             f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), inc.get("hosts", [])))}'
             f'<span class="badge {status.lower()}">{escape(status)}</span></h3>'
             f'<p class="summary">{escape(str(inc.get("summary", "")))}</p>'
-            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}<dl>{dl}</dl></div>')
+            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{evidence_blocks(ev)}<dl>{dl}</dl></div>')
 
 
 def _advice_line(inc: dict[str, Any]) -> str:

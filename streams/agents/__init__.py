@@ -1,1 +1,1 @@
-"""One module per Faust agent; each exposes ``register(app, ctx)``."""
+"""The Faust side of :mod:`..topology`: ``stage.register(app, ctx, stage)`` per stage."""

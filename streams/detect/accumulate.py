@@ -1,27 +1,23 @@
-"""Per-window accumulators of one rank, and the records they close into.
+"""Per-window accumulators of one rank, and the rank's state that outlives a window.
 
 A window holds, per function, the durations seen (ns, already net of the
 collective time nested inside the span, measured on the rank's own clock), per
 collective the (seq, time inside the call) pairs, the iterations that ended in
-it, and the hardware samples taken in it. Closing turns it into one
-FunctionPattern per function (exact p50/p90/p99 from the kept durations, plus the
-mergeable log histogram) and one RankWindow.
+it, and the hardware samples taken in it. :mod:`.rank_records` closes it into
+records. :class:`RankProgress` (where the rank last was) and :class:`RankHealth`
+(what the transport lost) carry over from window to window.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
-import numpy as np
+from ...schemas.vocabulary import SpanKind
 
-from ...schemas.vocabulary import FUNCTION_PATTERN_VERSION, RANK_WINDOW_VERSION, SpanKind
-from .histogram import histogram
-from .model import COMM_PREFIX, STRUCTURAL, comm_op, kind_function
-
-ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
-                     SpanKind.BACKWARD, SpanKind.GC)
 MAX_DURATIONS_PER_FUNCTION = 200_000
+# HardwareBatch columns kept per window (RankWindow aggregates them)
+HW_FIELDS = ("sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "util_gpu_pct",
+             "pcie_gen", "pcie_width", "nvlink_errors", "ecc_uncorrected", "xid")
 # NVML throttle-reason bits that mean heat or power trouble (not the usual SW power cap)
 THERMAL_POWER_BITS = 0x8 | 0x20 | 0x40 | 0x80
 
@@ -39,6 +35,45 @@ class FunctionAcc:
     overflow: int = 0
 
 
+CPU_SUMS = ("interval_ns", "thread_cpu_ns", "runqueue_wait_ns", "voluntary_switches",
+            "involuntary_switches", "major_faults")
+
+
+@dataclass
+class CpuAcc:
+    """The training thread's CPU samples (EventBatch v3 ``cpu``) and stack rows of one window.
+    Sums keep only known (>= 0) values; ``known`` counts, per field, the samples that had one."""
+
+    samples: int = 0
+    sums: dict[str, int] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
+    load1: float = -1.0
+    steal: list[float] = field(default_factory=list)
+    stack_samples: int = 0
+    stack_hz: float = 0.0
+    frames: dict[tuple[str, int], int] = field(default_factory=dict)  # (frame text, kind) -> samples
+
+    def add_sample(self, s: dict) -> None:
+        self.samples += 1
+        for k in CPU_SUMS:
+            v = int(s.get(k, -1))
+            if v >= 0:
+                self.sums[k] = self.sums.get(k, 0) + v
+                self.known[k] = self.known.get(k, 0) + 1
+        self.load1 = max(self.load1, float(s.get("load1", -1.0)))
+        if float(s.get("steal_pct", -1.0)) >= 0:
+            self.steal.append(float(s["steal_pct"]))
+        self.stack_samples += max(0, int(s.get("stack_samples", 0)))
+        self.stack_hz = max(self.stack_hz, float(s.get("stack_hz", 0.0)))
+
+    def add_frame(self, text: str, kind: int, count: int) -> None:
+        self.frames[(text, kind)] = self.frames.get((text, kind), 0) + count
+
+    def total(self, k: str) -> int:
+        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
+        return self.sums.get(k, 0) if self.known.get(k) else -1
+
+
 @dataclass
 class WindowAcc:
     """Everything one rank saw in one window."""
@@ -49,6 +84,7 @@ class WindowAcc:
     last_event_ms: int = 0
     hw: dict[str, list[float]] = field(default_factory=dict)
     throttle: int = 0
+    cpu: CpuAcc = field(default_factory=CpuAcc)
 
     def fn(self, name: str, kind: int) -> FunctionAcc:
         acc = self.functions.get(name)
@@ -63,17 +99,24 @@ class WindowAcc:
         else:
             acc.overflow += 1
 
+    def add_collective(self, name: str, seq: int, dur_ns: int, group_ranks: list[int], nbytes: float) -> None:
+        """``group_ranks``: the group's ranks as ints, shared by the batch's calls (never mutated)."""
+        acc = self.fn(name, int(SpanKind.COLLECTIVE))
+        acc.seqs.append(seq)
+        acc.seq_durs.append(dur_ns)
+        acc.group_ranks = group_ranks
+        acc.bytes += int(nbytes)
 
-def signature_of(functions: dict[str, FunctionAcc]) -> str:
-    """Hash of the structural function set: dataloader/optimizer/forward/backward span names
-    and collective op names (group ids left out, so data-parallel replicas match)."""
-    names = set()
-    for name, acc in functions.items():
-        if name.startswith(COMM_PREFIX):
-            names.add(COMM_PREFIX + comm_op(name))
-        elif acc.kind in STRUCTURAL and not name.startswith("kind:"):
-            names.add(name)
-    return hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()[:12]
+    def add_step(self, step: int, dur_ns: int) -> None:
+        self.steps.append(step)
+        self.step_ns.append(dur_ns)
+
+    def add_hw_sample(self, hw: dict, i: int) -> None:
+        """Sample ``i`` of a decoded HardwareBatch; throttle reasons are OR-ed together."""
+        for f in HW_FIELDS:
+            self.hw.setdefault(f, []).append(float(hw[f][i]))
+        reasons = int(hw["throttle_reasons"][i])
+        self.throttle |= reasons if reasons > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -87,79 +130,42 @@ class RankMeta:
     gpu: int
 
 
-def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: str,
-                   name: str, acc: FunctionAcc, steps: int) -> dict:
-    """FunctionPattern dict for one function of one closed window."""
-    d = np.asarray(acc.durations if not acc.seqs else acc.seq_durs, dtype=np.int64)
-    if acc.seqs:
-        d = np.concatenate([d, np.asarray(acc.durations, dtype=np.int64)])
-    q = np.percentile(d, [50, 90, 99]) if len(d) else np.zeros(3)
-    return {
-        "schema_version": FUNCTION_PATTERN_VERSION, "job": meta.job, "window_id": int(window_id),
-        "window_start_ms": int(window_id * round(window_s * 1000)), "window_s": float(window_s),
-        "rank": meta.rank, "world_size": meta.world_size, "host": meta.host, "gpu": meta.gpu,
-        "signature": signature, "function": name, "kind": int(acc.kind), "steps": int(steps),
-        "count": int(len(d) + acc.overflow), "total_ns": int(d.sum()),
-        "p50_ns": int(q[0]), "p90_ns": int(q[1]), "p99_ns": int(q[2]),
-        "max_ns": int(d.max()) if len(d) else 0, "hist": histogram(d),
-        "group_ranks": list(acc.group_ranks), "bytes": int(acc.bytes),
-        "seqs": list(acc.seqs), "seq_dur_ns": list(acc.seq_durs),
-    }
+@dataclass
+class RankProgress:
+    """Where the rank last was, across windows (for liveness and hang culprits): its latest
+    step, its latest event and the function it was in, and the collective it last entered."""
+
+    last_step: int = -1
+    last_function: str = ""
+    pending_group: str = ""
+    pending_seq: int = -1
+    pending_in_flight: bool = False  # entered pending_seq and not completed it (hang: a waiting rank)
+    last_event_ms: int = 0
+
+    def note_event(self, wall_ms: int, function: str) -> None:
+        if wall_ms >= self.last_event_ms:
+            self.last_event_ms = wall_ms
+            self.last_function = function
+
+    def note_entry(self, group: str, seq: int, wall_ms: int, in_flight: bool = False) -> None:
+        """A collective call entered (``in_flight``: an entry marker) or completed: the latest
+        one is the pending one; completing the pending call leaves it."""
+        if group == self.pending_group and seq == self.pending_seq:
+            self.pending_in_flight = in_flight and self.pending_in_flight
+            return
+        if group != self.pending_group or seq >= self.pending_seq:
+            if wall_ms >= self.last_event_ms or seq > self.pending_seq:
+                self.pending_group, self.pending_seq = group, seq
+                self.pending_in_flight = in_flight
+
+    def note_step(self, step: int) -> None:
+        self.last_step = max(self.last_step, step)
 
 
-def add_kind_aggregates(w: WindowAcc) -> None:
-    """Add ``kind:<name>`` patterns (sum of that kind's spans) so every rank reports
-    GC, data loading, forward, backward and optimizer time, even when it is zero."""
-    totals: dict[int, list[int]] = {int(k): [] for k in ALWAYS_AGGREGATED}
-    for name, acc in w.functions.items():
-        if acc.kind in totals and not name.startswith(COMM_PREFIX):
-            totals[acc.kind].extend(acc.durations)
-    for kind, durs in totals.items():
-        w.functions[kind_function(kind)] = FunctionAcc(kind, durations=durs)
+@dataclass
+class RankHealth:
+    """Transport health of one rank: events its collector dropped, batches lost on the way."""
 
-
-def _mean(xs: list[float]) -> float:
-    vals = [x for x in xs if x >= 0]
-    return float(np.mean(vals)) if vals else -1.0
-
-
-def _agg(xs: list[float], how: str) -> float:
-    vals = [x for x in xs if x >= 0]
-    if not vals:
-        return -1.0
-    return float(max(vals) if how == "max" else min(vals))
-
-
-def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str,
-                       w: WindowAcc, sticky: dict, health: dict, batches: int = 0) -> dict:
-    """RankWindow dict for one closed window. ``sticky``: last_step, last_function,
-    pending_group, pending_seq, last_event_ms; ``health``: dropped/lost/bytes counters;
-    ``batches``: batches that arrived since the previous window closed (sign of life)."""
-    hw = w.hw
-    return {
-        "schema_version": RANK_WINDOW_VERSION, "job": meta.job, "window_id": int(window_id),
-        "window_start_ms": int(window_id * round(window_s * 1000)), "window_s": float(window_s),
-        "rank": meta.rank, "world_size": meta.world_size, "host": meta.host, "gpu": meta.gpu,
-        "signature": signature,
-        "functions": sorted(n for n in w.functions if not n.startswith("kind:")),
-        # the window's own last step (the sink numbers step_time_ns back from it); sticky when idle
-        "steps": len(w.steps), "last_step": int(max(w.steps) if w.steps else sticky["last_step"]),
-        "step_time_ns": [int(x) for x in w.step_ns],
-        "last_event_ms": int(sticky["last_event_ms"]), "last_function": sticky["last_function"],
-        "pending_group": sticky["pending_group"], "pending_seq": int(sticky["pending_seq"]),
-        "dropped_events": int(health["dropped_events"]), "lost_batches": int(health["lost_batches"]),
-        "bytes_received": int(health["bytes_received"]),
-        "hw_samples": len(hw.get("sm_clock_mhz", [])),
-        "sm_clock_mhz": _mean(hw.get("sm_clock_mhz", [])),
-        "sm_clock_max_mhz": _agg(hw.get("sm_clock_max_mhz", []), "max"),
-        "temp_c_max": _agg(hw.get("temp_c", []), "max"),
-        "power_w_mean": _mean(hw.get("power_w", [])),
-        "util_gpu_pct": _mean(hw.get("util_gpu_pct", [])),
-        "throttle_reasons": int(w.throttle),
-        "pcie_gen_min": int(_agg(hw.get("pcie_gen", []), "min")),
-        "pcie_width_min": int(_agg(hw.get("pcie_width", []), "min")),
-        "nvlink_errors": int(max(0.0, _agg(hw.get("nvlink_errors", []), "max"))),
-        "ecc_uncorrected": int(max(0.0, _agg(hw.get("ecc_uncorrected", []), "max"))),
-        "xid": int(max(0.0, _agg(hw.get("xid", []), "max"))),
-        "batches": int(batches),
-    }
+    dropped_events: int = 0
+    lost_batches: int = 0
+    bytes_received: int = 0

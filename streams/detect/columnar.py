@@ -1,7 +1,7 @@
 """Vectorized comparison math: numpy arrays in, arrays out (no dicts, no loops over ranks).
 
 ``peer_scores``: per function and rank, the robust distance from the rank's peer group:
-    median m and MAD of the group's values (ms per step); scale = max(1.4826 * MAD,
+    median m and MAD of the group's values (ms per step); scale = max(MAD_TO_SIGMA * MAD,
     (q60 - q40) / 0.507, noise_floor_rel * m, noise_floor_ms) (the central-quantile
     term is another sigma estimate, robust to a slow cluster of up to 40% of the group); z = (v - m) / scale; excess = v / m - 1;
     cost = v - m (ms per step). A rank is an outlier when z, excess and cost all pass.
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# MAD x this estimates the standard deviation of normally distributed values (1 / the normal
+# distribution's 75th percentile, 0.6745): a robust z is then in sigmas. Used wherever MAD is scaled.
 MAD_TO_SIGMA = 1.4826
 CENTRAL_TO_SIGMA = 0.507  # q60 - q40 of a normal distribution, in sigmas
 

@@ -1,14 +1,20 @@
 """Findings (frozen) and the rules that turn a rank's abnormal functions into a cause.
 
 Cause rules for a rank whose own (non-collective) functions exceed its peers:
-  * only GC spans, or GC is most of the excess            -> gc_pause
+  * only GC spans, or GC excess >= explains_share of the largest other -> gc_pause
   * only data-loader spans                                -> slow_dataloader
   * only Python / user spans                              -> slow_function
-  * CPU-side spans (python, dataloader) AND compute spans  -> host_cpu_contention
-  * compute spans on a rank without a GPU (gloo on CPU)   -> host_cpu_contention
+  * the rank waited for a CPU more than its peers (``cpu`` = contended, see
+    :mod:`.cpu_evidence`), unless only compute spans are slow on a GPU with throttle
+    evidence                                              -> host_cpu_contention
+  * several phases slow at once (CPU-side AND compute spans, or >= 2 phases on a rank
+    without a GPU): with CPU evidence that it did not wait -> slow_function (the top phase);
+    without any CPU evidence -> host_cpu_contention, inferred (the finding says so)
+  * one phase (optimizer, backward, forward) on a rank without a GPU -> slow_function
   * compute spans on a GPU with heat/power/clock evidence -> gpu_throttle
   * compute spans on a GPU otherwise                      -> slow_gpu
-  * more calls per step than peers at the same per-call time -> data_imbalance (work, not a fault)
+  * more calls per step than peers at the same per-call time, explaining >= explains_share
+    of the largest excess                                 -> data_imbalance (work, not a fault)
 """
 
 from __future__ import annotations
@@ -20,16 +26,19 @@ from typing import Any
 from ...schemas.causes import Cause
 from ...schemas.vocabulary import Kind, SpanKind
 from .accumulate import THERMAL_POWER_BITS
+from .cpu_evidence import CONTENDED, UNAVAILABLE
 from .model import KIND_PREFIX
+from .peers import INF_RATIO
+from .policy import DetectionPolicy
 
 COMPUTE = frozenset({SpanKind.OPTIMIZER, SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.OP_SUMMARY})
 CPU_ONLY = frozenset({SpanKind.PYTHON, SpanKind.DATALOADER, SpanKind.USER})
-GC_EXPLAINS = 0.7  # GC excess at least this share of the largest other excess
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One root-cause candidate of one window. ``identity`` keys persistence."""
+    """One root-cause candidate of one window. ``identity`` keys persistence.
+    Built with keywords only: several fields share a type, positions would be easy to swap."""
 
     kind: Kind
     cause: Cause
@@ -67,39 +76,50 @@ def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock
     return ev
 
 
-def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], min_excess: float) -> Cause:
-    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``)."""
+def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy,
+             cpu: str = UNAVAILABLE) -> Cause:
+    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the
+    rank's :func:`.cpu_evidence.cpu_verdict` (contended, not_contended, unavailable)."""
     kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
-    if _more_work(outliers, min_excess):
+    if _more_work(outliers, policy.min_excess, policy.explains_share):
         return Cause.DATA_IMBALANCE
     # per kind, the largest excess (a named span and its kind: aggregate are the same time)
     cost = {k: max(o["cost_ms_per_step"] for o in outliers if o["kind"] == k) for k in kinds}
     others = max((c for k, c in cost.items() if k != SpanKind.GC), default=0.0)
-    if SpanKind.GC in cost and cost[SpanKind.GC] >= GC_EXPLAINS * others:
+    if SpanKind.GC in cost and cost[SpanKind.GC] >= policy.explains_share * others:
         return Cause.GC_PAUSE  # GC pauses nest inside other spans and inflate them
     kinds.discard(SpanKind.GC)
     if kinds <= {SpanKind.DATALOADER}:
         return Cause.SLOW_DATALOADER
     if kinds <= {SpanKind.PYTHON, SpanKind.USER}:
         return Cause.SLOW_FUNCTION
-    if kinds & CPU_ONLY and kinds & COMPUTE:
+    if cpu == CONTENDED and (gpu < 0 or kinds & CPU_ONLY or not hw_evidence):
+        # direct evidence: it waited for a CPU more than its peers (on a GPU rank, its launch
+        # thread was starved; a throttled GPU's own evidence wins when its spans are all compute)
         return Cause.HOST_CPU_CONTENTION
-    if gpu < 0:  # CPU job: forward/backward/optimizer run on the CPU, the same code on every
-        # peer, so one of them slower on one rank means that rank gets less CPU (as a slow
-        # compute phase in a GPU job means a slow GPU); only user code alone is a slow function
-        return Cause.HOST_CPU_CONTENTION if kinds & COMPUTE or len(kinds) >= 2 else Cause.SLOW_FUNCTION
+    if (kinds & CPU_ONLY and kinds & COMPUTE) or (gpu < 0 and len(kinds) >= 2):
+        # several phases at once point at the host, but only evidence can say it is the CPU
+        return Cause.HOST_CPU_CONTENTION if cpu == UNAVAILABLE else Cause.SLOW_FUNCTION
+    if gpu < 0:  # one phase (e.g. only the optimizer step, only backward): that code is slow
+        return Cause.SLOW_FUNCTION
     return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
 
 
-def _more_work(outliers: list[dict], min_excess: float) -> bool:
+def _more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
     """Data/MoE imbalance: a function called more often per step than on peers at the same
-    per-call time explains (>= GC_EXPLAINS of) the rank's largest excess. GC excluded."""
-    work = [o for o in outliers if o["kind"] != SpanKind.GC and o["calls_ratio"] < 1e8
+    per-call time explains (>= ``explains_share`` of) the rank's largest excess. GC excluded."""
+    work = [o for o in outliers if o["kind"] != SpanKind.GC and _finite_ratio(o["calls_ratio"])
             and o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess]
     if not work:
         return False
     top = max(o["cost_ms_per_step"] for o in outliers)
-    return max(o["cost_ms_per_step"] for o in work) >= GC_EXPLAINS * top
+    return max(o["cost_ms_per_step"] for o in work) >= explains_share * top
+
+
+def _finite_ratio(ratio: float) -> bool:
+    """False for :data:`.peers.INF_RATIO` (peers make no calls at all); a tenth of it is a
+    safe margin below the sentinel and far above any real ratio."""
+    return ratio < INF_RATIO / 10
 
 
 CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATALOADER}
@@ -109,7 +129,7 @@ def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
     """The most specific costly outlier: of the cause's own kind when it has one (GC for
     gc_pause), and a named function rather than a ``kind:`` aggregate."""
     if cause == Cause.DATA_IMBALANCE:  # the function doing the extra calls
-        return max(outliers, key=lambda o: (o["calls_ratio"] if o["calls_ratio"] < 1e8 else 0.0,
+        return max(outliers, key=lambda o: (o["calls_ratio"] if _finite_ratio(o["calls_ratio"]) else 0.0,
                                             o["cost_ms_per_step"]))
     own_kind = CAUSE_KINDS.get(cause) if cause is not None else None
     pool = [o for o in outliers if o["kind"] == own_kind] or outliers
@@ -126,6 +146,19 @@ def rank_impact(outliers: list[dict]) -> float:
     gc = max((o["cost_ms_per_step"] for o in agg if o["kind"] == SpanKind.GC), default=0.0)
     named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
     return float(max(non_gc, gc, named))
+
+
+def phase_of(outlier: Mapping[str, Any]) -> str:
+    """The phase an outlier belongs to in plain words: 'optimizer step', 'backward', ..."""
+    try:
+        kind = SpanKind(outlier["kind"])
+    except (ValueError, KeyError):
+        return "function"
+    return PHASES.get(kind, "function")
+
+
+PHASES = {SpanKind.OPTIMIZER: "optimizer step", SpanKind.BACKWARD: "backward", SpanKind.FORWARD: "forward",
+          SpanKind.DATALOADER: "data loading", SpanKind.GC: "garbage collection"}
 
 
 def kind_of(k: str) -> Kind:

@@ -22,7 +22,7 @@ def histogram(dur_ns: np.ndarray) -> list[int]:
     """Counts per bucket, trailing zeros trimmed."""
     if len(dur_ns) == 0:
         return []
-    return [int(c) for c in np.bincount(bucket_of(dur_ns))]
+    return np.bincount(bucket_of(dur_ns)).tolist()  # type: ignore[no-any-return]
 
 
 def merge(a: list[int], b: list[int]) -> list[int]:

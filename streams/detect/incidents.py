@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from ...schemas.records import Anomaly
 from ...schemas.vocabulary import ANOMALY_VERSION, Status
 from .findings import Finding
 from .policy import DetectionPolicy
@@ -34,7 +35,7 @@ class Track:
     sent_impact: float = 0.0
     sent_ranks: tuple = ()
     explains_ms: float = 0.0  # step time this root cause accounts for
-    last: dict = field(default_factory=dict)  # last Anomaly record sent
+    last: Anomaly | None = None  # last Anomaly record sent
 
 
 def incident_id(job: str, f: Finding) -> str:
@@ -44,7 +45,7 @@ def incident_id(job: str, f: Finding) -> str:
 
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
          window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
-         progress: bool = True) -> list[dict]:
+         progress: bool = True) -> list[Anomaly]:
     """Advance every track by one evaluated window; Anomaly records to send. A window in
     which the job made no ``progress`` (no rank completed a step) is missing data, not a
     clean window: it never counts toward resolving an incident."""
@@ -68,10 +69,27 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
             continue
         t.misses += 1
         if t.misses >= policy.clear_windows:
-            rec = dict(t.last, status=Status.RESOLVED.value, last_seen_ms=t.last_seen_ms)
-            out.append(rec)
+            if t.last is not None:  # always, for an open track: opening sent its first record
+                out.append(_resolved(t.last, t.last_seen_ms))
             del tracks[ident]
     return out
+
+
+def persisting(tracks: dict[str, Track], f: Finding, policy: DetectionPolicy) -> bool:
+    """``f`` was seen in the previous window too, or is open (a one-window candidate explains nothing)."""
+    t = tracks.get(f.identity)
+    return t is not None and (t.open or t.streak >= policy.persist_windows - 1)
+
+
+def explained_ms(tracks: dict[str, Track], findings: list[Finding], exclude: str,
+                 policy: DetectionPolicy) -> float:
+    """Step time (ms) the root causes of a window account for: the persisting ``findings``,
+    plus the open incidents not among them (other than ``exclude``)."""
+    explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
+                    if persisting(tracks, f, policy))
+    seen = {f.identity for f in findings}
+    explained += sum(t.explains_ms for i, t in tracks.items() if t.open and i != exclude and i not in seen)
+    return explained
 
 
 def _finite(x: Any) -> Any:
@@ -90,18 +108,24 @@ def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
     return abs(f.impact_ms - t.sent_impact) / base > policy.update_change or f.ranks != t.sent_ranks
 
 
-def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> dict:
+def _resolved(last: Anomaly, last_seen_ms: int) -> Anomaly:
+    """The incident's last record again, RESOLVED, seen last at ``last_seen_ms``."""
+    rec = last.copy()
+    rec["status"], rec["last_seen_ms"] = Status.RESOLVED.value, last_seen_ms
+    return rec
+
+
+def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> Anomaly:
     t.sent_impact, t.sent_ranks = f.impact_ms, f.ranks
     t.explains_ms = float(f.evidence.get("explains_ms", f.impact_ms))
     evidence = dict(f.evidence, windows=t.streak)
-    rec = {
-        "schema_version": ANOMALY_VERSION, "incident_id": t.incident_id, "job": job,
-        "status": status.value, "kind": f.kind.value, "cause": f.cause.value,
-        "ranks": list(f.ranks), "hosts": list(f.hosts), "gpus": list(f.gpus), "function": f.function,
-        "score": float(f.score), "impact_ms_per_step": round(float(f.impact_ms), 3),
-        "step_time_ms": round(float(step_time_ms), 3), "first_seen_ms": int(t.first_seen_ms),
-        "last_seen_ms": int(t.last_seen_ms), "windows": int(t.streak), "summary": f.summary,
-        "evidence_json": json.dumps(_finite(evidence), sort_keys=True, default=str),
-    }
+    rec = Anomaly(
+        schema_version=ANOMALY_VERSION, incident_id=t.incident_id, job=job,
+        status=status.value, kind=f.kind.value, cause=f.cause.value,
+        ranks=list(f.ranks), hosts=list(f.hosts), gpus=list(f.gpus), function=f.function,
+        score=float(f.score), impact_ms_per_step=round(float(f.impact_ms), 3),
+        step_time_ms=round(float(step_time_ms), 3), first_seen_ms=int(t.first_seen_ms),
+        last_seen_ms=int(t.last_seen_ms), windows=int(t.streak), summary=f.summary,
+        evidence_json=json.dumps(_finite(evidence), sort_keys=True, default=str))
     t.last = rec
     return rec

@@ -11,9 +11,9 @@ and the difference is at least min_cost_ms_per_step.
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
 ranks went silent has finished or died, it is not hung. A hang when they span max(hang_factor x
-typical step, hang_floor_s) and batches kept arriving through the stall and recently. The ranks named are
-those that never reached the pending collective: in the group most ranks are
-pending in, the members whose highest seq is below the group's highest.
+typical step, hang_floor_s) and batches kept arriving through the stall and recently. The ranks named
+(:mod:`.hang`) are those that never entered the collective the others wait in, stalled or dead,
+never the waiting ranks; if every rank is outside collectives the finding says so and names none.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...schemas.causes import Cause
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .findings import Finding
+from .hang import HangState, HangVerdict, Wait, verdict
 from .policy import DetectionPolicy
 
 
@@ -37,17 +39,12 @@ class LivenessState:
     alive_windows: int = 0  # idle windows after the first one that brought a batch
     idle_since_alive: int = 0  # idle windows since the last one that brought a batch
     max_last_step: int = -1
-    group_seq: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> rank -> max seq
+    hang: HangState = field(default_factory=HangState)  # each rank's state, groups' members and seqs
 
 
-def note_collectives(state: LivenessState, comparisons: list[dict]) -> None:
-    """Remember, per collective group, each member's highest seq (for hang culprits)."""
-    for c in comparisons:
-        if c.get("members"):
-            group = c["function"].split(":", 2)[-1]
-            seqs = state.group_seq.setdefault(group, {})
-            for r, s in zip(c["members"], c["member_max_seq"], strict=False):
-                seqs[int(r)] = max(int(s), seqs.get(int(r), -1))
+def note_collectives(state: LivenessState, comparisons: list[FunctionComparison]) -> None:
+    """Remember, per collective group, its members and each member's highest seq (hang culprits)."""
+    state.hang.note_collectives(comparisons)
 
 
 def regression(state: LivenessState, window_id: int, step_ms: float,
@@ -67,12 +64,14 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
                f"was requested")
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
                 "pct": round(100 * excess / best, 2), "windows": k}
-    return Finding(Kind.REGRESSION, Cause.REGRESSION, "regression", (), (), (), "iteration",
-                   float(recent / best), float(excess), summary, evidence, extra_windows=1)
+    return Finding(kind=Kind.REGRESSION, cause=Cause.REGRESSION, identity="regression", ranks=(), hosts=(),
+                   gpus=(), function="iteration", score=float(recent / best), impact_ms=float(excess),
+                   summary=summary, evidence=evidence, extra_windows=1)
 
 
-def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionPolicy) -> Finding | None:
+def hang(state: LivenessState, rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> Finding | None:
     steps = sum(int(rw.get("steps", 0)) for rw in rank_windows.values())
+    state.hang.note_window(rank_windows)
     for rw in rank_windows.values():
         state.max_last_step = max(state.max_last_step, int(rw.get("last_step", -1)))
     if steps > 0 or not rank_windows:
@@ -91,7 +90,7 @@ def hang(state: LivenessState, rank_windows: dict[int, dict], policy: DetectionP
     typical_s = float(np.median([v for _, v in state.history])) / 1000
     if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):
         return None
-    return _hang_finding(state, rank_windows, stalled_s)
+    return _hang_finding(state, rank_windows, stalled_s, policy)
 
 
 def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) -> bool:
@@ -102,35 +101,47 @@ def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) ->
     return recent and state.alive_windows >= max(1.0, expected / 2)
 
 
-def hang_culprits(state: LivenessState, rank_windows: dict[int, dict]) -> tuple[list[int], str, int]:
-    """Ranks behind the front of their own pending group: the front is the highest seq any
-    member reached (pending or reported); a rank blocked inside the front call is a victim,
-    one whose latest call in that group is older never reached it. (ranks, group, seq)."""
-    front: dict[str, int] = {}
-    for g, seqs in state.group_seq.items():
-        front[g] = max(seqs.values(), default=-1)
-    for rw in rank_windows.values():
-        g = rw.get("pending_group", "")
-        if g:
-            front[g] = max(front.get(g, -1), int(rw.get("pending_seq", -1)))
-    culprits = sorted(int(r) for r, rw in rank_windows.items() if rw.get("pending_group")
-                      and int(rw.get("pending_seq", -1)) < front[rw["pending_group"]])
-    if not culprits:
-        return [], "", -1
-    group = rank_windows[culprits[0]]["pending_group"]
-    return culprits, group, front[group]
+def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], stalled_s: float,
+                  policy: DetectionPolicy) -> Finding:
+    v = verdict(state.hang, policy.window_s)
+    seen = state.hang.ranks
+    last_fn = {str(r): seen[r].last_function or "?" for r in v.culprits}
+    wait = next((w for w in v.waits if w.missing & set(v.culprits)), v.waits[0] if v.waits else None)
+    summary = f"job hung: no iteration finished for {stalled_s:.0f} s; " + _hang_words(v, wait, last_fn, state, policy.window_s)
+    evidence = {"stalled_s": stalled_s, "pending_group": wait.group if wait else "",
+                "pending_seq": wait.seq if wait else -1, "collective": wait.collective if wait else "",
+                "waiting_ranks": wait.waiting if wait else [], "last_functions": last_fn,
+                "dead_ranks": v.dead, "stalled_ranks": [r for r in v.culprits if r not in v.dead],
+                "outside_collectives": v.everyone_outside, "last_step": state.max_last_step}
+    if v.everyone_outside:
+        evidence["last_functions"] = {str(r): s.last_function or "?" for r, s in sorted(seen.items())}
+    return Finding(kind=Kind.HANG, cause=Cause.HANG, identity="hang", ranks=tuple(v.culprits),
+                   hosts=tuple(sorted({seen[r].host for r in v.culprits})),
+                   gpus=tuple(sorted({seen[r].gpu for r in v.culprits})),
+                   function=next(iter(last_fn.values()), ""), score=float(stalled_s),
+                   impact_ms=float(stalled_s * 1000), summary=summary, evidence=evidence, immediate=True)
 
 
-def _hang_finding(state: LivenessState, rank_windows: dict[int, dict], stalled_s: float) -> Finding:
-    culprits, group, top_seq = hang_culprits(state, rank_windows)
-    last_fn = {str(r): rank_windows.get(r, {}).get("last_function", "?") for r in culprits}
-    hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in culprits}))
-    who = ", ".join(f"rank {r} (last in {last_fn[str(r)]})" for r in culprits[:8]) or "unknown ranks"
-    summary = (f"job hung: no iteration finished for {stalled_s:.0f} s; {who} never reached collective "
-               f"seq {top_seq} of group {group or '?'} that the other ranks are waiting in")
-    evidence = {"stalled_s": stalled_s, "pending_group": group, "pending_seq": top_seq,
-                "last_functions": last_fn, "last_step": state.max_last_step}
-    return Finding(Kind.HANG, Cause.HANG, "hang", tuple(culprits), hosts,
-                   tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in culprits})),
-                   next(iter(last_fn.values()), ""), float(stalled_s), float(stalled_s * 1000), summary,
-                   evidence, immediate=True)
+def _hang_words(v: HangVerdict, wait: Wait | None, last_fn: dict[str, str], state: LivenessState,
+                window_s: float) -> str:
+    seen = state.hang.ranks
+    if v.everyone_outside:
+        where = ", ".join(f"rank {r} in {s.last_function or '?'}" for r, s in sorted(seen.items())[:8])
+        return f"every rank is stuck outside collectives ({where})"
+    if not v.culprits:
+        return "every rank is inside a collective and none waits for a rank outside one (mismatched collectives?)"
+    waiters = ", ".join(str(r) for r in wait.waiting[:8]) + (" ..." if len(wait.waiting) > 8 else "") if wait else ""
+    where = f"{wait.collective} seq {wait.seq} of group {wait.group}" if wait else ""
+    parts = []
+    stalled = [r for r in v.culprits if r not in v.dead]
+    if stalled:
+        who = ", ".join(f"rank {r} (stalled in {last_fn[str(r)]})" for r in stalled[:8])
+        parts.append(f"{who} never entered {where} that ranks {waiters} wait in" if wait
+                     else f"{who} stalled outside collectives")
+    if v.dead:
+        silent_s = max(seen[r].silent_windows for r in v.dead) * window_s
+        who = ", ".join(f"rank {r} (last in {last_fn[str(r)]})" for r in v.dead[:8])
+        parts.append(f"{who}: process died / stopped reporting (no batch for {silent_s:.0f} s)")
+        if wait and not stalled:
+            parts.append(f"ranks {waiters} wait in {where}")
+    return "; ".join(parts)

@@ -69,6 +69,24 @@ class DetectionPolicy:
     max_duration_s: float = 3600.0  # longer durations are absurd input
     idle_after_s: float = 600.0  # state with no input for this long may be dropped
     peer_groups: str = TUNABLE.peer_groups
+    # engine rules that were module constants (same values); all ratios are fractions
+    future_slack_ms: int = 1000  # an event may end at most this long after its batch's wall time
+    intermittent_min_calls: int = 6  # a tail-only (p90) slowdown needs this many calls in the window
+    explains_share: float = 0.7  # GC (or extra calls) explains a rank when its excess is >= this share of the largest
+    propagated_wait_share: float = 0.5  # a late arriver that itself waited >= this share of the wait it caused is a victim
+    step_wrapper_share: float = 0.5  # a Python function above this share of the step is the step wrapper: no expectation
+    regression_explained_share: float = 0.5  # root causes covering this share of a regression absorb it
+    full_progress_share: float = 0.5  # a window counts as clean when the job ran this share of its usual steps
+    profile_request_ahead_steps: int = 5  # a PROFILE request starts this many steps past the latest step seen
+    profile_request_duration_s: float = 20.0  # ... and lasts this long
+    profile_request_cooldown_windows: int = 12  # at most one PROFILE request per this many windows
+    # CPU evidence (streams/detect/cpu_evidence.py): a rank "waited for a CPU more than its peers" when
+    cpu_wait_min_ms: float = 0.5  # its run-queue wait per step exceeds the peers' median by this much
+    cpu_wait_share: float = 0.25  # ... and by this share of the rank's excess step time
+    switch_ratio: float = 2.0  # or its involuntary switches per step are this many times the peers'
+    switch_min_per_step: float = 5.0  # ... and at least this many more per step
+    steal_excess_pct: float = 5.0  # or its host's steal share exceeds the peers' by this many points
+    location_min_ms: float = 1.0  # a sampled frame names where a rank's extra time goes from this many ms/step
 
     @property
     def window_ms(self) -> int:

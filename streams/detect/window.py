@@ -5,33 +5,44 @@ Order of reasoning (each step only sees what the earlier ones left):
      -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
      merged per host, data imbalance merged per function;
   2. stragglers: late arrivers of collectives among peers. A straggler that was itself
-     waiting in another collective (a member of a group some other rank held up) is a
-     propagated victim and is dropped; one with no abnormal function of its own is
+     waiting in another collective (at least ``propagated_wait_share`` of the wait it
+     caused) or is a member of a group some other rank held up is a propagated victim
+     and is dropped; one with no abnormal function of its own is
      reported as entering the collective late (uninstrumented code before it);
-  3. slow links: a collective group whose pure transfer time exceeds its sibling groups
-     (same op and size); localized by link hardware evidence or group intersection;
-  4. stage imbalance: ``kind:`` aggregates whose peer groups (stages) differ by far;
+  3. slow links: a collective group whose pure transfer time t exceeds its sibling groups'
+     (same op and size): t >= median * (1 + link_excess), robust z = (t - median) /
+     max(MAD_TO_SIGMA * MAD, noise_floor_rel * median) >= mad_threshold, and its excess per
+     step >= min_cost_ms_per_step; localized by link hardware evidence or group intersection;
+  4. stage imbalance: forward/backward/optimizer ``kind:`` aggregates where one peer group
+     (stage) spends >= (1 + 2 * min_excess) x the other groups' median, costing the min cost;
   5. expectations: GC, data loading or a Python function taking too large a share of
-     every rank's step (a problem all ranks share has no outlier).
+     every rank's step (a problem all ranks share has no outlier); a Python function above
+     ``step_wrapper_share`` of the step is the step wrapper itself and is left out.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
+from .columnar import MAD_TO_SIGMA
+from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
+from .rank_cpu import late_entry_words
+from .rank_cpu import with_cpu_evidence as _with_cpu
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 
 
-def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
+def step_ms(rank_windows: dict[int, RankWindow], quantile: float = 50.0) -> float:
     """Job's step time (ms): median over ranks of each rank's ``quantile`` step time
     (nearest rank; plain Python: a rank has a handful of steps per window)."""
     per_rank = []
@@ -43,7 +54,7 @@ def step_ms(rank_windows: dict[int, dict], quantile: float = 50.0) -> float:
     return float(np.median(per_rank)) / 1e6 if per_rank else 0.0
 
 
-def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
+def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[FunctionComparison],
                     policy: DetectionPolicy) -> list[Finding]:
     """All root-cause candidates of one window, most costly first."""
     by_rank: dict[int, list[dict]] = defaultdict(list)
@@ -52,21 +63,21 @@ def diagnose_window(rank_windows: dict[int, dict], comparisons: list[dict],
             continue
         for o in c["outliers"]:
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
-    stragglers, victims = _stragglers(comparisons, policy.late_p_value)
+    stragglers, victims = _stragglers(comparisons, policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
-    findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows)
+    findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows, policy)
     findings += link_findings
     findings += _stage_imbalance(comparisons, policy)
     findings += _expectations(comparisons, step_ms(rank_windows), policy)
     return sorted(findings, key=lambda f: -f.impact_ms)
 
 
-def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list[dict]], set[int]]:
+def _stragglers(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
     """Late arrivers of peer collectives, and the ranks that only propagate someone else's
     delay: members other than the late arriver of any collective (pipeline send/recv
     included), and late arrivers that themselves waited, in another collective, at least
-    half as long as the wait they caused."""
+    ``propagated_wait_share`` of the wait they caused."""
     late: dict[int, list[dict]] = defaultdict(list)
     victims: set[int] = set()
     for c in comparisons:
@@ -74,7 +85,7 @@ def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list
             continue
         names = {s["rank"] for s in c["stragglers"]}
         for s in c["stragglers"] if not c["mixed_signatures"] else []:
-            if s["p_value"] <= p_value:
+            if s["p_value"] <= policy.late_p_value:
                 late[s["rank"]].append({**s, "function": c["function"]})
         if names:
             victims.update(r for r in c["members"] if r not in names)
@@ -82,12 +93,12 @@ def _stragglers(comparisons: list[dict], p_value: float) -> tuple[dict[int, list
     for rank, entries in late.items():
         caused = max(s["caused_ms_per_step"] for s in entries)
         own = {s["function"] for s in entries}
-        if any(w >= 0.5 * caused for fn, w in waited.get(rank, []) if fn not in own):
+        if any(w >= policy.propagated_wait_share * caused for fn, w in waited.get(rank, []) if fn not in own):
             victims.add(rank)
     return late, victims
 
 
-def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
+def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
     """(collective, wait ms per step) of each of ``ranks`` in every group it belongs to."""
     out: dict[int, list[tuple[str, float]]] = defaultdict(list)
     if not ranks:
@@ -100,28 +111,30 @@ def _waits_of(comparisons: list[dict], ranks: set[int]) -> dict[int, list[tuple[
     return out
 
 
-def _hw_peer_clock(rank_windows: dict[int, dict]) -> float:
+def _hw_peer_clock(rank_windows: dict[int, RankWindow]) -> float:
     clocks = [rw["sm_clock_mhz"] for rw in rank_windows.values() if rw.get("sm_clock_mhz", -1) > 0]
     return float(np.median(clocks)) if clocks else -1.0
 
 
 def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
-                   rank_windows: dict[int, dict], policy: DetectionPolicy) -> list[Finding]:
+                   rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> list[Finding]:
     peer_clock = _hw_peer_clock(rank_windows)
-    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict]]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict, CpuVerdict]]] = defaultdict(list)
     for rank, outs in by_rank.items():
-        rw = rank_windows.get(rank, {})
+        rw: Mapping[str, Any] = rank_windows.get(rank, {})
         gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
-        cause = classify(outs, gpu, hw, policy.min_excess)
+        cpu = cpu_verdict(rank, rank_windows, rank_impact(outs), policy)
+        cause = classify(outs, gpu, hw, policy, cpu.verdict)
         if cause in HOST_LEVEL:
             key: tuple = (cause, outs[0]["host"])
         elif cause == Cause.DATA_IMBALANCE:
             key = (cause, top_function(outs, cause)["function"])
         else:
             key = (cause, rank)
-        groups[key].append((rank, cause, outs, hw))
-    return [_merge_rank_group(key, members, stragglers) for key, members in groups.items()]
+        groups[key].append((rank, cause, outs, hw, cpu))
+    return [_with_cpu(_merge_rank_group(key, members, stragglers), members, rank_windows, policy)
+            for key, members in groups.items()]
 
 
 def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict]]) -> Finding:
@@ -153,8 +166,9 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     if intermittent:
         evidence["intermittent"] = True
         summary += " (intermittent: the slow tail, not every call)"
-    return Finding(kind, cause, f"{cause.value}|{key[1]}", ranks, hosts, gpus, top["function"],
-                   float(max(o["robust_z"] for o in outs)), float(impact), summary, evidence,
+    return Finding(kind=kind, cause=cause, identity=f"{cause.value}|{key[1]}", ranks=ranks, hosts=hosts,
+                   gpus=gpus, function=top["function"], score=float(max(o["robust_z"] for o in outs)),
+                   impact_ms=float(impact), summary=summary, evidence=evidence,
                    extra_windows=1 if intermittent else 0)
 
 
@@ -163,30 +177,33 @@ def _short(ranks: tuple[int, ...]) -> str:
 
 
 def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
-                  rank_windows: dict[int, dict]) -> list[Finding]:
-    """Stragglers with no abnormal function of their own and not held up elsewhere."""
+                  rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> list[Finding]:
+    """Stragglers with no abnormal function of their own and not held up elsewhere; the
+    sampled frame where the straggler's extra time goes, when its collector samples stacks."""
     out = []
     for rank, late in stragglers.items():
         if rank in victims or rank in explained:
             continue
         top = max(late, key=lambda s: s["caused_ms_per_step"])
         impact = float(top["caused_ms_per_step"])
+        where = frame_location(rank, rank_windows, policy)
         summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
                    f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
-                   f"none of its instrumented functions is slow, so the delay is in code just before the call")
+                   f"none of its instrumented functions is slow, so {late_entry_words(rank, where)}")
         evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
                     "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
-                    "groups": sorted(s["function"] for s in late)}
-        out.append(Finding(Kind.STRAGGLER, Cause.SLOW_FUNCTION, f"late|{rank}", (rank,), (top["host"],),
-                           (int(top["gpu"]),), top["function"], float(top["late_fraction"] * 10), impact,
-                           summary, evidence))
+                    "groups": sorted(s["function"] for s in late), "location": where}
+        out.append(Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=f"late|{rank}",
+                           ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
+                           function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
+                           summary=summary, evidence=evidence))
     return out
 
 
-def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
+def _slow_links(comparisons: list[FunctionComparison], rank_windows: dict[int, RankWindow],
                 policy: DetectionPolicy) -> tuple[list[Finding], set[int]]:
     """Collective groups whose transfer time exceeds sibling groups (same op, same size)."""
-    siblings: dict[tuple, list[dict]] = defaultdict(list)
+    siblings: dict[tuple, list[FunctionComparison]] = defaultdict(list)
     for c in comparisons:
         if c["kind"] == SpanKind.COLLECTIVE and c["seqs_compared"] >= policy.min_seqs:
             siblings[(comm_op(c["function"]), len(c["members"]))].append(c)
@@ -197,7 +214,7 @@ def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
         t = np.array([c["transfer_ms_median"] for c in group])
         per_step = np.array([c["transfer_ms_per_step"] for c in group])
         m, mad = float(np.median(t)), float(np.median(np.abs(t - np.median(t))))
-        scale = max(1.4826 * mad, policy.noise_floor_rel * m, 1e-6)
+        scale = max(MAD_TO_SIGMA * mad, policy.noise_floor_rel * m, 1e-6)
         ms = float(np.median(per_step))
         for c, ti, pi in zip(group, t, per_step, strict=False):
             if ti >= m * (1 + policy.link_excess) and (ti - m) / scale >= policy.mad_threshold \
@@ -206,7 +223,7 @@ def _slow_links(comparisons: list[dict], rank_windows: dict[int, dict],
     return _localize_links(slow, rank_windows)
 
 
-def _link_suspects(members: list[int], rank_windows: dict[int, dict]) -> dict[int, dict]:
+def _link_suspects(members: list[int], rank_windows: dict[int, RankWindow]) -> dict[int, dict]:
     """Members with link hardware evidence: PCIe gen/width below the others, NVLink errors."""
     rws = [rank_windows[r] for r in members if r in rank_windows]
     gens = [rw["pcie_gen_min"] for rw in rws if rw.get("pcie_gen_min", -1) > 0]
@@ -227,7 +244,7 @@ def _link_suspects(members: list[int], rank_windows: dict[int, dict]) -> dict[in
     return out
 
 
-def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[list[Finding], set[int]]:
+def _localize_links(slow: list[tuple], rank_windows: dict[int, RankWindow]) -> tuple[list[Finding], set[int]]:
     if not slow:
         return [], set()
     sets = [set(c["members"]) for c, *_ in slow]
@@ -242,16 +259,18 @@ def _localize_links(slow: list[tuple], rank_windows: dict[int, dict]) -> tuple[l
         else:
             ranks, how = tuple(sorted(c["members"])), "not localized within the group"
         covered.update(c["members"])
-        hosts = tuple(sorted({rank_windows.get(r, {}).get("host", "?") for r in ranks}))
-        gpus = tuple(sorted({int(rank_windows.get(r, {}).get("gpu", -1)) for r in ranks}))
+        seen: list[Mapping[str, Any]] = [rank_windows.get(r, {}) for r in ranks]
+        hosts = tuple(sorted({rw.get("host", "?") for rw in seen}))
+        gpus = tuple(sorted({int(rw.get("gpu", -1)) for rw in seen}))
         summary = (f"collective {c['function']} transfers {ratio:.2f}x slower than its sibling groups "
                    f"({c['transfer_ms_median']:.2f} ms per call); slow link at rank(s) {_short(ranks)} on "
                    f"{', '.join(hosts[:3])} ({how}); costs ~{cost:.1f} ms per step")
         evidence = {"transfer_ms_median": round(c["transfer_ms_median"], 3), "ratio": round(ratio, 3),
                     "robust_z": round(z, 1), "localized_by": how, "hardware": suspects,
                     "group_members": len(c["members"])}
-        findings.append(Finding(Kind.OUTLIER, Cause.SLOW_LINK, f"slow_link|{_short(ranks)}", ranks, hosts,
-                                gpus, c["function"], float(z), float(cost), summary, evidence))
+        findings.append(Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_LINK, identity=f"slow_link|{_short(ranks)}",
+                                ranks=ranks, hosts=hosts, gpus=gpus, function=c["function"], score=float(z),
+                                impact_ms=float(cost), summary=summary, evidence=evidence))
     return _dedupe(findings), covered
 
 
@@ -263,7 +282,7 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(best.values())
 
 
-def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[Finding]:
+def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Finding]:
     """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
     found: dict[str, Finding] = {}
     for c in comparisons:
@@ -288,13 +307,14 @@ def _stage_imbalance(comparisons: list[dict], policy: DetectionPolicy) -> list[F
                        f"(~{impact:.1f} ms per step); no rank is faulty")
             evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
                         "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
-            found[ident] = Finding(Kind.IMBALANCE, Cause.STAGE_IMBALANCE, ident, ranks, (), (),
-                                   c["function"], float(g["median_ms_per_step"] / others), impact, summary,
-                                   evidence)
+            found[ident] = Finding(kind=Kind.IMBALANCE, cause=Cause.STAGE_IMBALANCE, identity=ident, ranks=ranks,
+                                   hosts=(), gpus=(), function=c["function"],
+                                   score=float(g["median_ms_per_step"] / others), impact_ms=impact,
+                                   summary=summary, evidence=evidence)
     return list(found.values())
 
 
-def _expectations(comparisons: list[dict], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
+def _expectations(comparisons: list[FunctionComparison], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
     """All-rank problems: a share of the step far above what a healthy job spends."""
     if job_step_ms <= 0:
         return []
@@ -302,7 +322,7 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
     for c in comparisons:
         limit = _share_limit(c, policy)
         share = c["median_ms_per_step"] / job_step_ms
-        if limit is None or share <= limit or share > 0.5 and c["kind"] == SpanKind.PYTHON:
+        if limit is None or share <= limit or share > policy.step_wrapper_share and c["kind"] == SpanKind.PYTHON:
             continue
         cost = (share - limit) * job_step_ms
         if cost < policy.min_cost_ms_per_step:
@@ -314,12 +334,13 @@ def _expectations(comparisons: list[dict], job_step_ms: float, policy: Detection
                     "explains_ms": round(c["median_ms_per_step"], 3),
                     "median_ms_per_step": round(c["median_ms_per_step"], 3), "step_ms": round(job_step_ms, 3),
                     "ranks": c["ranks_seen"]}
-        out.append(Finding(Kind.EXPECTATION, Cause.SHARED_INEFFICIENCY, f"shared|{c['function']}", (), (), (),
-                           c["function"], float(share / limit), float(cost), summary, evidence))
+        out.append(Finding(kind=Kind.EXPECTATION, cause=Cause.SHARED_INEFFICIENCY,
+                           identity=f"shared|{c['function']}", ranks=(), hosts=(), gpus=(), function=c["function"],
+                           score=float(share / limit), impact_ms=float(cost), summary=summary, evidence=evidence))
     return out
 
 
-def _share_limit(c: dict, policy: DetectionPolicy) -> float | None:
+def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None:
     if c["function"] == KIND_PREFIX + "gc":
         return policy.gc_share
     if c["function"] == KIND_PREFIX + "dataloader":

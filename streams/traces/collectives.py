@@ -22,15 +22,13 @@ from 0 -- identical on every member as long as each rank's trace covers the same
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from .table import Cat, EventTable
+from .table import COLLECTIVE_ANNOTATION, PARAM_COMMS, Cat, EventTable
 
 WORLD_GROUP = "world"
-_ANNOTATION = re.compile(r"^(nccl|gloo|ucc|mpi|xccl):([A-Za-z_]+)")
 _KERNEL_OPS = (("AllReduce", "all_reduce"), ("AllGather", "all_gather"),
                ("ReduceScatter", "reduce_scatter"), ("Broadcast", "broadcast"),
                ("Reduce", "reduce"), ("SendRecv", "send_recv"), ("Send", "send"), ("Recv", "recv"),
@@ -90,21 +88,20 @@ def _nbytes(args: dict) -> int:
 
 def _annotations(t: EventTable) -> np.ndarray:
     """Rows of CPU-side collective annotations (``nccl:op``, ``record_param_comms``)."""
-    rows = np.flatnonzero((t.cat == Cat.USER_ANNOTATION) | (t.cat == Cat.CPU_OP))
-    keep = [r for r in rows if _ANNOTATION.match(t.name_of(r)) or t.name_of(r) == "record_param_comms"]
-    return np.asarray(keep, dtype=np.int64)
+    named = [i for i, n in enumerate(t.names) if COLLECTIVE_ANNOTATION.match(n) or n == PARAM_COMMS]  # per name, not per row
+    return np.flatnonzero(((t.cat == Cat.USER_ANNOTATION) | (t.cat == Cat.CPU_OP)) & np.isin(t.name, named))
 
 
 def _enclosing_args(t: EventTable, ann: np.ndarray, launch: int) -> dict:
     """Merged args + op of the collective annotations enclosing ``launch`` (innermost wins)."""
     ts, end, tid = t.ts_ns[launch], t.ts_ns[launch] + t.dur_ns[launch], t.tid[launch]
     merged: dict = {}
-    for r in ann:  # sorted by start: later (inner) annotations override
-        if t.tid[r] == tid and t.ts_ns[r] <= ts and end <= t.ts_ns[r] + t.dur_ns[r]:
-            merged.update(t.args.get(int(r), {}))
-            m = _ANNOTATION.match(t.name_of(r))
-            if m:
-                merged["_op"] = m.group(2).lower()
+    inside = (t.tid[ann] == tid) & (t.ts_ns[ann] <= ts) & (end <= t.ts_ns[ann] + t.dur_ns[ann])
+    for r in ann[inside]:  # sorted by start: later (inner) annotations override
+        merged.update(t.args.get(int(r), {}))
+        m = COLLECTIVE_ANNOTATION.match(t.name_of(r))
+        if m:
+            merged["_op"] = m.group(2).lower()
     return merged
 
 
@@ -135,7 +132,7 @@ def _raw_collectives(t: EventTable, world: int) -> list[tuple]:
                         int(t.ts_ns[k]), int(t.dur_ns[k]), launch_ns))
         return out
     for r in ann:
-        m = _ANNOTATION.match(t.name_of(r))
+        m = COLLECTIVE_ANNOTATION.match(t.name_of(r))
         if m:
             args = {**t.args.get(int(r), {}), "_op": m.group(2).lower()}
             out.append((*_meta(args, "collective", world), _nbytes(args),

@@ -1,9 +1,9 @@
 """Run parsed traces of many ranks through the same detection core the stream workers use.
 
 Pipeline (all in process, no Kafka): each trace -> :func:`.kineto.parse_trace` ->
-EventBatch dict -> ``RankSummarizer.add_events`` -> FunctionPattern/RankWindow ->
-``FunctionComparator`` per function -> ``JobDiagnoser`` -> Anomaly records -> rows shaped
-like ``perftracker diagnose --json``.
+EventBatch dict -> the stream topology's three stages run by its in-process
+:class:`~perftracker.streams.topology.LocalRunner` (summarize per rank, compare per
+function, diagnose the job) -> Anomaly records -> rows shaped like ``perftracker diagnose --json``.
 
 Offline policy (:func:`import_policy`): a profiler trace covers a few steps, not a stream
 of windows, so the whole import is **one window** (its length rounded up to whole
@@ -19,15 +19,18 @@ are the real trace times, not the re-based window edges.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+from ...schemas.diagnosis import diagnosis_row
+from ...schemas.records import Anomaly
+from ...schemas.vocabulary import ANOMALY, EVENT_BATCH
+from ..detect import DetectionPolicy
+from ..topology import COMPARE, DIAGNOSE, SUMMARIZE, LocalRunner
 from .kineto import parse_trace_with_skips
 from .load import RawTrace, Skip, TraceError, read_traces
 
@@ -49,7 +52,7 @@ class ImportReport:
     skipped_files: list[Skip] = field(default_factory=list)
     skipped_events: Counter = field(default_factory=Counter)  # "file: reason" -> count
     core_skipped: Counter = field(default_factory=Counter)
-    anomalies: list[dict] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)
     policy: DetectionPolicy | None = None
 
 
@@ -85,6 +88,7 @@ def load_batches(path: Path, job: str) -> ImportReport:
             report.skipped_files.append(item)
             continue
         _add_trace(report, item, job)
+        del item  # let this trace go before the next one is read (peak memory: one trace at a time)
     if not report.batches:
         why = "; ".join(f"{s.source}: {s.reason}" for s in report.skipped_files[:5]) or "no trace files found"
         raise TraceError(f"{path}: no usable PyTorch profiler trace ({why})")
@@ -107,7 +111,7 @@ def _add_trace(report: ImportReport, item: RawTrace, job: str) -> None:
     report.sources[rank] = item.source
 
 
-def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None) -> list[dict]:
+def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None) -> list[Anomaly]:
     """Feed the report's batches through the three stages; Anomaly records, most costly first."""
     spans = [batch_span_ns(b) for b in report.batches.values()]
     t0, t1 = min(s for s, _ in spans), max(e for _, e in spans)
@@ -115,65 +119,42 @@ def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None
     wms = policy.window_ms
     shift_ns = -((t0 // 1_000_000) % wms) * 1_000_000  # earliest event lands on a window start
     now = (t1 + shift_ns) // 1_000_000 + wms + 1  # past the window's end: it closes
-    records: list[tuple[str, dict]] = []
-    for rank, batch in sorted(report.batches.items()):
-        s = RankSummarizer(job, rank, policy)
-        s.add_events({**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
-        records += s.poll(now, flush=True)
-        report.core_skipped.update({f"summarize:{k}": v for k, v in s.skipped.items()})
-    comparators: dict[str, FunctionComparator] = {}
-    diagnoser = JobDiagnoser(job, policy)
-    for name, rec in records:
-        if name == "FunctionPattern":
-            fn = rec["function"]
-            comparators.setdefault(fn, FunctionComparator(job, fn, policy)).add(rec, now)
-        else:
-            diagnoser.add(name, rec, now)
+    runner = LocalRunner(policy)
+    for _rank, batch in sorted(report.batches.items()):
+        runner.feed(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
+    runner.poll(SUMMARIZE, now, flush=True)
     later = now + policy.grace_ms + 1
-    for comp in comparators.values():
-        for rec in comp.poll(later):
-            diagnoser.add("FunctionComparison", rec, later)
-    anomalies, _controls = diagnoser.poll(later + 2 * policy.grace_ms + 2000)
-    report.core_skipped.update({f"diagnose:{k}": v for k, v in diagnoser.skipped.items()})
-    report.anomalies = anomalies
-    return anomalies
+    runner.poll(COMPARE, later)
+    out = runner.poll(DIAGNOSE, later + 2 * policy.grace_ms + 2000)
+    for stage in (SUMMARIZE.name, DIAGNOSE.name):
+        for _key, core in runner.cores[stage].items():
+            report.core_skipped.update({f"{stage}:{k}": v for k, v in core.skipped.items()})
+    report.anomalies = [cast(Anomaly, rec) for name, rec in out if name == ANOMALY]
+    return report.anomalies
 
 
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat()
 
 
-def diagnosis_rows(anomalies: list[dict], report: ImportReport) -> list[dict]:
-    """Anomaly records -> the ``perftracker diagnose --json`` row shape, most costly first."""
+def diagnosis_rows(anomalies: list[Anomaly], report: ImportReport) -> list[dict[str, Any]]:
+    """Anomaly records -> the ``perftracker diagnose --json`` row shape, most costly first;
+    first/last seen are the traces' real times."""
     spans = [batch_span_ns(b) for b in report.batches.values()]
     first, last = _iso(min(s for s, _ in spans)), _iso(max(e for _, e in spans))
-    rows = []
-    for a in anomalies:
-        try:
-            evidence = json.loads(a.get("evidence_json") or "{}")
-        except ValueError:
-            evidence = {"raw": a.get("evidence_json")}
-        rows.append({
-            "incident_id": a["incident_id"], "job": a["job"], "status": a["status"],
-            "kind": a["kind"], "cause": a["cause"], "ranks": list(a["ranks"]),
-            "hosts": [h for h in a["hosts"] if h], "gpus": list(a.get("gpus", [])),
-            "function": a["function"], "score": float(a["score"]),
-            "impact_ms_per_step": float(a["impact_ms_per_step"]),
-            "step_time_ms": float(a.get("step_time_ms", 0.0)), "first_seen": first, "last_seen": last,
-            "windows": int(a["windows"]), "summary": a["summary"], "evidence": evidence,
-        })
+    rows = [diagnosis_row(a, first, last) for a in anomalies]
     return sorted(rows, key=lambda r: -r["impact_ms_per_step"])
 
 
 def import_traces_with_report(path: Path, job: str, policy: DetectionPolicy | None = None
-                              ) -> tuple[list[dict], ImportReport]:
+                              ) -> tuple[list[dict[str, Any]], ImportReport]:
     """:func:`import_traces` plus the :class:`ImportReport` (skips, batches, policy used)."""
     report = load_batches(Path(path), job)
     anomalies = run_core(report, job, policy)
     return diagnosis_rows(anomalies, report), report
 
 
-def import_traces(path: Path, job: str, policy: DetectionPolicy | None = None) -> list[dict]:
+def import_traces(path: Path, job: str, policy: DetectionPolicy | None = None) -> list[dict[str, Any]]:
     """Diagnosis rows (``perftracker diagnose --json`` shape) for the traces under ``path``.
 
     Raises :class:`TraceError` (a :class:`PerftrackerError`) when nothing can be imported."""

@@ -15,6 +15,9 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from ...schemas.errors import PerftrackerError
 
@@ -31,7 +34,7 @@ class RawTrace:
     """One decoded trace file: where it came from and its top-level JSON object."""
 
     source: str  # path, or archive path + "!" + member name
-    data: dict
+    data: dict  # the top-level fields the importer reads; traceEvents as raw JSON per event (or dicts)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,37 @@ def _is_archive(path: Path) -> bool:
     return path.name.endswith((".tar.gz", ".tgz", ".tar"))
 
 
+class _Trace(msgspec.Struct):
+    """The top-level fields of a trace the importer reads; everything else is skipped unread."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 (the JSON key); each event decoded later
+    distributedInfo: Any = msgspec.UNSET  # noqa: N815
+    hostname: Any = msgspec.UNSET
+    host_name: Any = msgspec.UNSET
+    baseTimeNanoseconds: Any = msgspec.UNSET  # noqa: N815
+
+
+_TRACE = msgspec.json.Decoder(_Trace)
+
+
+def _typed(raw: bytes) -> dict | None:
+    """The fast path: the events stay raw JSON slices of ``raw`` (a small object each), decoded
+    one at a time by the table; None when the JSON is not shaped like a trace or not strict JSON
+    (the generic path below then says why, or reads it)."""
+    try:
+        t = _TRACE.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if t.traceEvents is None:
+        return None
+    data: dict[str, Any] = {"traceEvents": t.traceEvents}
+    for name in ("distributedInfo", "hostname", "host_name", "baseTimeNanoseconds"):
+        value = getattr(t, name)
+        if value is not msgspec.UNSET:
+            data[name] = value
+    return data
+
+
 def decode_trace(source: str, raw: bytes) -> RawTrace | Skip:
     """Bytes (gzip'd or not) -> RawTrace, or Skip with the reason."""
     if raw[:2] == b"\x1f\x8b":
@@ -60,8 +94,11 @@ def decode_trace(source: str, raw: bytes) -> RawTrace | Skip:
             return Skip(source, f"not valid gzip: {exc}")
     if len(raw) > MAX_TRACE_BYTES:
         return Skip(source, f"larger than {MAX_TRACE_BYTES >> 20} MiB uncompressed")
+    fast = _typed(raw)
+    if fast is not None:
+        return RawTrace(source, fast)
     try:
-        data = json.loads(raw)
+        data = json.loads(raw)  # also reads what strict JSON forbids (NaN, Infinity)
     except (UnicodeDecodeError, ValueError) as exc:
         return Skip(source, f"not JSON: {str(exc)[:120]}")
     if not isinstance(data, dict):

@@ -3,9 +3,15 @@
 Only complete events (``ph == "X"``) are kept, as numpy columns: category code,
 name index into a symbol table, thread index, start and duration in ns on the
 trace's clock, and the CUDA correlation id. The few ``args`` later analyses need
-(collective metadata, memcpy bytes) are kept sparsely by row. Events that cannot
-be used (no numeric ts/dur, negative or absurd duration) are counted by reason,
-never raised.
+are kept sparsely by row: those of kernels, memcpys and memsets (collective metadata,
+device, bytes) and of CPU-side collective annotations (``nccl:all_reduce``,
+``record_param_comms``: op, group, sizes); every other row's ``args`` is never decoded
+beyond its correlation id. Events that cannot be used (no numeric ts/dur, negative or
+absurd duration) are counted by reason, never raised.
+
+Cost (the importer's hot loop): one pass over the events, a few dict lookups per event
+(names, categories and threads are interned), columns grown as ``array.array`` (8 bytes
+or less per value, not a Python int each).
 
 Clock: Kineto writes ``ts``/``dur`` in microseconds (floats in newer versions);
 GPU timestamps are already mapped to the host CPU clock, so CPU and GPU events
@@ -16,16 +22,23 @@ and its ``ts`` values are small (relative), the base is added back.
 from __future__ import annotations
 
 import math
+import re
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
+import msgspec
 import numpy as np
 
 MAX_EVENT_DURATION_NS = 3600 * 10**9  # a single event longer than an hour is absurd input
 ARGS_KEPT = ("Collective name", "Process Group Name", "Process Group Ranks", "Process Group Description",
              "In msg nelems", "Out msg nelems", "In msg size", "dtype", "Group size", "Seq", "seq",
              "Input Dims", "Input type", "bytes", "correlation", "device")
+# CPU-side collective annotations: ``<backend>:<op>`` blocks and c10d's ``record_param_comms``
+COLLECTIVE_ANNOTATION = re.compile(r"^(nccl|gloo|ucc|mpi|xccl):([A-Za-z_]+)")
+PARAM_COMMS = "record_param_comms"
 
 
 class Cat(IntEnum):
@@ -46,6 +59,8 @@ _CATS = {"cpu_op": Cat.CPU_OP, "operator": Cat.CPU_OP, "user_annotation": Cat.US
          "cuda_runtime": Cat.CUDA_RUNTIME, "cuda_driver": Cat.CUDA_RUNTIME, "kernel": Cat.KERNEL,
          "gpu_memcpy": Cat.MEMCPY, "gpu_memset": Cat.MEMSET, "gpu_user_annotation": Cat.GPU_ANNOTATION,
          "python_function": Cat.PYTHON}
+_ARG_CATS = frozenset({int(Cat.KERNEL), int(Cat.MEMCPY), int(Cat.MEMSET)})  # args always kept
+_ANNOTATION_CATS = frozenset({int(Cat.USER_ANNOTATION), int(Cat.CPU_OP)})  # kept for collective annotations
 
 
 @dataclass
@@ -76,18 +91,58 @@ class EventTable:
         return self.ts_ns + self.dur_ns
 
 
-class _Symbols:
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.items: list[str] = []
+# the args the analyses read, as one struct (keys absent stay UNSET); every other key is skipped unread
+KeptArgs = msgspec.defstruct("KeptArgs", [(f"a{i}", Any, msgspec.field(default=msgspec.UNSET, name=key))
+                                          for i, key in enumerate(ARGS_KEPT)])
+_CORRELATION_FIELD = f"a{ARGS_KEPT.index('correlation')}"
+_EXACT = 1 << 53  # ints below this convert to float exactly
 
-    def __call__(self, value: object) -> int:
-        key = str(value)
-        i = self.index.get(key)
-        if i is None:
-            i = self.index[key] = len(self.items)
-            self.items.append(key)
-        return i
+
+class KinetoEvent(msgspec.Struct):
+    """The fields of one trace event the table reads; every other key is skipped unread."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = 0
+    args: KeptArgs | None = None  # type: ignore[valid-type]  # None also when args is not an object
+
+
+class _AnyArgsEvent(KinetoEvent):
+    args: Any = None  # an event whose args is not an object (read, then treated as no args)
+
+
+_EVENT = msgspec.json.Decoder(KinetoEvent)
+_ANY_ARGS_EVENT = msgspec.json.Decoder(_AnyArgsEvent)
+
+
+def event_from_dict(e: dict) -> KinetoEvent:
+    """A plain-dict event (a trace decoded by the caller) as the loader would have decoded it."""
+    a = e.get("args")
+    return KinetoEvent(e.get("ph"), e.get("cat", ""), e.get("name", ""), e.get("pid"), e.get("tid"),
+                       e.get("ts"), e.get("dur", 0), msgspec.convert(a, KeptArgs) if isinstance(a, dict) else None)
+
+
+def as_event(item: object) -> KinetoEvent | None:
+    """One element of ``traceEvents`` as a :class:`KinetoEvent`: decoded from the raw JSON
+    the loader keeps per event, converted from a dict, or None when it is not an object."""
+    if type(item) is msgspec.Raw:
+        try:
+            return _EVENT.decode(item)
+        except msgspec.ValidationError:
+            pass
+        try:
+            e = _ANY_ARGS_EVENT.decode(item)
+        except msgspec.ValidationError:
+            return None
+        e.args = None
+        return e
+    if isinstance(item, KinetoEvent):
+        return item
+    return event_from_dict(item) if isinstance(item, dict) else None
 
 
 def _number(x: object) -> float | None:
@@ -100,21 +155,17 @@ def _base_us(trace: dict, events: list) -> float:
     base = _number(trace.get("baseTimeNanoseconds"))
     if base is None:
         return 0.0
-    for e in events[:64]:
-        ts = _number(e.get("ts")) if isinstance(e, dict) else None
+    for item in events[:64]:
+        e = as_event(item)
+        ts = _number(e.ts) if e is not None else None
         if ts is not None:
             return base / 1000.0 if ts < 1e12 else 0.0  # relative timestamps only
     return 0.0
 
 
-def _check_event(e: object, skipped: Counter) -> tuple[float, float] | None:
+def _times(e: KinetoEvent, skipped: Counter) -> tuple[float, float] | None:
     """(ts_us, dur_us) of a usable complete event, else None (counted)."""
-    if not isinstance(e, dict):
-        skipped["not an object"] += 1
-        return None
-    if e.get("ph") != "X":
-        return None
-    ts, dur = _number(e.get("ts")), _number(e.get("dur", 0))
+    ts, dur = _number(e.ts), _number(e.dur)
     if ts is None or dur is None:
         skipped["non-numeric ts or dur"] += 1
         return None
@@ -127,38 +178,125 @@ def _check_event(e: object, skipped: Counter) -> tuple[float, float] | None:
     return ts, dur
 
 
+def _correlation(args: Any) -> int:
+    """The correlation id in ``args`` (a KeptArgs or None), -1 when none."""
+    if args is None:
+        return -1
+    c = getattr(args, _CORRELATION_FIELD)
+    if type(c) is int and -_EXACT < c < _EXACT:  # the common case, as float() would give it
+        return c
+    n = _number(c)
+    return int(n) if n is not None else -1
+
+
+def _kept(args: Any) -> dict | None:
+    """The recorded kept args as a dict, None when there are none."""
+    if args is None:
+        return None
+    return {k: v for k, v in zip(ARGS_KEPT, msgspec.structs.astuple(args), strict=True)
+            if v is not msgspec.UNSET} or None
+
+
+class _Columns:
+    """Compact growing columns (``array.array``) and the symbol tables of one trace."""
+
+    def __init__(self) -> None:
+        self.times = array("q")  # per row: ts_ns, dur_ns, correlation
+        self.codes = array("i")  # per row: category, name index, thread index
+        self.names: dict[str, int] = {}
+        self.keep_name: list[bool] = []  # per name: a CPU-side collective annotation (args kept)
+        self.cats: dict[str, int] = {}
+        self.threads: dict[str, int] = {}  # "pid:tid" text -> index
+        self.thread_keys: dict[tuple, int] = {}  # (pid, tid) of plain ints/strings -> index
+
+    def __len__(self) -> int:
+        return len(self.codes) // 3
+
+    def name_index(self, value: object) -> int:
+        key = value if isinstance(value, str) else str(value)
+        i = self.names.get(key)
+        if i is None:
+            i = self.names[key] = len(self.names)
+            self.keep_name.append(bool(COLLECTIVE_ANNOTATION.match(key)) or key == PARAM_COMMS)
+        return i
+
+    def cat_code(self, value: object) -> int:
+        key = value if isinstance(value, str) else str(value)
+        code = self.cats.get(key)
+        if code is None:
+            code = self.cats[key] = int(_CATS.get(key.lower(), Cat.OTHER))
+        return code
+
+    def thread_index(self, pid: object, tid: object) -> int:
+        """Index of the thread named ``f"{pid}:{tid}"`` (the text decides, as 1 and "1" print alike)."""
+        plain = type(pid) in _KEYS and type(tid) in _KEYS
+        if plain:
+            i = self.thread_keys.get((pid, tid))
+            if i is not None:
+                return i
+        text = f"{pid}:{tid}"
+        i = self.threads.get(text)
+        if i is None:
+            i = self.threads[text] = len(self.threads)
+        if plain:
+            self.thread_keys[(pid, tid)] = i
+        return i
+
+
+_NUMBERS = frozenset({int, float})
+_KEYS = frozenset({int, str})
+
+
 def build_table(trace: dict) -> EventTable:
-    """One trace's ``traceEvents`` -> :class:`EventTable` (see the module docstring)."""
+    """One trace's ``traceEvents`` -> :class:`EventTable` (see the module docstring).
+
+    Events are raw JSON (as :func:`.load.decode_trace` keeps them: one event is decoded at a
+    time, so a trace's events never all exist as objects at once), :class:`KinetoEvent` or plain
+    dicts. The loop inlines the common case (numeric times, known name, category and thread);
+    anything else takes the checked path that counts what it skips."""
     events = trace.get("traceEvents") or []
     base_us = _base_us(trace, events)
-    names, threads = _Symbols(), _Symbols()
-    skipped: Counter[str] = Counter()
-    cols: dict[str, list] = {k: [] for k in ("cat", "name", "tid", "ts", "dur", "corr")}
-    args: dict[int, dict] = {}
-    for e in events:
-        checked = _check_event(e, skipped)
-        if checked is None:
+    cols, skipped, args = _Columns(), Counter[str](), {}
+    names, cats, threads, decode = cols.names, cols.cats, cols.thread_keys, _EVENT.decode
+    for item in events:
+        try:  # the loader's raw JSON of one event: the common case
+            e = decode(item) if type(item) is msgspec.Raw else as_event(item)
+        except msgspec.ValidationError:  # not an object, or its args are not
+            e = as_event(item)
+        if e is None:
+            skipped["not an object"] += 1
             continue
-        ts, dur = checked
-        cat = _CATS.get(str(e.get("cat", "")).lower(), Cat.OTHER)
-        a = e.get("args") if isinstance(e.get("args"), dict) else {}
-        corr = _number(a.get("correlation"))
-        row = len(cols["ts"])
-        cols["cat"].append(int(cat))
-        cols["name"].append(names(e.get("name", "")))
-        cols["tid"].append(threads(f"{e.get('pid')}:{e.get('tid')}"))
-        cols["ts"].append(int(round((ts + base_us) * 1000)))
-        cols["dur"].append(int(round(dur * 1000)))
-        cols["corr"].append(int(corr) if corr is not None else -1)
-        kept = {k: a[k] for k in ARGS_KEPT if k in a}
-        if kept and cat in (Cat.KERNEL, Cat.USER_ANNOTATION, Cat.CPU_OP, Cat.MEMCPY, Cat.MEMSET):
-            args[row] = kept
-    order = np.argsort(np.asarray(cols["ts"], dtype=np.int64), kind="stable")
+        if e.ph != "X":
+            continue
+        ts, dur = e.ts, e.dur
+        if not (type(ts) in _NUMBERS and type(dur) in _NUMBERS and ts - ts == 0
+                and 0 <= dur and dur * 1000 <= MAX_EVENT_DURATION_NS):
+            checked = _times(e, skipped)
+            if checked is None:
+                continue
+            ts, dur = checked
+        cat = cats.get(e.cat) if type(e.cat) is str else None
+        name = names.get(e.name) if type(e.name) is str else None
+        tid = threads.get((e.pid, e.tid)) if type(e.pid) in _KEYS and type(e.tid) in _KEYS else None
+        cat = cols.cat_code(e.cat) if cat is None else cat
+        name = cols.name_index(e.name) if name is None else name
+        if cat in _ARG_CATS or (cat in _ANNOTATION_CATS and cols.keep_name[name]):
+            kept = _kept(e.args)
+            if kept is not None:
+                args[len(cols)] = kept
+        cols.codes.extend((cat, name, cols.thread_index(e.pid, e.tid) if tid is None else tid))
+        cols.times.extend((round((ts + base_us) * 1000), round(dur * 1000), _correlation(e.args)))
+    return _sorted_table(cols, args, skipped)
+
+
+def _sorted_table(cols: _Columns, args: dict[int, dict], skipped: Counter) -> EventTable:
+    times = np.frombuffer(cols.times, dtype=np.int64).reshape(-1, 3) if len(cols) else np.zeros((0, 3), np.int64)
+    codes = np.frombuffer(cols.codes, dtype=np.int32).reshape(-1, 3) if len(cols) else np.zeros((0, 3), np.int32)
+    order = np.argsort(times[:, 0], kind="stable")
     remap = np.empty_like(order)
     remap[order] = np.arange(len(order))
+    times, codes = times[order], codes[order]
     return EventTable(
-        names=names.items, cat=np.asarray(cols["cat"], np.int8)[order],
-        name=np.asarray(cols["name"], np.int32)[order], tid=np.asarray(cols["tid"], np.int32)[order],
-        ts_ns=np.asarray(cols["ts"], np.int64)[order], dur_ns=np.asarray(cols["dur"], np.int64)[order],
-        corr=np.asarray(cols["corr"], np.int64)[order],
-        args={int(remap[r]): a for r, a in args.items()}, threads=threads.items, skipped=skipped)
+        names=list(cols.names), cat=codes[:, 0].astype(np.int8), name=codes[:, 1].copy(),
+        tid=codes[:, 2].copy(), ts_ns=times[:, 0].copy(), dur_ns=times[:, 1].copy(), corr=times[:, 2].copy(),
+        args={int(remap[r]): a for r, a in args.items()}, threads=list(cols.threads), skipped=skipped)

@@ -61,7 +61,7 @@ def first_record(bootstrap: str, topic: str, job: str, accept: Callable[[dict], 
 
 
 def read_records(bootstrap: str, topic: str, job: str, limit_s: float, schema: str, group: str,
-                 poll_s: float) -> Iterator[dict | None]:
+                 poll_s: float, any_job: bool = False) -> Iterator[dict | None]:
     """``job``'s records on every partition of ``topic`` from the start, for at most
     ``limit_s``; None after each poll that brought none, so callers can stop on silence."""
     from confluent_kafka import Consumer, TopicPartition
@@ -79,7 +79,7 @@ def read_records(bootstrap: str, topic: str, job: str, limit_s: float, schema: s
                 yield None
                 continue
             record = codec.decode(msg.value())
-            yield record if record["job"] == job else None
+            yield record if any_job or record["job"] == job else None
     finally:
         consumer.close()
 

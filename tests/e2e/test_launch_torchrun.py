@@ -71,3 +71,14 @@ def test_control_request_profiles_the_same_window_on_every_rank(run_records):
         assert {k["profile_id"] for _, k in kernels} == {"e2e-prof"}
         addmm = [k for name, k in kernels if name == "aten::addmm"]
         assert addmm and addmm[0]["kind"] == 3 and addmm[0]["count"] >= 3
+
+
+def test_every_rank_sends_cpu_evidence_and_stack_samples_of_the_script(run_records):
+    for records in run_records.values():
+        cpu = [s for r in records for s in r.get("cpu", [])]
+        assert cpu and all(s["interval_ns"] > 0 for s in cpu)
+        assert sum(s["thread_cpu_ns"] for s in cpu if s["thread_cpu_ns"] > 0) > 0
+        assert sum(s["stack_samples"] for s in cpu) > 0
+        frames = {r["names"][f] for r in records
+                  for f, k in zip(r["stacks"]["frame"], r["stacks"]["kind"], strict=True) if k == 1}
+        assert any("train_ddp.py" in f for f in frames), frames

@@ -4,7 +4,9 @@ Environment knobs (all optional): TRAIN_STEPS (default 60), TRAIN_EPOCHS (1),
 TRAIN_HIDDEN (256), TRAIN_BATCH (32), TRAIN_REPORT (a path: rank 0 writes its
 mean step time, training seconds, CPU time and peak RSS there as JSON),
 TRAIN_HOLD_FILE (a path: after the epochs, more epochs run while rank 0 sees
-this file; every rank learns rank 0's decision through a broadcast).
+this file; every rank learns rank 0's decision through a broadcast), TRAIN_STALL
+("RANK:STEP:SECONDS": that rank sleeps in plain Python before that step's forward;
+TRAIN_STALL_FILE: a path it writes the stall's start time, time.time(), to).
 """
 
 import json
@@ -37,10 +39,15 @@ def main() -> None:
     hold = os.environ.get("TRAIN_HOLD_FILE")
     epochs = int(os.environ.get("TRAIN_EPOCHS", "1"))
     epoch = 0
+    stall_rank, stall_step, stall_s = (os.environ.get("TRAIN_STALL") or "-1:-1:0").split(":")
+    step = 0
     while epoch < epochs or (hold and _held(hold, rank)):
         epoch += 1
         last = time.perf_counter()
         for x, y in loader:
+            if rank == int(stall_rank) and step == int(stall_step):
+                _stall(float(stall_s))
+            step += 1
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
@@ -63,6 +70,14 @@ def main() -> None:
                        "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
                        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
     dist.destroy_process_group()
+
+
+def _stall(seconds: float) -> None:
+    mark = os.environ.get("TRAIN_STALL_FILE")
+    if mark:
+        with open(mark, "w") as f:
+            f.write(str(time.time()))
+    time.sleep(seconds)
 
 
 def _held(path: str, rank: int) -> bool:

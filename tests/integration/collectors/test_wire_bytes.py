@@ -3,11 +3,12 @@
 import time
 
 from perftracker.collectors.batch import BatchBuilder
+from perftracker.collectors.counters import CollectorCounters
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, SendCounters, Sender
+from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, Sender
 from perftracker.schemas import Codec
 from perftracker.schemas.kafka_admin import ensure_topics
 from perftracker.schemas.settings import CollectorSettings
@@ -22,7 +23,7 @@ def test_wire_bytes_come_from_librdkafka_and_are_smaller_than_the_encoded_batche
     ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, [Topic(topic, 1, "job|rank", "test")])
     errors = ErrorBudget()
     rec = Recorder(100_000, IterationDetector(), errors)
-    counters = SendCounters()
+    counters = CollectorCounters()
     sink = KafkaSink({"bootstrap.servers": kafka_broker.bootstrap}, topic, counters,
                      lambda n: None, errors)
     sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorSettings(),

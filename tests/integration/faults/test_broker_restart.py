@@ -63,7 +63,7 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
     traffic.start()
 
     def consumed() -> int:
-        return worker.stats().get("counters", {}).get("in.EventBatch", 0)
+        return worker.stats().get("counters", {}).get("records_in.EventBatch", 0)
     wait_for(lambda: consumed() >= RANKS * 15, 120, 0.5)
     os.kill(worker.proc.pid, signal.SIGSTOP)
     time.sleep(STALL_S)

@@ -53,7 +53,7 @@ def test_a_killed_worker_is_taken_over_and_every_anomaly_reaches_store_and_webho
     traffic.start()
 
     def opened(w):
-        return w.stats().get("counters", {}).get("out.Anomaly.OPEN", 0)
+        return w.stats().get("counters", {}).get("records_out.Anomaly.OPEN", 0)
 
     def victim_now():  # the worker that opened an incident; mid-stream at the latest
         first = next((w for w in workers if opened(w)), None)

@@ -49,7 +49,8 @@ def referenced_columns(panel: dict) -> set[str]:
 def cases() -> Iterator[tuple[str, str, dict]]:
     for name, d in load_dashboards().items():
         for panel, target in panel_queries(d):
-            yield f"{name}:{panel['title']}", target["rawSql"], panel
+            if "rawSql" in target:  # ClickHouse panels (the health view's are PromQL)
+                yield f"{name}:{panel['title']}", target["rawSql"], panel
         for v in d["templating"]["list"]:
             yield f"{name}:var {v['name']}", v["query"], {}
 

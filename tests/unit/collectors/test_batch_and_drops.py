@@ -1,10 +1,11 @@
 from perftracker.collectors.batch import BatchBuilder, event_count
+from perftracker.collectors.counters import CollectorCounters
 from perftracker.collectors.events import GroupRef, OpSummary
 from perftracker.collectors.identity import RankIdentity
 from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import NullSink, SendCounters, Sender
+from perftracker.collectors.transport import NullSink, Sender
 from perftracker.schemas import Codec
 from perftracker.schemas.settings import CollectorSettings
 from perftracker.schemas.vocabulary import EVENT_BATCH, OpKind, SpanKind
@@ -53,7 +54,7 @@ def test_full_buffer_drops_oldest_and_counts():
 
 def test_lost_batches_are_counted_and_the_count_travels_in_the_next_header():
     rec = recorder()
-    counters = SendCounters()
+    counters = CollectorCounters()
     sent = []
 
     class FlakySink(NullSink):
@@ -62,10 +63,7 @@ def test_lost_batches_are_counted_and_the_count_travels_in_the_next_header():
             if len(sent) == 1:
                 super().send(key, payload, n_events)  # the first batch is lost
 
-    def lost(n):
-        rec.dropped += n
-
-    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, FlakySink(counters, lost),
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, FlakySink(counters, rec.lost),
                     CollectorSettings(), b"j|2")
     for i in range(4):
         rec.span(SpanKind.USER, "x", i, 1)
@@ -83,7 +81,7 @@ def test_sender_survives_an_exception():
     def broken(_record):
         raise ValueError("boom")
 
-    sender = Sender(rec, BatchBuilder(IDENT), broken, NullSink(SendCounters(), lambda n: None),
+    sender = Sender(rec, BatchBuilder(IDENT), broken, NullSink(CollectorCounters(), lambda n: None),
                     CollectorSettings(), b"k")
     sender.flush_once()
     assert rec.errors.count == 1
@@ -98,3 +96,16 @@ def test_wire_bytes_follow_each_broker_connection_through_resets_and_disconnects
     assert wire.add({"b/bootstrap": {"txbytes": 0}}) == 1150  # broker gone: what was sent stays
     assert wire.add({"b/1": {"txbytes": 300}}) == 1450  # reconnected: its counter started again
     assert wire.add({"b/1": {"txbytes": 350}, "b/bootstrap": {"state": "INIT"}}) == 1500
+
+
+def test_every_loss_is_counted_by_the_recorder_with_its_reason():
+    from perftracker.collectors.counters import DropReason
+
+    rec = recorder(capacity=1)
+    rec.span(SpanKind.USER, "x", 0, 1)
+    rec.span(SpanKind.USER, "x", 1, 1)  # the buffer is full: the first one falls out
+    rec.lost(3)
+    rec.lost(1, DropReason.CUDA_QUEUE_FULL)
+    assert rec.dropped == 5
+    assert rec.counters.series(CollectorCounters.events_dropped) == {
+        ("buffer_full",): 1, ("undelivered",): 3, ("cuda_queue_full",): 1}

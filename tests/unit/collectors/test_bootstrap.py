@@ -27,7 +27,9 @@ def test_job_from_command():
     assert job_from_command(["torchrun", "--rdzv-id", "abc", "t.py"], {}) == "abc"
     assert job_from_command(["torchrun", "--rdzv_id=xyz", "t.py"], {}) == "xyz"
     assert job_from_command(["python", "t.py"], {"TORCHELASTIC_RUN_ID": "r1"}) == "r1"
-    assert job_from_command(["python", "t.py"], {}).startswith("job-")
+    assert job_from_command(["python", "t.py"], {"SLURM_JOB_ID": "4711"}) == "4711"
+    assert job_from_command(["python", "t.py"], {"TORCHELASTIC_RUN_ID": "none"}) == ""
+    assert job_from_command(["python", "t.py"], {}) == ""  # the ranks agree on rank 0's id
 
 
 def test_user_sitecustomize_still_runs(tmp_path):

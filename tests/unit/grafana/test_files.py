@@ -9,6 +9,9 @@ from perftracker.grafana.dashboards import load_dashboards, load_provisioning, p
 
 DS_UID = "perftracker-clickhouse"
 DS_TYPE = "grafana-clickhouse-datasource"
+PROM_UID = "perftracker-prometheus"
+PROM_TYPE = "prometheus"
+DATASOURCES = {DS_UID: DS_TYPE, PROM_UID: PROM_TYPE}  # the provisioned ones
 
 
 def test_dashboard_files_are_generated_from_build():
@@ -29,16 +32,20 @@ def test_dashboards_have_the_fields_grafana_requires():
         for p in d["panels"]:
             assert {"type", "title", "gridPos", "targets", "datasource"} <= set(p), (name, p.get("title"))
             assert p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
-            assert p["datasource"] == {"type": DS_TYPE, "uid": DS_UID}
-        for _, t in panel_queries(d):
-            assert t["refId"] and t["rawSql"].strip() and t["editorType"] == "sql"
-            assert t["datasource"]["uid"] == DS_UID
+            assert DATASOURCES.get(p["datasource"]["uid"]) == p["datasource"]["type"], (name, p["title"])
+        for p, t in panel_queries(d):
+            assert t["refId"] and t["datasource"] == p["datasource"]
+            if t["datasource"]["uid"] == DS_UID:
+                assert t["rawSql"].strip() and t["editorType"] == "sql"
+            else:
+                assert t["expr"].strip()
 
 
 def test_every_variable_a_query_uses_is_defined():
     for name, d in load_dashboards().items():
         defined = {v["name"] for v in d["templating"]["list"]}
-        texts = [t["rawSql"] for _, t in panel_queries(d)] + [v["query"] for v in d["templating"]["list"]]
+        texts = [t.get("rawSql") or t["expr"] for _, t in panel_queries(d)] + \
+            [v["query"] for v in d["templating"]["list"]]
         for sql in texts:
             used = {m.group(1) or m.group(2) for m in re.finditer(r"\$\{(\w+)[^}]*\}|\$(?!__)(\w+)", sql)}
             assert used <= defined, (name, used - defined)
@@ -53,8 +60,40 @@ def test_job_view_has_the_panels_on_call_needs():
     assert names == {"job", "host", "rank"}
 
 
+def exported_metric_names() -> set[str]:
+    """Every sample name the workers, the sink and the collectors export."""
+    from perftracker.collectors.counters import CollectorCounters
+    from perftracker.schemas.counters import Histogram, Kind
+    from perftracker.sinks.alerts.worker import AlertCounters
+    from perftracker.sinks.service import SinkCounters
+    from perftracker.streams.context import StreamCounters
+
+    names = set()
+    for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters):
+        for c in cls.declared:
+            base = f"perftracker_{cls.component}_{c.name}"
+            suffixes = ("_bucket", "_sum", "_count") if isinstance(c, Histogram) else \
+                ("_total",) if c.kind is Kind.COUNTER else ("",)
+            names |= {base + suffix for suffix in suffixes}
+    return names
+
+
+def test_health_dashboard_uses_only_exported_metrics():
+    d = load_dashboards()["health.json"]
+    exprs = [t["expr"] for _, t in panel_queries(d)]
+    assert exprs and all(p["datasource"]["uid"] == PROM_UID for p in d["panels"])
+    used = {m for e in exprs for m in re.findall(r"\bperftracker_\w+", e)}
+    assert used and used <= exported_metric_names(), used - exported_metric_names()
+    titles = " | ".join(p["title"] for p in d["panels"]).lower()
+    for needle in ("events and batches in", "lag", "decode errors", "lost", "close delay",
+                   "detection latency", "flush latency", "backlog", "alert deliveries"):
+        assert needle in titles
+
+
 def test_provisioning_files():
     prov = load_provisioning()
+    (prom,) = prov["datasources/prometheus.yaml"]["datasources"]
+    assert prom["uid"] == PROM_UID and prom["type"] == PROM_TYPE and prom["url"].startswith("${")
     ds = prov["datasources/clickhouse.yaml"]
     assert ds["apiVersion"] == 1
     d = ds["datasources"][0]

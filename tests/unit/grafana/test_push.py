@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from perftracker.grafana.dashboards import load_dashboards
 from perftracker.grafana.push import GrafanaPushError, push, read_token
 
 
@@ -76,7 +77,7 @@ def grafana() -> Iterator[FakeGrafana]:
 
 VALUES = {"CLICKHOUSE_HOST": "ch", "CLICKHOUSE_PORT": "8123", "CLICKHOUSE_USER": "pt",
           "CLICKHOUSE_PASSWORD": "pw", "CLICKHOUSE_DB": "perftracker",
-          "PERFTRACKER_GRAFANA_WEBHOOK_URL": "http://oncall/hook"}
+          "PERFTRACKER_GRAFANA_WEBHOOK_URL": "http://oncall/hook", "PROMETHEUS_URL": "http://prom:9090"}
 
 
 def test_push_sends_the_expected_calls_and_is_idempotent(grafana):
@@ -84,13 +85,15 @@ def test_push_sends_the_expected_calls_and_is_idempotent(grafana):
     calls = [(m, p) for m, p, _, _ in grafana.calls]
     assert ("POST", "/api/folders") in calls
     assert ("POST", "/api/datasources") in calls
-    assert calls.count(("POST", "/api/dashboards/db")) == 2
+    assert calls.count(("POST", "/api/dashboards/db")) == len(load_dashboards()) == 3
     assert ("POST", "/api/v1/provisioning/contact-points") in calls
     assert calls.count(("POST", "/api/v1/provisioning/alert-rules")) == 3
     assert all(h.get("Authorization") == "Bearer tok3n" for *_, h in grafana.calls)
     ds = grafana.objects["/api/datasources/uid/perftracker-clickhouse"]
     assert ds["jsonData"]["host"] == "ch" and ds["jsonData"]["port"] == 8123
     assert ds["secureJsonData"]["password"] == "pw"
+    prom = grafana.objects["/api/datasources/uid/perftracker-prometheus"]
+    assert prom["type"] == "prometheus" and prom["url"] == "http://prom:9090"
     rule = grafana.objects["/api/v1/provisioning/alert-rules/pt-incident-costly"]
     assert rule["folderUID"] == "perftracker" and "{{ $labels.job }}" in rule["annotations"]["summary"]
     assert all(line.endswith(("created", "pushed")) for line in first)

@@ -97,3 +97,18 @@ def test_step_time_chart_without_markers() -> None:
     data["markers"] = []
     page = render_html(data)
     assert page.count('class="rank-line"') == 4 and "marker-fault" not in page
+
+
+def test_card_shows_stack_tops_and_cpu_evidence() -> None:
+    ev = {"ratio": 1.4,
+          "cpu": {"2": {"verdict": "contended", "runqueue_wait_ms_per_step": 10.5,
+                        "peer_runqueue_wait_ms_per_step": 0.6}},
+          "top_frames": {"2": [{"frame": "train.py:88 step `x.clone()`", "samples": 40, "share": 0.4}]},
+          "location": {"2": {"frame": "train.py:88 step `x.clone()`", "extra_ms_per_step": 9.6}}}
+    page = render_html(report_data([incident(cause="host_cpu_contention", evidence=ev)]))
+    assert "Where the time goes" in page and escape("train.py:88 step `x.clone()`") in page
+    assert "9.6 ms/step more than its peers" in page and "40% of samples" in page
+    assert "waited for a CPU more than its peers" in page and "run-queue wait (ms/step) 10.5 vs 0.6" in page
+    assert "<dt>cpu</dt>" not in page  # rendered in words, not as a raw evidence line
+    old = render_html(report_data([incident(evidence={"cpu": {"1": {"verdict": "unavailable"}}})]))
+    assert "CPU evidence unavailable" in old and "Where the time goes" not in old

@@ -33,7 +33,7 @@ def test_single_object_header_carries_writer_fingerprint():
 
 
 def test_old_reader_reads_record_with_new_optional_field():
-    new = Codec(EVENT_BATCH)
+    new = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 2))  # the v1 -> v2 step
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 1))
     assert (new.version, old.version) == (2, 1)
     record = event_batch()
@@ -49,6 +49,31 @@ def test_new_reader_fills_default_for_field_missing_in_old_record():
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 1))
     decoded = new.decode(old.encode(event_batch()))
     assert decoded["kernels"] == [] and decoded["schema_version"] == 1
+
+
+CPU = {"interval_ns": 10**9, "thread_cpu_ns": 9 * 10**8, "runqueue_wait_ns": 5 * 10**7,
+       "voluntary_switches": 3, "involuntary_switches": 40, "major_faults": 0, "load1": 3.5,
+       "steal_pct": 0.0, "cpus": 16, "stack_samples": 25, "stack_hz": 25.0}
+
+
+def _with_cpu(record: dict) -> dict:
+    names = list(record["names"]) + ["train.py step"]
+    return {**record, "names": names, "cpu": [CPU],
+            "stacks": {"frame": [len(names) - 1], "line": [88], "kind": [1], "count": [25], "code": [-1]}}
+
+
+@pytest.mark.parametrize("old_version", [1, 2])
+def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version):
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
+    assert new.version == 3
+    record = _with_cpu(event_batch())
+    decoded = new.decode(new.encode(record))
+    assert decoded["cpu"] == [CPU] and decoded["stacks"] == record["stacks"]
+    by_old = old.decode(new.encode(record))
+    assert "cpu" not in by_old and "stacks" not in by_old and by_old["spans"] == record["spans"]
+    from_old = new.decode(old.encode(event_batch()))
+    assert from_old["cpu"] == [] and from_old["stacks"] == {"frame": [], "line": [], "kind": [], "count": [], "code": []}
 
 
 @pytest.mark.parametrize("data, fragment", [

@@ -1,19 +1,13 @@
 """Confluent Schema Registry framing against a real local HTTP server.
 
-The registry is an external service (Confluent Schema Registry, Apicurio, Redpanda's
-built-in one) that cannot be installed here, so these tests run a *narrow fake* of it:
-a real ``http.server`` on 127.0.0.1 in a thread that implements exactly the two
-endpoints the codec uses (``POST /subjects/{subject}/versions``, ``GET /schemas/ids/{id}``),
-stores schemas in a dict, and checks basic auth. Everything on our side (urllib, framing,
-caching, schema resolution, errors) runs for real.
+The registry is an external service that cannot be installed here, so these tests run
+the narrow fake of :mod:`tests.registry_fake` (a real HTTP server on 127.0.0.1).
+Everything on our side (urllib, framing, caching, schema resolution, errors) runs for real.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
@@ -28,72 +22,7 @@ from perftracker.schemas.registry import (
 from perftracker.schemas.settings import KafkaSettings, Secret, Settings
 from perftracker.schemas.vocabulary import EVENT_BATCH
 
-USER, PASSWORD = "svc-perftracker", "s3cr3t-pw"
-
-
-class FakeRegistry(BaseHTTPRequestHandler):
-    schemas: dict[int, str] = {}
-    subjects: dict[str, list[int]] = {}
-    calls: list[str] = []
-    need_auth = True
-
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _authorized(self) -> bool:
-        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-        if self.need_auth and self.headers.get("Authorization") != expected:
-            self._send(401, {"error_code": 40101, "message": "Unauthorized"})
-            return False
-        return True
-
-    def do_POST(self):
-        type(self).calls.append(f"POST {self.path}")
-        if not self._authorized():
-            return
-        parts = self.path.strip("/").split("/")
-        if len(parts) != 3 or parts[0] != "subjects" or parts[2] != "versions":
-            return self._send(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        text = body["schema"]
-        json.loads(text)  # must be valid JSON
-        for sid, known in list(self.schemas.items()):  # noqa: B007 (sid kept on break)
-            if json.loads(known) == json.loads(text):
-                break
-        else:
-            sid = len(self.schemas) + 1
-            self.schemas[sid] = text
-        self.subjects.setdefault(parts[1], []).append(sid)
-        self._send(200, {"id": sid})
-
-    def do_GET(self):
-        type(self).calls.append(f"GET {self.path}")
-        if not self._authorized():
-            return
-        parts = self.path.strip("/").split("/")
-        if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and int(parts[2]) in self.schemas:
-            return self._send(200, {"schema": self.schemas[int(parts[2])]})
-        self._send(404, {"error_code": 40403, "message": "Schema not found"})
-
-
-@pytest.fixture()
-def registry():
-    FakeRegistry.schemas, FakeRegistry.subjects, FakeRegistry.calls = {}, {}, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeRegistry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+from ...registry_fake import PASSWORD, USER, FakeRegistry
 
 
 def settings(url: str, password: str = PASSWORD) -> Settings:
@@ -189,15 +118,3 @@ def test_unreachable_registry_is_unavailable_not_a_schema_error():
         codec.encode(event_batch())
     assert PASSWORD not in str(info.value)
     assert not isinstance(info.value, SchemaError)
-
-
-def test_a_configured_registry_is_refused_until_the_components_use_it() -> None:
-    from perftracker.collectors.config import load_attach_settings
-    from perftracker.schemas.errors import ConfigError
-    from perftracker.schemas.settings_loader import load_settings
-
-    env = {"PERFTRACKER_KAFKA_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"}
-    for load in (load_settings, load_attach_settings):
-        with pytest.raises(ConfigError, match="do not use a Schema Registry yet"):
-            load(env=env)
-    assert load_settings(env={}).kafka.schema_registry_url == ""

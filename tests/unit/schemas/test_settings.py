@@ -41,7 +41,8 @@ def test_config_path_from_env(tmp_path):
 
 def test_secret_from_env_and_file_never_printed(tmp_path):
     secret_file = write(tmp_path, "pw", "s3cr3t\n")
-    path = write(tmp_path, "pt.toml", f'[kafka]\nsasl_password_file = "{secret_file}"\nsasl_mechanism = "PLAIN"\n')
+    path = write(tmp_path, "pt.toml", f'[kafka]\nsasl_password_file = "{secret_file}"\nsasl_mechanism = "PLAIN"\n'
+                                    'security_protocol = "SASL_SSL"\nsasl_username = "u"\n')
     s = load_settings(path, env={})
     assert s.kafka.sasl_password.reveal() == "s3cr3t"
     assert "s3cr3t" not in repr(s) and "s3cr3t" not in str(s.kafka.sasl_password)

@@ -67,3 +67,7 @@ def test_every_cause_has_its_words(cause: Cause):
     words = CAUSES[cause]
     assert words.title and words.reason and words.explanation and words.advice
     assert words.explanation.format(who="rank 3")  # the only placeholder is {who}
+
+
+def test_control_commands_match_the_schema():
+    assert field(v.CONTROL, "command")["type"]["symbols"] == [c.value for c in v.ControlCommand]

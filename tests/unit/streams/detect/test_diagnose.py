@@ -1,9 +1,10 @@
 import json
 
+from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH
 from perftracker.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
+from perftracker.streams.topology import LocalRunner
 
 from benchmarks.simulate.events import EventFault, EventJob, EventSimulator
-from benchmarks.simulate.pipeline import Pipeline
 
 from .synth import T0_WINDOW, W_MS, pattern, rank_window
 
@@ -15,7 +16,7 @@ POL = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
 def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, magnitude=10.0):
     """All three real stages on a simulated gloo-like data-parallel job."""
     sim = EventSimulator(EventJob(ranks=ranks), EventFault(kind, culprit, magnitude, start_s, end_s), seed=3)
-    pl = Pipeline("job", POL)
+    runner, out = LocalRunner(POL), []
     t0 = sim.t0_ns // 1_000_000
     for tick in range(1, seconds * 2 + 1):
         t_ns = tick * 0.5e9
@@ -23,18 +24,17 @@ def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, 
             sim.run_step()
         if tick % 2 == 0:
             for r in range(ranks):
-                pl.add_events(sim.batch(r, t_ns), t0 + tick * 500)
-        pl.tick(t0 + tick * 500)
-    return pl
+                out += runner.feed(EVENT_BATCH, sim.batch(r, t_ns), t0 + tick * 500)
+        out += runner.tick(t0 + tick * 500)
+    return [a for name, a in out if name == ANOMALY]
 
 
-def opened(pl):
-    return [a for _, a in pl.anomalies if a["status"] == "OPEN"]
+def opened(anomalies):
+    return [a for a in anomalies if a["status"] == "OPEN"]
 
 
 def test_culprit_not_victims_slow_dataloader():
-    pl = run_events("slow-dataloader")
-    (a,) = opened(pl)
+    (a,) = opened(run_events("slow-dataloader"))
     assert a["ranks"] == [2] and a["cause"] == "slow_dataloader" and a["function"] == "DataLoader.__next__"
     ev = json.loads(a["evidence_json"])
     assert ev["ratio"] > 2 and ev["peer_median_ms"] > 0 and a["impact_ms_per_step"] > 5
@@ -58,10 +58,10 @@ def test_no_fault_no_anomaly():
 
 def test_one_window_fault_is_not_raised_and_a_fault_clears():
     assert opened(run_events("slow-dataloader", start_s=6.2, end_s=7.6)) == []
-    pl = run_events("slow-dataloader", start_s=6.0, end_s=14.0, seconds=30)
-    statuses = [a["status"] for _, a in pl.anomalies]
+    anomalies = run_events("slow-dataloader", start_s=6.0, end_s=14.0, seconds=30)
+    statuses = [a["status"] for a in anomalies]
     assert statuses[0] == "OPEN" and statuses[-1] == "RESOLVED"
-    assert len({a["incident_id"] for _, a in pl.anomalies}) == 1  # one incident, stable id
+    assert len({a["incident_id"] for a in anomalies}) == 1  # one incident, stable id
 
 
 def test_hang_names_the_rank_that_never_reached_the_collective():
@@ -116,13 +116,14 @@ def run_patterns(faults, layout, windows=10, moe=False):
     from benchmarks.simulate.records import T0_MS
     pol = DetectionPolicy()
     sim = PatternSim(Layout(*layout), tuple(faults), seed=11, moe=moe, spike_prob=0.0)
-    pl = Pipeline("job", pol)
+    runner, out = LocalRunner(pol), []
     for w, recs in sim.windows(windows):
         now = T0_MS + (w + 1) * pol.window_ms + 500
-        pl.add_records(recs, now)
-        pl.tick(now + pol.grace_ms + 100)
-        pl.tick(now + 2 * pol.grace_ms)
-    return opened(pl)
+        for name, rec in recs:
+            out += runner.feed(name, rec, now)
+        out += runner.tick(now + pol.grace_ms + 100)
+        out += runner.tick(now + 2 * pol.grace_ms)
+    return opened([a for name, a in out if name == ANOMALY])
 
 
 def test_3d_slow_gpu_names_the_culprit_not_its_tensor_or_pipeline_peers():

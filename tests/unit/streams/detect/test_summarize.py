@@ -113,3 +113,19 @@ def test_absurd_timestamps_do_not_open_far_windows():
     assert s.skipped["bad_timestamp"] >= 2
     out = [r for n, r in s.poll(0, flush=True) if n == "RankWindow"]
     assert len(out) == 1
+
+
+def test_entry_markers_mark_the_rank_inside_its_call_and_keep_its_windows_closing():
+    """A rank waiting in an all-reduce keeps sending batches with only its entry marker (dur -1):
+    its windows close by those batches' time (never 'quiet'), pending_in_flight until it completes."""
+    s = RankSummarizer("job", 0, POL)
+    s.add_events(batch(spans=[(3, 1, 1.0, 10)], iters=[(1, 1.0, 20)], comms=[(7, 1.05, 3)]))
+    for k in range(2, 14):  # one marker batch a second from 2 s to 13 s: seq 8, entered at 1.5 s
+        s.add_events(batch(seq=k, comms=[(8, 1.5, -1e-6)], wall_at_s=k), now_wall_ms=WALL0 // MS + k * 1000)
+    windows = [r for n, r in s.poll(WALL0 // MS + 13_000) if n == "RankWindow"]  # not quiet: closed by data
+    assert [w["window_id"] - windows[0]["window_id"] for w in windows] == [0, 1]
+    assert windows[-1]["pending_seq"] == 8 and windows[-1]["pending_in_flight"] is True
+    s.add_events(batch(seq=14, comms=[(8, 1.5, 12_000)], wall_at_s=14))  # completed after 12 s
+    s.add_events(batch(seq=15, wall_at_s=21))
+    windows = [r for n, r in s.poll(WALL0 // MS + 21_000) if n == "RankWindow"]
+    assert windows[-1]["pending_seq"] == 8 and windows[-1]["pending_in_flight"] is False

@@ -1,0 +1,89 @@
+"""Cost of content validation next to decoding: ``python -m benchmarks.validation [--json]``.
+
+For each record the worker or the sink validates: the decode the record goes through
+anyway (the worker's ``MultiCodec``, the sink's fast ``RecordDecoder``) and
+:func:`perftracker.schemas.validate.validate` on the decoded record, in CPU microseconds
+(best of 7 rounds of ``process_time``, so a busy machine inflates them less), per record
+and per event for EventBatches: one rank's batch of one second of a synthetic 8-rank job
+(~150 events) and one of 20 seconds (~3,000 events, a collector with a long flush interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.schemas import Codec, MultiCodec
+from perftracker.schemas.validate import validate
+from perftracker.sinks import samples
+from perftracker.sinks.decode import RecordDecoder
+
+SINK_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
+
+
+def cpu_us(fn: Callable[..., object], args: tuple, calls: int, rounds: int = 7) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.process_time()
+        for _ in range(calls):
+            fn(*args)
+        best = min(best, (time.process_time() - t) / calls)
+    return best * 1e6
+
+
+def event_batches() -> dict[str, dict]:
+    recs = [r for _, r in batches(SyntheticJob("bench", ranks=8, seconds=21, seed=1))]
+    one = recs[80]
+    long = dict(one)
+    for block in ("spans", "comms", "iterations"):  # rank 0's 20 one-second batches as one
+        long[block] = {col: sum((r[block][col] for r in recs[0:160:8]), []) for col in one[block]}
+    return {"EventBatch 1 s": one, "EventBatch 20 s": long}
+
+
+def run() -> list[dict]:
+    worker = MultiCodec(["EventBatch", "HardwareBatch"])
+    out = []
+    for label, rec in event_batches().items():
+        data = Codec("EventBatch").encode(rec)
+        name, decoded = worker.decode(data)
+        assert validate(name, decoded) is None
+        events = sum(len(decoded[b][c]) for b, c in (("spans", "kind"), ("comms", "op"), ("iterations", "step")))
+        calls = max(20, 20_000 // events)
+        dec, val = cpu_us(worker.decode, (data,), calls), cpu_us(validate, (name, decoded), calls)
+        out.append({"record": label, "events": events, "bytes": len(data), "decode_us": round(dec, 1),
+                    "validate_us": round(val, 1), "decode_ns_per_event": round(dec * 1e3 / events),
+                    "validate_ns_per_event": round(val * 1e3 / events), "ratio": round(val / dec, 3)})
+    sink, codec = RecordDecoder(SINK_NAMES), MultiCodec(SINK_NAMES)
+    seen = set()
+    for name, rec in samples.job_records("bench", world=8, windows=1):
+        if name in seen or name not in SINK_NAMES:
+            continue
+        seen.add(name)
+        data = codec.encode(name, rec)
+        _, decoded = sink.decode(data)
+        assert validate(name, decoded) is None
+        dec, val = cpu_us(sink.decode, (data,), 3000), cpu_us(validate, (name, decoded), 3000)
+        out.append({"record": name, "bytes": len(data), "decode_us": round(dec, 1), "validate_us": round(val, 1),
+                    "ratio": round(val / dec, 3)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = run()
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for r in rows:
+            print("  ".join(f"{k}={v}" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

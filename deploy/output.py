@@ -1,0 +1,63 @@
+"""What the CLI prints: names from user code made inert, and the tables an on-call engineer reads.
+
+Job ids, function names and hosts come from training code and the wire. A
+control character or a line break in one could forge or erase lines of our
+output (``job\\nrank 0: healthy``, terminal escape sequences), so every printer
+passes such values through :func:`printable`, which writes them as Python
+escapes (``\\n``, ``\\x1b``, ``\\u2028``). JSON output needs nothing: the
+encoder escapes them already.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the
+# bidirectional overrides and isolates (which reorder what a terminal shows)
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: object) -> str:
+    """``value`` as one line of inert text: control characters written as escapes."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+
+
+def format_diagnosis(job: str, rows: list[dict[str, Any]]) -> str:
+    """A table an on-call engineer reads at 3 a.m.: one line per root cause, then its summary."""
+    if not rows:
+        return f"job {printable(job)}: no anomaly found"
+    lines = [f"job {printable(job)}: {len(rows)} root cause(s), most costly first",
+             f"{'cause':<22}{'ranks':<12}{'hosts':<18}{'function':<34}{'ms/step':>9}{'score':>8}"]
+    for r in rows:
+        ranks = ",".join(str(x) for x in r.get("ranks", []))[:11]
+        hosts = printable(",".join(r.get("hosts", [])))[:17]
+        lines.append(f"{printable(r['cause']):<22}{ranks:<12}{hosts:<18}{printable(r['function'])[:33]:<34}"
+                     f"{r['impact_ms_per_step']:>9.1f}{r['score']:>8.1f}")
+        if r.get("summary"):
+            lines.append(f"    {printable(r['summary'])}")
+    return "\n".join(lines)
+
+
+def format_status(info: dict[str, Any]) -> list[str]:
+    """`perftracker status` as lines (``info`` from ``stack.status``)."""
+    if "broker" not in info:
+        return [f"perftracker stack is not running (data dir {printable(info['data_dir'])})"]
+    lines = [f"running: {info['running']}  data dir: {printable(info['data_dir'])}"]
+    b, s = info["broker"], info["sink"]
+    lines.append(f"  broker  pid {b['pid']:>7}  {_up(b)}  {b['bootstrap']}")
+    lines.append(f"  sink    pid {s['pid']:>7}  {_up(s)}  {s['query_url'] or '-'}")
+    for w in info["workers"]:
+        assigned = len((w.get("stats") or {}).get("assigned", []))
+        lines.append(f"  worker  pid {w['pid']:>7}  {_up(w)}  port {w['port']}, {assigned} partitions")
+    if not info["workers"]:
+        lines.append("  no worker")
+    if not b["alive"]:
+        lines.append("the broker has stopped and its topics with it: `perftracker up` explains how to go on")
+    elif not info["running"]:
+        lines.append("`perftracker up` restarts what is down (the broker and its port are kept)")
+    return lines
+
+
+def _up(proc: dict[str, Any]) -> str:
+    return "up  " if proc["alive"] else "DOWN"

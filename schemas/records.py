@@ -1,0 +1,206 @@
+"""The records passed between detection stages, typed: one TypedDict per Avro record.
+
+They stay plain dicts (the codec encodes dicts; ``FunctionPattern(job=..., ...)`` builds
+one), so the types cost nothing at run time. Field names follow the latest bundled
+``*.vN.avsc`` schemas (a unit test holds them equal); units are in the names, times in
+``*_ms`` are wall-clock milliseconds (a decoded record holds a ``datetime`` in the
+fields the schema marks timestamp-millis; the core reads them with ``to_ms``), window
+ids count windows since the epoch.
+Stage 1 emits FunctionPattern and RankWindow, stage 2 FunctionComparison, stage 3
+Anomaly and Control (see ``perftracker.streams.topology``).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class RankWindowHeader(TypedDict):
+    """The fields every record of one rank's window starts with."""
+
+    schema_version: int
+    job: str
+    window_id: int
+    window_start_ms: int
+    window_s: float
+    rank: int
+    world_size: int
+    host: str
+    gpu: int
+    signature: str  # hash of the rank's structural function set
+
+
+class FunctionPattern(RankWindowHeader):
+    """One function (or collective) on one rank in one window."""
+
+    function: str
+    kind: int  # SpanKind
+    steps: int  # steps completed in the window
+    count: int
+    total_ns: int
+    p50_ns: int
+    p90_ns: int
+    p99_ns: int
+    max_ns: int
+    hist: list[int]
+    group_ranks: list[int]
+    bytes: int
+    seqs: list[int]  # collectives: the seq of every call
+    seq_dur_ns: list[int]  # and the time spent inside it
+
+
+class RankHardware(TypedDict):
+    """One rank's hardware samples in one window, reduced (-1 when none were taken)."""
+
+    hw_samples: int
+    sm_clock_mhz: float
+    sm_clock_max_mhz: float
+    temp_c_max: float
+    power_w_mean: float
+    util_gpu_pct: float
+    throttle_reasons: int
+    pcie_gen_min: int
+    pcie_width_min: int
+    nvlink_errors: int
+    ecc_uncorrected: int
+    xid: int
+
+
+class RankCpu(TypedDict):
+    """One rank's CPU evidence in one window (-1 unknown) and its most sampled Python frames."""
+
+    cpu_samples: int
+    cpu_ratio: float
+    runqueue_wait_ms_per_step: float
+    involuntary_switches_per_step: float
+    voluntary_switches_per_step: float
+    major_faults: int
+    load1: float
+    steal_pct: float
+    stack_samples: int
+    stack_hz: float
+    top_frames: list[str]
+    top_frame_samples: list[int]
+    top_frame_kinds: list[int]
+
+
+class RankWindow(RankWindowHeader, RankHardware, RankCpu):
+    """One rank in one window: header, what it did and how its data arrived (below), its
+    hardware and CPU summaries (the bases). Built as the schema orders the fields: header,
+    these up to ``bytes_received``, hardware, ``batches``, CPU."""
+
+    functions: list[str]
+    steps: int
+    last_step: int
+    step_time_ns: list[int]
+    last_event_ms: int
+    last_function: str
+    pending_group: str
+    pending_seq: int
+    pending_in_flight: bool  # the pending collective was entered and has not completed
+    dropped_events: int
+    lost_batches: int
+    bytes_received: int
+    batches: int  # batches (heartbeats included) since the previous window closed
+
+
+class PeerGroupStat(TypedDict):
+    key: str
+    size: int
+    median_ms_per_step: float
+    median_calls_per_step: float
+    ranks: list[int]
+
+
+class RankOutlier(TypedDict):
+    rank: int
+    host: str
+    gpu: int
+    peer_group: str
+    value_ms_per_step: float
+    peer_median_ms_per_step: float
+    ratio: float
+    robust_z: float
+    cost_ms_per_step: float
+    calls_ratio: float
+    per_call_ratio: float
+    intermittent: bool
+
+
+class Straggler(TypedDict):
+    rank: int
+    host: str
+    gpu: int
+    late_seqs: int
+    late_fraction: float
+    caused_ms_per_step: float
+    p_value: float
+
+
+class FunctionComparison(TypedDict):
+    """One function across all ranks in one window: peer outliers or collective stragglers."""
+
+    schema_version: int
+    job: str
+    window_id: int
+    window_start_ms: int
+    window_s: float
+    function: str
+    kind: int
+    ranks_seen: int
+    ranks_scored: int
+    peer_groups: int
+    median_ms_per_step: float
+    groups: list[PeerGroupStat]
+    outliers: list[RankOutlier]
+    members: list[int]
+    member_max_seq: list[int]
+    member_wait_ms_per_step: list[float]
+    mixed_signatures: bool
+    seqs_compared: int
+    transfer_ms_median: float
+    transfer_ms_per_step: float
+    wait_ms_per_step: float
+    bytes_per_call: float
+    stragglers: list[Straggler]
+    skipped: dict[str, int]
+
+
+class Anomaly(TypedDict):
+    """One state of an incident: OPEN, UPDATED or RESOLVED."""
+
+    schema_version: int
+    incident_id: str
+    job: str
+    status: str  # Status value
+    kind: str  # Kind value
+    cause: str  # Cause value
+    ranks: list[int]
+    hosts: list[str]
+    gpus: list[int]
+    function: str
+    score: float
+    impact_ms_per_step: float
+    step_time_ms: float
+    first_seen_ms: int
+    last_seen_ms: int
+    windows: int
+    summary: str
+    evidence_json: str
+
+
+class Control(TypedDict):
+    """A request to a job's collectors (e.g. a synchronized PROFILE)."""
+
+    schema_version: int
+    job: str
+    request_id: str
+    command: str
+    start_step: int
+    duration_s: float
+    reason: str
+    issued_ms: int
+
+
+# what one stage hands to the next (the record's name travels beside it)
+StageRecord = FunctionPattern | RankWindow | FunctionComparison | Anomaly | Control

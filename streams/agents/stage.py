@@ -1,0 +1,78 @@
+"""One Faust agent and one timer per stage of :mod:`..topology` (thin wiring, no logic).
+
+The agent decodes each message of the stage's topic, hands it to the core of its key
+(and, for summarize, sends what that core closes right away); the timer polls every core
+each ``POLL_INTERVAL_S``, sends what they return to the topic and key the topology
+names, and drops idle cores. A message or tick that raises is counted and skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
+
+from ...schemas.records import Anomaly, RankWindow
+from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
+from ..context import StreamContext, now_ms
+from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, message_key
+
+
+class Observer(Protocol):
+    """Worker metrics taken from a stage's cores (e.g. :class:`..gaps.SummarizerGaps`)."""
+
+    def fed(self, core: Any, name: str, record: Mapping[str, Any]) -> None: ...
+
+    def dropped(self, core: Any) -> None: ...
+
+
+def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer | None = None) -> None:
+    """Add ``stage``'s agent (``perftracker.<name>``) and timer to ``app``; ``observer`` sees
+    every record fed to a core and every core dropped."""
+    cores = Cores(stage, ctx.policy)
+
+    @app.agent(ctx.topics[stage.topic], name=f"perftracker.{stage.name}")
+    async def consume(stream: Any) -> None:
+        async for raw in stream:
+            decoded = await ctx.decode(ctx.codecs[stage.topic], stage.topic, raw)
+            if decoded is None:
+                continue
+            name, record = decoded
+            try:
+                core = cores.for_record(record)
+                now = now_ms()
+                stage.feed(core, name, record, now)
+                if observer is not None:
+                    observer.fed(core, name, record)
+                ctx.count_in(name)
+                if stage.poll_on_input:
+                    await send(ctx, stage.poll(core, now, False))
+            except Exception as exc:
+                ctx.failed(stage.name, exc)
+
+    @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
+    async def tick() -> None:
+        now = now_ms()
+        for key, core in cores.items():
+            try:
+                await send(ctx, stage.poll(core, now, False))
+            except Exception as exc:
+                ctx.failed(f"{stage.name}.tick", exc)
+            if cores.drop_if_idle(key, core, now) and observer is not None:
+                observer.dropped(core)
+
+
+async def send(ctx: StreamContext, records: list[Routed]) -> None:
+    """Produce each record to its topic with its key, and count it (Anomalies by status);
+    a RankWindow and an Anomaly also time how long after their window they went out."""
+    for name, record in records:
+        await ctx.topics[TOPIC_OF[name]].send(key=message_key(name, record).encode(),
+                                              value=ctx.encode(name, record))
+        if name == RANK_WINDOW:
+            ctx.window_closed(cast(RankWindow, record))
+            ctx.count_out(name)
+        elif name == ANOMALY:
+            anomaly = cast(Anomaly, record)
+            ctx.count_out(name, anomaly["status"])
+            ctx.anomaly_sent(anomaly)
+        else:
+            ctx.count_out(name)

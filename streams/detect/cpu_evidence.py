@@ -1,0 +1,121 @@
+"""CPU evidence of one rank against its peers, and where its extra time goes in the code.
+
+From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack sampler:
+
+* :func:`cpu_verdict`: did the rank wait for a CPU more than its peers? Yes
+  (``contended``) when, against the median of the other ranks that report the same value,
+    - its run-queue wait per step is higher by >= max(``cpu_wait_min_ms``,
+      ``cpu_wait_share`` x the rank's excess step time), or
+    - its involuntary context switches per step are >= ``switch_ratio`` x the peers' and
+      >= ``switch_min_per_step`` more, or
+    - its host's steal share is >= ``steal_excess_pct`` points higher.
+  ``not_contended`` when at least one of these was measured on the rank and its peers and
+  none fired; ``unavailable`` when none could be (old collectors, no ``/proc``, no peers).
+* :func:`frame_location`: the sampled user-code frame where the rank spends the most
+  time per step beyond its peers ("rank 2 spends 12 ms/step in train.py:88 step `x.clone()`").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .policy import DetectionPolicy
+
+CONTENDED = "contended"
+NOT_CONTENDED = "not_contended"
+UNAVAILABLE = "unavailable"
+WHERE_KIND = 1  # stack frames: innermost frame in user code
+UNAVAILABLE_NOTE = "CPU evidence unavailable (collector without /proc readings)"
+
+
+@dataclass(frozen=True)
+class CpuVerdict:
+    verdict: str
+    note: str  # plain words for the incident
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _peer_median(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], key: str) -> float:
+    vals = [float(rw.get(key, -1)) for r, rw in rank_windows.items() if r != rank]
+    vals = [v for v in vals if v >= 0]
+    return float(np.median(vals)) if vals else -1.0
+
+
+def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess_ms: float,
+                policy: DetectionPolicy) -> CpuVerdict:
+    """See the module docstring; ``excess_ms``: the rank's excess step time over its peers."""
+    rw = rank_windows.get(rank, {})
+    ev: dict[str, Any] = {}
+    measured, fired = False, []
+    for key in ("runqueue_wait_ms_per_step", "involuntary_switches_per_step", "steal_pct", "cpu_ratio"):
+        mine, peers = float(rw.get(key, -1)), _peer_median(rank, rank_windows, key)
+        if mine < 0 or peers < 0:
+            continue
+        ev[key], ev["peer_" + key] = round(mine, 3), round(peers, 3)
+        if key == "runqueue_wait_ms_per_step":
+            measured = True
+            if mine - peers >= max(policy.cpu_wait_min_ms, policy.cpu_wait_share * excess_ms):
+                fired.append(f"run-queue wait {mine:.1f} ms/step vs {peers:.1f} ms on its peers")
+        elif key == "involuntary_switches_per_step":
+            measured = True
+            if mine >= policy.switch_ratio * peers and mine - peers >= policy.switch_min_per_step:
+                fired.append(f"{mine:.0f} involuntary context switches/step vs {peers:.0f} on its peers")
+        elif key == "steal_pct":
+            measured = True
+            if mine - peers >= policy.steal_excess_pct:
+                fired.append(f"CPU steal {mine:.0f}% vs {peers:.0f}% on its peers")
+    for key in ("major_faults", "load1"):
+        if float(rw.get(key, -1)) >= 0:
+            ev[key] = rw[key]
+    if fired:
+        return CpuVerdict(CONTENDED, "it waited for a CPU more than its peers: " + "; ".join(fired), ev)
+    if measured:
+        return CpuVerdict(NOT_CONTENDED, "no sign it waited for a CPU more than its peers "
+                          f"(run-queue wait {ev.get('runqueue_wait_ms_per_step', -1)} vs "
+                          f"{ev.get('peer_runqueue_wait_ms_per_step', -1)} ms/step)", ev)
+    return CpuVerdict(UNAVAILABLE, UNAVAILABLE_NOTE, ev)
+
+
+def _where_per_step(rw: Mapping[str, Any]) -> dict[str, float]:
+    """Samples per completed step of each user-code frame of one rank's window."""
+    steps = int(rw.get("steps", 0))
+    if steps <= 0:
+        return {}
+    frames = zip(rw.get("top_frames") or [], rw.get("top_frame_samples") or [],
+                 rw.get("top_frame_kinds") or [], strict=False)
+    return {f: n / steps for f, n, k in frames if k == WHERE_KIND}
+
+
+def frame_location(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], policy: DetectionPolicy) -> dict[str, Any]:
+    """The user-code frame where ``rank`` spends the most extra time per step vs its peers'
+    median for the same frame (0 where a peer never sampled it); {} when none costs
+    ``location_min_ms`` or there are no samples."""
+    rw = rank_windows.get(rank, {})
+    hz = float(rw.get("stack_hz", 0.0))
+    mine = _where_per_step(rw)
+    if hz <= 0 or not mine:
+        return {}
+    peers = [_where_per_step(p) for r, p in rank_windows.items() if r != rank and p.get("stack_hz", 0) > 0]
+    ms = 1000.0 / hz
+    best: dict[str, Any] = {}
+    for frame, per_step in mine.items():
+        peer = float(np.median([p.get(frame, 0.0) for p in peers])) if peers else 0.0
+        extra = (per_step - peer) * ms
+        if extra >= policy.location_min_ms and extra > best.get("extra_ms_per_step", 0.0):
+            best = {"frame": frame, "ms_per_step": round(per_step * ms, 2),
+                    "peer_ms_per_step": round(peer * ms, 2), "extra_ms_per_step": round(extra, 2),
+                    "peers_sampled": len(peers)}
+    return best
+
+
+def top_frames(rw: Mapping[str, Any], n: int = 3) -> list[dict[str, Any]]:
+    """The rank's ``n`` most sampled user-code frames with their share of its samples."""
+    total = max(1, int(rw.get("stack_samples", 0)))
+    frames = zip(rw.get("top_frames") or [], rw.get("top_frame_samples") or [],
+                 rw.get("top_frame_kinds") or [], strict=False)
+    where = [(f, s) for f, s, k in frames if k == WHERE_KIND]
+    return [{"frame": f, "samples": int(s), "share": round(s / total, 3)} for f, s in where[:n]]

@@ -1,0 +1,74 @@
+"""Job-wide checks of one evaluated window: iteration regression and hang.
+
+Both run on :mod:`.liveness` state kept across windows (step-time history, stall
+counters, each member's highest collective seq). A regression triggers one
+synchronized PROFILE request on ``pt.control`` (start ``profile_request_ahead_steps``
+past the latest step seen, ``profile_request_duration_s`` long, at most one per
+``profile_request_cooldown_windows``). It is reported as a finding of its own only when
+the window's root causes do not explain it: the ``explains_ms`` of the findings that
+persist (seen in the previous window too) plus that of still-open incidents not seen in
+this window must cover ``regression_explained_share`` of it; otherwise it is folded into
+them (as are its first windows after a root cause cleared, while that incident is open).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ...schemas.records import Control, FunctionComparison, RankWindow
+from ...schemas.vocabulary import CONTROL_VERSION, ControlCommand
+from .findings import Finding
+from .incidents import Track, explained_ms
+from .liveness import LivenessState, hang, note_collectives, regression
+from .model import to_ms
+from .policy import DetectionPolicy
+from .window import step_ms
+
+REGRESSION_STEP_QUANTILE = 25.0  # a window's typical fast step: transient spikes within it do not move it
+
+
+class JobChecks:
+    """Regression and hang detectors of one job, with their state; see the module docstring."""
+
+    def __init__(self, job: str, policy: DetectionPolicy):
+        self.job, self.policy = job, policy
+        self.live = LivenessState()
+        self.last_profile_window: int | None = None
+
+    def observe(self, comparisons: list[FunctionComparison]) -> None:
+        """Remember each collective member's highest seq (hang culprits)."""
+        note_collectives(self.live, comparisons)
+
+    def regression(self, wid: int, now: int, rank_windows: dict[int, RankWindow], findings: list[Finding],
+                   tracks: dict[str, Track]) -> tuple[Finding | None, list[Control]]:
+        """(The regression finding unless ``findings`` and open ``tracks`` explain it,
+        the PROFILE requests it triggers)."""
+        reg = regression(self.live, wid, step_ms(rank_windows, quantile=REGRESSION_STEP_QUANTILE), self.policy)
+        if reg is None:
+            return None, []
+        controls = self._profile(wid, now, reg)
+        explained = explained_ms(tracks, findings, reg.identity, self.policy)
+        if explained < self.policy.regression_explained_share * reg.impact_ms:
+            return reg, controls
+        return None, controls
+
+    def hang(self, rank_windows: dict[int, RankWindow]) -> Finding | None:
+        return hang(self.live, rank_windows, self.policy)
+
+    def typical_step_ms(self, default: float) -> float:
+        """Median step time over the regression history; ``default`` before there is one."""
+        return float(np.median([v for _, v in self.live.history])) if self.live.history else default
+
+    def _profile(self, wid: int, now: int, reg: Finding) -> list[Control]:
+        pol = self.policy
+        last = self.last_profile_window
+        if last is not None and wid - last < pol.profile_request_cooldown_windows:
+            return []
+        self.last_profile_window = wid
+        rid = hashlib.sha1(f"{self.job}|profile|{wid}".encode()).hexdigest()[:16]
+        return [Control(
+            schema_version=CONTROL_VERSION, job=self.job, request_id=rid, command=ControlCommand.PROFILE.value,
+            start_step=int(max(self.live.max_last_step, 0) + pol.profile_request_ahead_steps),
+            duration_s=pol.profile_request_duration_s, reason=reg.summary, issued_ms=int(to_ms(now)))]

@@ -1,0 +1,111 @@
+"""Window buffer of one job's diagnoser: which windows wait, and when each one is ready.
+
+RankWindows and FunctionComparisons are buffered per window. Windows are released
+strictly in order. Window W is ready half a grace after its first FunctionComparison
+arrived (the comparators of all functions fire within one grace of each other), or two
+graces + 1 s after its first RankWindow when no comparison comes (a hung job produces
+no patterns). Times are the caller's clock; a record added without one is stamped at the
+next poll. A record for a window already released is late (counted); at most
+``max_open_windows`` wait (the oldest is dropped, counted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple, cast
+
+from ...schemas.records import FunctionComparison, RankWindow
+from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from .policy import DetectionPolicy
+
+RANK_WINDOW_WAIT_MS = 1000  # a window with RankWindows only waits two graces plus this
+
+
+class ReadyWindow(NamedTuple):
+    window_id: int
+    rank_windows: dict[int, RankWindow]  # by rank
+    comparisons: list[FunctionComparison]  # one per function
+
+
+class JobWindows:
+    """Per-job buffer of records by window; see the module docstring."""
+
+    def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str]):
+        self.job, self.policy = job, policy
+        self.skipped = skipped  # shared with the diagnoser
+        self.rank_windows: dict[int, dict[int, RankWindow]] = {}
+        self.comparisons: dict[int, dict[str, FunctionComparison]] = {}
+        self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
+        self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
+        self.evaluated_upto: int | None = None
+
+    def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
+        """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
+        try:
+            wid = int(record["window_id"])
+            if record.get("job") != self.job:
+                self.skipped["wrong_job"] += 1
+                return
+        except (KeyError, TypeError, ValueError):
+            self.skipped["bad_record"] += 1
+            return
+        if self.evaluated_upto is not None and wid <= self.evaluated_upto:
+            self.skipped["late_record"] += 1
+            return
+        if wid not in self.first_rw and len(self.first_rw) >= self.policy.max_open_windows:
+            self._evict_oldest()
+        self.first_rw.setdefault(wid, None)
+        self.first_cmp.setdefault(wid, None)
+        if record_name == RANK_WINDOW:  # the name says which record it is
+            self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
+        elif record_name == FUNCTION_COMPARISON:
+            self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = cast(FunctionComparison, record)
+            if self.first_cmp[wid] is None:
+                self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
+        else:
+            self.skipped["unknown_record"] += 1
+
+    def _add_rank_window(self, wid: int, rw: RankWindow, now_wall_ms: int | None) -> None:
+        rank, world = int(rw.get("rank", -1)), int(rw.get("world_size", 0))
+        if rank < 0 or (world > 0 and rank >= world):
+            self.skipped["unknown_rank"] += 1
+            return
+        self.rank_windows.setdefault(wid, {})[rank] = rw
+        if self.first_rw[wid] is None:
+            self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
+
+    def _evict_oldest(self) -> None:
+        oldest = min(self.first_rw)
+        self.skipped["window_evicted"] += 1
+        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons):
+            d.pop(oldest, None)
+
+    def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
+        """Remove and return the ready windows, in order, up to the first one not ready."""
+        out = []
+        for wid in sorted(self.first_rw):
+            for d in (self.first_rw, self.first_cmp):  # records added without a clock
+                if d[wid] == -1:
+                    d[wid] = now_wall_ms
+            if not self._ready(wid, now_wall_ms):
+                break
+            out.append(self._take(wid))
+        return out
+
+    def _ready(self, wid: int, now: int) -> bool:
+        grace = self.policy.grace_ms
+        cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
+        if cmp_t is not None and now > cmp_t + grace // 2:
+            return True
+        return rw_t is not None and now > rw_t + 2 * grace + RANK_WINDOW_WAIT_MS
+
+    def _take(self, wid: int) -> ReadyWindow:
+        rws = self.rank_windows.pop(wid, {})
+        cmps = list(self.comparisons.pop(wid, {}).values())
+        self.first_rw.pop(wid, None)
+        self.first_cmp.pop(wid, None)
+        self.evaluated_upto = wid
+        return ReadyWindow(wid, rws, cmps)
+
+    def empty(self) -> bool:
+        return not self.first_rw

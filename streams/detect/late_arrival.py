@@ -1,0 +1,103 @@
+"""Stage 2, collectives: who arrives late at one collective group, from times inside the call.
+
+The members are the ranks that reported seqs for the group this window. Their
+(seq, time inside the call) pairs are aligned on the seqs every member reported (edge
+seqs missing on a skewed host are dropped, never guessed; a seq with a bad duration on
+any member is left out). With at least ``min_seqs`` seqs, :func:`.columnar.collective_lateness`
+finds, per seq, the member with the shortest time inside: it arrived last, the shortest
+time is the pure transfer, every other member's extra time is waiting. A member last in
+at least ``late_fraction`` of the seqs whose caused wait reaches the cost floor is listed
+as a straggler with its binomial p-value against chance (1 / members); the diagnoser
+applies ``late_p_value`` (culprits), while any late arriver marks the others as victims.
+No clocks are compared across ranks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import median
+
+import numpy as np
+
+from ...schemas.records import FunctionComparison, FunctionPattern, Straggler
+from .columnar import Lateness, binomial_tail, collective_lateness, seq_matrix
+from .policy import DetectionPolicy
+
+
+def score_collective(rec: FunctionComparison, good: list[FunctionPattern], policy: DetectionPolicy, min_cost: float,
+                     skipped: Counter[str]) -> None:
+    """Fill ``rec``'s members, transfer and wait times and stragglers from the valid patterns."""
+    members = [p for p in good if _has_seqs(p, skipped)]
+    rec["members"] = [int(p["rank"]) for p in members]
+    rec["member_max_seq"] = [int(max(p["seqs"])) for p in members]
+    rec["mixed_signatures"] = len({str(p.get("signature", "")) for p in members}) > 1
+    if len(members) < 2:
+        skipped["too_few_members"] += len(members)
+        return
+    common, d = _complete_seqs(members, policy, skipped)
+    rec["seqs_compared"] = int(len(common))
+    rec["bytes_per_call"] = float(median(p.get("bytes", 0) / max(1, p.get("count", 1)) for p in members))
+    if len(common) < policy.min_seqs:
+        skipped["too_few_common_seqs"] += 1
+        return
+    steps = median(p["steps"] for p in members)
+    per_member = median(len(p["seqs"]) for p in members)
+    late = collective_lateness(d)
+    # steps covered by the compared seqs: seqs per step from the median member
+    step_n = max(steps * len(common) / max(1.0, per_member), 1e-9)
+    rec["transfer_ms_median"] = float(np.median(late.transfer_ns)) / 1e6
+    rec["transfer_ms_per_step"] = float(late.transfer_ns.sum()) / 1e6 / step_n
+    waits = late.wait_ns / 1e6 / step_n
+    rec["wait_ms_per_step"] = float(np.median(waits))
+    rec["member_wait_ms_per_step"] = [round(float(w), 3) for w in waits]
+    rec["stragglers"].extend(_stragglers(members, late, step_n, policy.late_fraction, min_cost))
+
+
+def _stragglers(members: list[FunctionPattern], late: Lateness, step_n: float, late_fraction: float,
+                min_cost: float) -> list[Straggler]:
+    """Members last in at least ``late_fraction`` of the seqs, causing at least ``min_cost``."""
+    out = []
+    chance = 1.0 / len(members)
+    for i in np.flatnonzero(late.late_seqs >= late_fraction * late.seqs):
+        caused = float(late.caused_ns[i]) / 1e6 / step_n
+        if caused < min_cost:
+            continue
+        # the p-value is applied by the diagnoser (culprits); any late arriver marks victims
+        pval = binomial_tail(int(late.late_seqs[i]), late.seqs, chance)
+        p = members[i]
+        out.append(Straggler(
+            rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
+            late_seqs=int(late.late_seqs[i]), late_fraction=float(late.late_seqs[i] / late.seqs),
+            caused_ms_per_step=caused, p_value=pval))
+    return out
+
+
+def _has_seqs(p: FunctionPattern, skipped: Counter[str]) -> bool:
+    seqs, durs = p.get("seqs") or [], p.get("seq_dur_ns") or []
+    if len(seqs) != len(durs) or not seqs:
+        skipped["no_seqs"] += 1
+        return False
+    return True
+
+
+def _complete_seqs(members: list[FunctionPattern], policy: DetectionPolicy,
+                   skipped: Counter[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The aligned seqs with a good duration on every member (a bad one is never guessed)."""
+    common, d = _aligned(members)
+    bad = ~np.isfinite(d) | (d < 0) | (d > policy.max_duration_s * 1e9)
+    if bad.any():
+        skipped["bad_duration"] += int(bad.sum())
+        keep = ~bad.any(axis=0)
+        common, d = common[keep], d[:, keep]
+    return common, d
+
+
+def _aligned(members: list[FunctionPattern]) -> tuple[np.ndarray, np.ndarray]:
+    """(common seqs, members x seqs durations ns). Fast path when every member reported
+    the same strictly increasing seqs (the usual case); else align with seq_matrix."""
+    first = members[0]["seqs"]
+    if all(p["seqs"] == first for p in members) and all(a < b for a, b in zip(first, first[1:], strict=False)):
+        return np.asarray(first, dtype=np.int64), np.array([p["seq_dur_ns"] for p in members], dtype=np.float64)
+    series = [(np.asarray(p["seqs"], dtype=np.int64), np.asarray(p["seq_dur_ns"], dtype=np.float64))
+              for p in members]
+    return seq_matrix(series)

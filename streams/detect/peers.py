@@ -1,0 +1,136 @@
+"""Stage 2, non-collective functions: peer groups and outlier scoring of one window.
+
+Peers are the ranks with the same peer key: the configured ``peer_groups`` name of the
+rank, else its structural signature (``sig:<hash>``). Each rank's value is its time in
+the function per completed step (ms); :func:`.columnar.peer_scores` gives its robust z
+against its group's median and scale, its excess and its cost, and flags it when all
+pass the policy (groups under ``min_peers`` ranks are not scored). A flagged rank must
+also be **sustained**: its typical call (p50) above its peers' by ``min_excess``, or more
+calls per step than them; one slow step spilling into a window moves neither. When only
+the tail moved (p90 above the peers' by ``min_excess`` over at least
+``intermittent_min_calls`` calls) it is kept as ``intermittent`` (the diagnoser makes it
+persist one window longer); otherwise it is one-window jitter (``transient_outlier``).
+Waiting and periodic all-rank kinds (``NOT_COMPARED``) get group medians, never outliers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...schemas.records import FunctionComparison, FunctionPattern, PeerGroupStat, RankOutlier
+from .columnar import PeerScores, peer_scores
+from .model import NOT_COMPARED
+from .policy import DetectionPolicy
+
+INF_RATIO = 1e9  # ratio against peers that spend no time at all (finite: JSON and Avro safe)
+
+
+@dataclass(frozen=True)
+class PeerTable:
+    """One window's valid patterns as per-rank columns, with each rank's peer group."""
+
+    values: np.ndarray  # ms per completed step
+    calls: np.ndarray  # calls per completed step
+    keys: np.ndarray  # peer key of each group index
+    peer: np.ndarray  # group index of each rank
+
+
+def score_peers(rec: FunctionComparison, good: list[FunctionPattern], peer_map: dict[int, str], policy: DetectionPolicy,
+                min_cost: float, skipped: Counter[str]) -> None:
+    """Fill ``rec``'s group summaries and outliers from the valid patterns ``good``."""
+    table = peer_table(good, peer_map, skipped)
+    describe_groups(rec, table, good, policy.min_peers, skipped)
+    if rec["kind"] in NOT_COMPARED:
+        return  # waiting and periodic all-rank work (checkpoints) are never outliers
+    find_outliers(rec, table, good, policy, min_cost, skipped)
+
+
+def peer_table(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> PeerTable:
+    steps = np.array([p["steps"] for p in good], dtype=np.float64)
+    values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
+    calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
+    keys, peer = np.unique(np.array(_peer_keys(good, peer_map, skipped)), return_inverse=True)
+    return PeerTable(values, calls, keys, peer)
+
+
+def _peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
+    keys = []
+    for p in good:
+        key = peer_map.get(int(p["rank"])) if peer_map else None
+        if peer_map and key is None:
+            skipped["rank_not_in_peer_groups"] += 1
+        keys.append(key if key is not None else "sig:" + str(p.get("signature", "")))
+    return keys
+
+
+def describe_groups(rec: FunctionComparison, t: PeerTable, good: list[FunctionPattern], min_peers: int, skipped: Counter[str]) -> None:
+    """Ranks scored, and each peer group's size and medians (its ranks when there are several)."""
+    sizes = np.bincount(t.peer, minlength=len(t.keys))
+    few = int((sizes[t.peer] < min_peers).sum())
+    if few:
+        skipped["too_few_peers"] += few
+    rec["ranks_scored"] = int((sizes[t.peer] >= min_peers).sum())
+    rec["peer_groups"] = len(t.keys)
+    rec["median_ms_per_step"] = float(np.median(t.values))
+    for g, key in enumerate(t.keys):
+        idx = np.flatnonzero(t.peer == g)
+        rec["groups"].append(PeerGroupStat(
+            key=str(key), size=int(len(idx)),
+            median_ms_per_step=float(np.median(t.values[idx])),
+            median_calls_per_step=float(np.median(t.calls[idx])),
+            ranks=[int(good[i]["rank"]) for i in idx] if len(t.keys) > 1 else []))
+
+
+def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPattern], policy: DetectionPolicy, min_cost: float,
+                  skipped: Counter[str]) -> None:
+    """Append the sustained (or intermittent) outliers to ``rec["outliers"]``."""
+    pol = policy
+    scored = peer_scores(t.values[None, :], t.peer, min_peers=pol.min_peers, mad_threshold=pol.mad_threshold,
+                         min_excess=pol.min_excess, min_cost=min_cost, floor_rel=pol.noise_floor_rel,
+                         floor_ms=pol.noise_floor_ms)
+    p50 = np.array([p.get("p50_ns", 0) for p in good], dtype=np.float64)
+    p90 = np.array([p.get("p90_ns", 0) for p in good], dtype=np.float64)
+    counts = np.array([p["count"] for p in good], dtype=np.float64)
+    per_call = t.values / np.maximum(t.calls, 1e-12)
+    for i in np.flatnonzero(scored.outlier[0]):
+        g = t.peer == t.peer[i]
+        mc = float(np.median(t.calls[g]))
+        intermittent = False
+        if not _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess):
+            # p50 unmoved: an intermittent slowdown (p90 up over enough calls) must persist
+            # one window longer in the diagnoser; otherwise it is one-window jitter
+            intermittent = _tail_only(p90[i], float(np.median(p90[g])), counts[i], pol)
+            if not intermittent:
+                skipped["transient_outlier"] += 1
+                continue
+        per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
+        rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
+
+
+def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float) -> bool:
+    """A real slowdown moves the typical call (p50) or the number of calls per step; one
+    slow step spilling into a window moves neither (that is one-window jitter)."""
+    return p50 >= peer_p50 * (1 + min_excess) or calls >= peer_calls * (1 + min_excess / 2) \
+        or peer_calls == 0
+
+
+def _tail_only(p90: float, peer_p90: float, count: float, pol: DetectionPolicy) -> bool:
+    """Only the slow tail moved, over enough calls to be more than chance."""
+    return bool(count >= pol.intermittent_min_calls and peer_p90 > 0 and p90 >= peer_p90 * (1 + pol.min_excess))
+
+
+def _outlier(p: FunctionPattern, t: PeerTable, i: int, scored: PeerScores, peer_calls: float, per_call_ratio: float,
+             intermittent: bool) -> RankOutlier:
+    """One RankOutlier record (rank ``i`` of the table, pattern ``p``)."""
+    med = float(scored.median[0, i])
+    value = float(t.values[i])
+    return RankOutlier(
+        rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
+        peer_group=str(t.keys[t.peer[i]]), value_ms_per_step=value, peer_median_ms_per_step=med,
+        ratio=float(t.values[i] / med) if med > 0 else INF_RATIO,
+        robust_z=float(scored.z[0, i]), cost_ms_per_step=float(scored.cost[0, i]),
+        calls_ratio=float(t.calls[i] / peer_calls) if peer_calls > 0 else INF_RATIO,
+        per_call_ratio=per_call_ratio, intermittent=bool(intermittent))

@@ -1,0 +1,208 @@
+"""Folding one rank's EventBatch columns into its open windows.
+
+Each event's wall time is ``batch.wall_ns - batch.mono_ns + start_ns`` (the rank's own
+host clock; hosts may be skewed, which only shifts window edges). Collectives are
+folded first: each completed call adds its (seq, time inside the call) to the window
+its end falls in, and its interval [start, end) to the rank's comm intervals. Span
+durations are then reduced by the collective time nested inside them (the length of
+the span covered by the union of those intervals, same monotonic clock), so a victim's
+``backward`` that merely waited in an all-reduce does not look slow. Iterations add
+their step and duration to the window they end in. A comm event with ``dur_ns < 0`` is
+the entry marker of a call still in flight: it only moves the rank's pending
+collective (hang culprits). A batch with nothing completed in it (a heartbeat, or only
+entry markers) moves the rank's data to the batch's time, so a stalled or waiting rank's
+windows keep closing. Bad columns and values are counted in ``skipped``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from .accumulate import RankProgress
+from .model import comm_function, kind_function
+from .policy import DetectionPolicy
+from .rank_windows import RankWindows
+
+
+def covered_ns(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length (ns) of [a_i, b_i) covered by the union of intervals [starts, ends)."""
+    if len(starts) == 0:
+        return np.zeros(len(a), dtype=np.int64)
+    order = np.argsort(starts)
+    s, e = starts[order], ends[order]
+    e = np.maximum.accumulate(e)  # merge overlaps: clip each start to the running end
+    s = np.maximum(s, np.concatenate([[s[0]], e[:-1]]))
+    seg = np.maximum(e - s, 0)
+    cum = np.concatenate([[0], np.cumsum(seg)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(s, t, side="right")
+        prev = np.clip(i - 1, 0, len(s) - 1)
+        part = np.clip(t - s[prev], 0, seg[prev])
+        return np.where(i > 0, cum[np.maximum(i - 1, 0)] + part, 0)
+
+    return upto(b) - upto(a)
+
+
+def frame_text(name: str, line: int, code: str) -> str:
+    """``'<file> <function>'`` + line + source -> ``'train.py:88 step `x.clone()`'``."""
+    file, _, func = name.rpartition(" ")
+    text = f"{file or func}:{line} {func}" if file else f"{func}:{line}"
+    return f"{text} `{code}`" if code else text
+
+
+class EventFolder:
+    """Adds one rank's events to its windows and its progress; see the module docstring."""
+
+    def __init__(self, windows: RankWindows, progress: RankProgress, policy: DetectionPolicy,
+                 skipped: Counter[str]):
+        self.windows, self.progress, self.policy = windows, progress, policy
+        self.skipped = skipped  # shared with the summarizer
+
+    def fold(self, batch: dict) -> None:
+        """Fold one EventBatch's comms, spans and iterations in (raises on a malformed batch)."""
+        offset_ns = int(batch["wall_ns"]) - int(batch["mono_ns"])
+        self.windows.batch_wall_ms = int(batch["wall_ns"]) // 1_000_000
+        names = list(batch["names"])
+        comm_iv = self._add_comms(batch, names, offset_ns)
+        self._add_spans(batch["spans"], names, offset_ns, comm_iv)
+        self._add_iterations(batch["iterations"], offset_ns)
+        if not (len(batch["spans"]["kind"]) or len(batch["iterations"]["step"]) or len(comm_iv[0])):
+            # nothing completed since the previous batch (a heartbeat, or calls still in flight):
+            # the rank's data reached the batch's time, so its windows close as it keeps reporting
+            self.windows.note_data(self.windows.batch_wall_ms)
+        self._add_cpu(batch, names)
+
+    def _add_cpu(self, batch: dict, names: list[str]) -> None:
+        """EventBatch v3 CPU samples and stack rows go to the window the batch was built in
+        (they cover the flush interval that ends there); older batches have none."""
+        cpu, stacks = batch.get("cpu") or [], batch.get("stacks") or {}
+        if not cpu and not stacks.get("frame"):
+            return
+        w = self.windows.slot(self.windows.batch_wall_ms)
+        if w is None:
+            return
+        for sample in cpu:
+            w.cpu.add_sample(sample)
+        cols = [stacks.get(k, []) for k in ("frame", "line", "kind", "count")]
+        codes = stacks.get("code") or [-1] * len(cols[0])
+        if len({len(c) for c in cols} | {len(codes)}) > 1:
+            self.skipped["ragged_columns"] += 1
+            return
+        for frame, line, kind, count, code in zip(*cols, codes, strict=True):
+            if not (0 <= frame < len(names) and -1 <= code < len(names)):
+                self.skipped["bad_name_index"] += 1
+                continue
+            w.cpu.add_frame(frame_text(names[frame], int(line), names[code] if code >= 0 else ""),
+                            int(kind), int(count))
+
+    def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
+        arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)
+        if len({len(a) for a in arrays}) > 1:
+            self.skipped["ragged_columns"] += 1
+            return None
+        return arrays
+
+    def _bad_dur(self, dur: float) -> bool:
+        if not np.isfinite(dur) or dur < 0 or dur > self.policy.max_duration_s * 1e9:
+            self.skipped["bad_duration"] += 1
+            return True
+        return False
+
+    def _note_event(self, wall_ms: int, function: str) -> None:
+        """The rank was in ``function`` at ``wall_ms`` (implausible times are ignored here;
+        the window lookup counts them)."""
+        if not self.windows.in_range(wall_ms):
+            return
+        self.progress.note_event(wall_ms, function)
+        self.windows.note_data(wall_ms)
+
+    def _add_comms(self, batch: dict, names: list[str], offset_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fold the collectives in; the intervals [start, end) (ns) of those kept."""
+        arrays = self._valid(batch["comms"], ("op", "group", "seq", "bytes", "start_ns", "dur_ns"))
+        starts: list[int] = []
+        ends: list[int] = []
+        if arrays is not None:
+            groups = batch.get("groups", [])
+            members: dict[int, list[int]] = {}  # a group's ranks, converted once per batch
+            for op, grp, seq, nbytes, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
+                if not (0 <= op < len(names) and 0 <= grp < len(groups)):
+                    self.skipped["bad_name_index"] += 1
+                    continue
+                if self._add_comm(names[int(op)], groups[int(grp)], members, seq, nbytes, start, dur, offset_ns):
+                    starts.append(int(start))
+                    ends.append(int(start + dur))
+        return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
+    def _add_comm(self, op: str, group: dict, members: dict[int, list[int]], seq: float, nbytes: float,
+                  start: float, dur: float, offset_ns: int) -> bool:
+        """One collective call; True when it was added to a window. ``members``: the batch's
+        groups' ranks as ints by ``id`` of the group, filled on first use."""
+        group_id = str(group["group_id"])
+        fname = comm_function(op, group_id)
+        wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
+        if dur < 0 and np.isfinite(dur):  # entry marker of a call still in flight
+            self._note_entry(group_id, int(seq), fname, wall_ms, in_flight=True)
+            self.skipped["in_flight_collective"] += 1
+            return False
+        if self._bad_dur(dur):
+            return False
+        self._note_entry(group_id, int(seq), fname, wall_ms)
+        w = self.windows.slot(wall_ms)
+        if w is None:
+            return False
+        ranks = members.get(id(group))
+        if ranks is None:
+            ranks = members[id(group)] = [int(r) for r in group["ranks"]]
+        w.add_collective(fname, int(seq), int(dur), ranks, nbytes)
+        w.last_event_ms = max(w.last_event_ms, wall_ms)
+        return True
+
+    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int, in_flight: bool = False) -> None:
+        self.progress.note_entry(group, seq, wall_ms, in_flight)
+        self._note_event(wall_ms, fname)
+
+    def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
+                   comm_iv: tuple[np.ndarray, np.ndarray]) -> None:
+        arrays = self._valid(cols, ("kind", "name", "start_ns", "dur_ns"))
+        if arrays is None:
+            return
+        kind, name, start, dur = arrays
+        ok = np.isfinite(dur) & (dur >= 0) & (dur <= self.policy.max_duration_s * 1e9)
+        if not ok.all():
+            self.skipped["bad_duration"] += int((~ok).sum())
+        start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
+        net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
+        for k, n, s, d, keep in zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(),
+                                    strict=False):
+            if not keep:
+                continue
+            if not 0 <= n < len(names):
+                self.skipped["bad_name_index"] += 1
+                continue
+            wall_ms = int((offset_ns + s) // 1_000_000)
+            fname = names[int(n)] or kind_function(int(k))
+            self._note_event(wall_ms, fname)
+            w = self.windows.slot(wall_ms)
+            if w is not None:
+                w.add_duration(fname, int(k), int(d))
+                w.last_event_ms = max(w.last_event_ms, wall_ms)
+
+    def _add_iterations(self, cols: dict, offset_ns: int) -> None:
+        arrays = self._valid(cols, ("step", "start_ns", "dur_ns"))
+        if arrays is None:
+            return
+        for step, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
+            if self._bad_dur(dur):
+                continue
+            wall_ms = int((offset_ns + start + dur) // 1_000_000)
+            if not self.windows.plausible(wall_ms):
+                continue
+            self.windows.note_data(wall_ms)
+            w = self.windows.slot(wall_ms)
+            if w is None:
+                continue
+            w.add_step(int(step), int(dur))
+            self.progress.note_step(int(step))

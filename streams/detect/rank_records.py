@@ -1,0 +1,171 @@
+"""Closing one rank's window into records: FunctionPattern per function, one RankWindow.
+
+Each function's pattern carries exact p50/p90/p99 from the kept durations plus the
+mergeable log histogram (collectives: their per-seq durations first). Before closing,
+``kind:<name>`` aggregates are added so every rank reports GC, data loading, forward,
+backward and optimizer time, even when it is zero. The RankWindow carries the window's
+steps, the rank's progress and health, and the hardware samples reduced (means; max for
+temperature, errors and clock limit; min for PCIe generation and width).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ...schemas.records import FunctionPattern, RankCpu, RankHardware, RankWindow, RankWindowHeader
+from ...schemas.vocabulary import (
+    FUNCTION_PATTERN,
+    FUNCTION_PATTERN_VERSION,
+    RANK_WINDOW,
+    RANK_WINDOW_VERSION,
+    SpanKind,
+)
+from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
+from .histogram import histogram
+from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
+from .quantiles import percentiles
+
+ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
+                     SpanKind.BACKWARD, SpanKind.GC)
+
+
+def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, progress: RankProgress,
+                 health: RankHealth, batches: int) -> list[tuple[str, FunctionPattern | RankWindow]]:
+    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted."""
+    sig = signature_of(w.functions)
+    steps = len(w.steps)
+    if w.functions or steps:
+        add_kind_aggregates(w)
+    out: list[tuple[str, FunctionPattern | RankWindow]] = [
+        (FUNCTION_PATTERN, pattern_record(meta, window_id, window_s, sig, name, acc, steps))
+        for name, acc in sorted(w.functions.items())]
+    out.append((RANK_WINDOW, rank_window_record(meta, window_id, window_s, sig, w, progress, health,
+                                                 batches=batches)))
+    return out
+
+
+def signature_of(functions: dict[str, FunctionAcc]) -> str:
+    """Hash of the structural function set: dataloader/optimizer/forward/backward span names
+    and collective op names (group ids left out, so data-parallel replicas match)."""
+    names = set()
+    for name, acc in functions.items():
+        if name.startswith(COMM_PREFIX):
+            names.add(COMM_PREFIX + comm_op(name))
+        elif acc.kind in STRUCTURAL and not name.startswith(KIND_PREFIX):
+            names.add(name)
+    return hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()[:12]
+
+
+def add_kind_aggregates(w: WindowAcc) -> None:
+    """Add ``kind:<name>`` patterns (sum of that kind's spans) so every rank reports
+    GC, data loading, forward, backward and optimizer time, even when it is zero."""
+    totals: dict[int, list[int]] = {int(k): [] for k in ALWAYS_AGGREGATED}
+    for name, acc in w.functions.items():
+        if acc.kind in totals and not name.startswith(COMM_PREFIX):
+            totals[acc.kind].extend(acc.durations)
+    for kind, durs in totals.items():
+        w.functions[kind_function(kind)] = FunctionAcc(kind, durations=durs)
+
+
+def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float,
+                   signature: str) -> RankWindowHeader:
+    """The fields every record of a rank's window starts with."""
+    return RankWindowHeader(
+        schema_version=version, job=meta.job, window_id=int(window_id),
+        window_start_ms=int(window_id * round(window_s * 1000)), window_s=float(window_s),
+        rank=meta.rank, world_size=meta.world_size, host=meta.host, gpu=meta.gpu, signature=signature)
+
+
+def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: str,
+                   name: str, acc: FunctionAcc, steps: int) -> FunctionPattern:
+    """FunctionPattern for one function of one closed window."""
+    d = np.asarray(acc.durations if not acc.seqs else acc.seq_durs, dtype=np.int64)
+    if acc.seqs:
+        d = np.concatenate([d, np.asarray(acc.durations, dtype=np.int64)])
+    q = percentiles(d)
+    return FunctionPattern(
+        **_window_fields(FUNCTION_PATTERN_VERSION, meta, window_id, window_s, signature),
+        function=name, kind=int(acc.kind), steps=int(steps),
+        count=int(len(d) + acc.overflow), total_ns=int(d.sum()),
+        p50_ns=int(q[0]), p90_ns=int(q[1]), p99_ns=int(q[2]),
+        max_ns=int(d.max()) if len(d) else 0, hist=histogram(d),
+        group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
+        seqs=list(acc.seqs), seq_dur_ns=list(acc.seq_durs))
+
+
+def _mean(xs: list[float]) -> float:
+    vals = [x for x in xs if x >= 0]
+    return float(np.mean(vals)) if vals else -1.0
+
+
+def _agg(xs: list[float], how: str) -> float:
+    vals = [x for x in xs if x >= 0]
+    if not vals:
+        return -1.0
+    return float(max(vals) if how == "max" else min(vals))
+
+
+def _hardware_fields(w: WindowAcc) -> RankHardware:
+    """The window's hardware samples reduced; -1 (or 0 for counters) when none were taken."""
+    hw = w.hw
+    return RankHardware(
+        hw_samples=len(hw.get("sm_clock_mhz", [])),
+        sm_clock_mhz=_mean(hw.get("sm_clock_mhz", [])),
+        sm_clock_max_mhz=_agg(hw.get("sm_clock_max_mhz", []), "max"),
+        temp_c_max=_agg(hw.get("temp_c", []), "max"),
+        power_w_mean=_mean(hw.get("power_w", [])),
+        util_gpu_pct=_mean(hw.get("util_gpu_pct", [])),
+        throttle_reasons=int(w.throttle),
+        pcie_gen_min=int(_agg(hw.get("pcie_gen", []), "min")),
+        pcie_width_min=int(_agg(hw.get("pcie_width", []), "min")),
+        nvlink_errors=int(max(0.0, _agg(hw.get("nvlink_errors", []), "max"))),
+        ecc_uncorrected=int(max(0.0, _agg(hw.get("ecc_uncorrected", []), "max"))),
+        xid=int(max(0.0, _agg(hw.get("xid", []), "max"))))
+
+
+def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str, w: WindowAcc,
+                       progress: RankProgress, health: RankHealth, batches: int = 0) -> RankWindow:
+    """RankWindow for one closed window. ``batches``: batches that arrived since the
+    previous window closed (sign of life)."""
+    return RankWindow(
+        **_window_fields(RANK_WINDOW_VERSION, meta, window_id, window_s, signature),
+        functions=sorted(n for n in w.functions if not n.startswith(KIND_PREFIX)),
+        # the window's own last step (the sink numbers step_time_ns back from it); sticky when idle
+        steps=len(w.steps), last_step=int(max(w.steps) if w.steps else progress.last_step),
+        step_time_ns=[int(x) for x in w.step_ns],
+        last_event_ms=int(progress.last_event_ms), last_function=progress.last_function,
+        pending_group=progress.pending_group, pending_seq=int(progress.pending_seq),
+        pending_in_flight=bool(progress.pending_in_flight),
+        dropped_events=int(health.dropped_events), lost_batches=int(health.lost_batches),
+        bytes_received=int(health.bytes_received),
+        **_hardware_fields(w),
+        batches=int(batches),
+        **cpu_fields(w.cpu, len(w.steps)))
+
+
+TOP_FRAMES = 8  # per kind
+
+
+def _per_step(total: int, steps: int) -> float:
+    return round(total / steps, 4) if total >= 0 and steps > 0 else -1.0
+
+
+def cpu_fields(cpu: CpuAcc, steps: int) -> RankCpu:
+    """The window's CPU evidence: ratios and per-step rates (-1 unknown), top frames per kind."""
+    wall, busy = cpu.total("interval_ns"), cpu.total("thread_cpu_ns")
+    wait = cpu.total("runqueue_wait_ns")
+    top = sorted(cpu.frames.items(), key=lambda kv: (-kv[0][1], -kv[1], kv[0][0]))
+    frames = [kv for kind in (1, 0) for kv in [x for x in top if x[0][1] == kind][:TOP_FRAMES]]
+    return RankCpu(
+        cpu_samples=cpu.samples,
+        cpu_ratio=round(busy / wall, 4) if busy >= 0 and wall > 0 else -1.0,
+        runqueue_wait_ms_per_step=_per_step(wait, steps) / 1e6 if wait >= 0 and steps > 0 else -1.0,
+        involuntary_switches_per_step=_per_step(cpu.total("involuntary_switches"), steps),
+        voluntary_switches_per_step=_per_step(cpu.total("voluntary_switches"), steps),
+        major_faults=cpu.total("major_faults"), load1=cpu.load1,
+        steal_pct=round(float(np.mean(cpu.steal)), 3) if cpu.steal else -1.0,
+        stack_samples=cpu.stack_samples, stack_hz=cpu.stack_hz,
+        top_frames=[k[0] for k, _ in frames], top_frame_samples=[n for _, n in frames],
+        top_frame_kinds=[k[1] for k, _ in frames])

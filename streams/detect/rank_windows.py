@@ -1,0 +1,102 @@
+"""Window bookkeeping of one rank: which windows are open, and when each one closes.
+
+An event at wall time ``wall_ms`` (the rank's own host clock) belongs to window
+``floor(wall_ms / window_ms)``. Windows close strictly in order from ``next_window``
+(the lowest one not yet closed): when this rank's data has moved ``close_lag_ms``
+past a window's end, or, once the rank has gone quiet (no input for a grace on the
+caller's clock), when the caller's clock passes the end + grace. A quiet rank so
+keeps closing empty windows (liveness and hang detection need them) until it has been
+silent for ``idle_after_s``. An event is implausible, counted and dropped, when it lies
+outside [batch wall time - max_duration_s, batch wall time + future_slack_ms]: a
+corrupt timestamp must not open far-away windows or close the current ones early.
+At most ``max_open_windows`` are open; events for more are counted and dropped.
+``dropped`` counts the well-formed events dropped for want of an open window (late or
+too many open): the RankWindow reports them with the collector's own drops.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .accumulate import WindowAcc
+from .policy import DetectionPolicy
+
+
+class RankWindows:
+    """Open windows of one rank and the clocks that close them."""
+
+    def __init__(self, policy: DetectionPolicy, skipped: Counter[str]):
+        self.policy = policy
+        self.skipped = skipped  # shared with the summarizer
+        self.windows: dict[int, WindowAcc] = {}
+        self.next_window: int | None = None  # lowest window not yet closed
+        self.data_ms = 0  # latest event wall time seen
+        self.last_input_ms = 0  # caller clock of the latest input
+        self.batch_wall_ms = 0  # wall time of the batch being folded in (plausibility reference)
+        self.dropped = 0  # events dropped: late for their window, or too many windows open
+
+    def in_range(self, wall_ms: int) -> bool:
+        """Events happen before their batch is sent, and not hours before."""
+        ref = self.batch_wall_ms
+        return not ref or ref - self.policy.max_duration_s * 1000 <= wall_ms <= ref + self.policy.future_slack_ms
+
+    def plausible(self, wall_ms: int) -> bool:
+        """:meth:`in_range`, counting the events that are not."""
+        if not self.in_range(wall_ms):
+            self.skipped["bad_timestamp"] += 1
+            return False
+        return True
+
+    def note_data(self, wall_ms: int) -> None:
+        """The rank's data reached ``wall_ms`` (the first data fixes the first window)."""
+        self.data_ms = max(self.data_ms, wall_ms)
+        if self.next_window is None:
+            self.next_window = wall_ms // self.policy.window_ms
+
+    def slot(self, wall_ms: int) -> WindowAcc | None:
+        """The open window holding ``wall_ms``; None (counted) when it cannot be kept."""
+        if not self.plausible(wall_ms):
+            return None
+        wid = wall_ms // self.policy.window_ms
+        if self.next_window is not None and wid < self.next_window:
+            self.skipped["late_event"] += 1
+            self.dropped += 1
+            return None
+        if wid not in self.windows:
+            if len(self.windows) >= self.policy.max_open_windows:
+                self.skipped["too_many_open_windows"] += 1
+                self.dropped += 1
+                return None
+            self.windows[wid] = WindowAcc()
+        return self.windows[wid]
+
+    def close_due(self, now_wall_ms: int, flush: bool = False) -> list[tuple[int, WindowAcc]]:
+        """Remove and return every finished window, in order; ``flush`` closes all open ones."""
+        out: list[tuple[int, WindowAcc]] = []
+        if self.next_window is None:
+            return out
+        wms, lag, grace = self.policy.window_ms, self.policy.close_lag_ms, self.policy.grace_ms
+        last_open = max(self.windows) if self.windows else self.next_window - 1
+        while True:
+            wid = self.next_window
+            end = (wid + 1) * wms
+            # by the rank's own data; by the caller's clock only once the rank went quiet, so a
+            # replay or a lagging consumer (data far behind now) still fills its windows
+            quiet = now_wall_ms - self.last_input_ms > grace
+            done = self.data_ms >= end + lag or (quiet and now_wall_ms > end + grace)
+            if not (done or (flush and wid <= last_open)):
+                break
+            if wid not in self.windows and self._silent_too_long(end):
+                break
+            out.append((wid, self.windows.pop(wid, WindowAcc())))
+            self.next_window = wid + 1
+        return out
+
+    def _silent_too_long(self, end_ms: int) -> bool:
+        """Stop emitting empty windows once the rank has been silent for idle_after_s."""
+        return end_ms - self.data_ms > self.policy.idle_after_s * 1000
+
+    def idle(self, now_wall_ms: int) -> bool:
+        """True when nothing is open and no input came for idle_after_s."""
+        quiet_ms = self.policy.idle_after_s * 1000
+        return not self.windows and now_wall_ms - max(self.last_input_ms, self.data_ms) > quiet_ms

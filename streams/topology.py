@@ -1,0 +1,229 @@
+"""The detection topology, declared once: the keyed stages and where each record goes.
+
+::
+
+    topic      records                          key            stage      core per key
+    inputs     EventBatch, HardwareBatch        job|rank       summarize  RankSummarizer
+    patterns   FunctionPattern                  job|function   compare    FunctionComparator
+    findings   RankWindow, FunctionComparison   job            diagnose   JobDiagnoser
+    anomalies  Anomaly                          job            (leaves: sinks, alerts)
+    control    Control                          job            (leaves: collectors)
+
+A record travels on the topic :data:`TOPIC_OF` names it, keyed by that topic's key
+function (:data:`TOPIC_KEY`), so all records of one stage key reach the same worker and
+the same core. A stage holds one core per key (:class:`Cores`), created from the first
+record of the key; it feeds every input record to its core, polls every core each
+:data:`POLL_INTERVAL_S` (summarize also right after each input) and routes what the
+polls return, and drops a core once it reports idle after a poll.
+
+Two runners run this declaration: the Faust app (``perftracker.streams.agents``, one
+agent and one timer per stage) and :class:`LocalRunner` (in process, caller's clock:
+the trace importer, the detection benchmark's simulator, tests). No Faust or Kafka here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from ..schemas.records import FunctionComparison, FunctionPattern, RankWindow, StageRecord
+from ..schemas.vocabulary import (
+    ANOMALY,
+    CONTROL,
+    EVENT_BATCH,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    HARDWARE_BATCH,
+    RANK_WINDOW,
+)
+from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+
+POLL_INTERVAL_S = 0.5  # every stage's timer
+
+Record = Mapping[str, Any]  # a decoded record of any topic (TypedDicts included)
+Routed = tuple[str, StageRecord]  # (record name, record) a stage hands on
+
+
+class TopicRole:
+    """Which topic a record travels on; the Faust app maps each role to its Kafka topic name(s)."""
+
+    INPUTS = "inputs"
+    PATTERNS = "patterns"
+    FINDINGS = "findings"
+    ANOMALIES = "anomalies"
+    CONTROL = "control"
+
+
+TOPIC_OF: dict[str, str] = {
+    EVENT_BATCH: TopicRole.INPUTS, HARDWARE_BATCH: TopicRole.INPUTS,
+    FUNCTION_PATTERN: TopicRole.PATTERNS,
+    RANK_WINDOW: TopicRole.FINDINGS, FUNCTION_COMPARISON: TopicRole.FINDINGS,
+    ANOMALY: TopicRole.ANOMALIES,
+    CONTROL: TopicRole.CONTROL,
+}
+
+
+def by_job_rank(r: Record) -> str:
+    return f"{r['job']}|{int(r['rank'])}"
+
+
+def by_job_function(r: Record) -> str:
+    return f"{r['job']}|{r['function']}"
+
+
+def by_job(r: Record) -> str:
+    return str(r["job"])
+
+
+TOPIC_KEY: dict[str, Callable[[Record], str]] = {
+    TopicRole.INPUTS: by_job_rank, TopicRole.PATTERNS: by_job_function, TopicRole.FINDINGS: by_job,
+    TopicRole.ANOMALIES: by_job, TopicRole.CONTROL: by_job,
+}
+
+
+def records_on(topic: str) -> list[str]:
+    """Names of the records that travel on ``topic``, in declaration order."""
+    return [name for name, t in TOPIC_OF.items() if t == topic]
+
+
+def message_key(name: str, record: Record) -> str:
+    """The key a record named ``name`` is sent with (its topic's key)."""
+    return TOPIC_KEY[TOPIC_OF[name]](record)
+
+
+class Core(Protocol):
+    def idle(self, now_wall_ms: int) -> bool: ...
+
+
+C = TypeVar("C", bound=Core)
+
+
+@dataclass(frozen=True)
+class Stage(Generic[C]):
+    """One keyed stage: what it consumes and how it drives its core. ``poll_on_input``:
+    poll a core right after feeding it too (not only on the timer)."""
+
+    name: str  # agent ``perftracker.<name>``; error counters ``<name>`` and ``<name>.tick``
+    topic: str  # the topic role it consumes; its key is the stage key
+    create: Callable[[Record, DetectionPolicy], C]  # the core of a new key, from its first record
+    feed: Callable[[C, str, Record, int], None]  # (core, record name, record, now ms)
+    poll: Callable[[C, int, bool], list[Routed]]  # (core, now ms, flush) -> records to route
+    poll_on_input: bool = False
+
+    def key(self, record: Record) -> str:
+        return TOPIC_KEY[self.topic](record)
+
+
+# The adapters below are where decoded dicts (checked against their schema by the codec)
+# meet the core: the record name says which TypedDict a record is.
+def _feed_summarize(s: RankSummarizer, name: str, record: Record, now: int) -> None:
+    batch = cast(dict, record)  # EventBatch and HardwareBatch stay untyped dicts
+    if name == HARDWARE_BATCH:
+        s.add_hardware(batch, now)
+    else:
+        s.add_events(batch, now)
+
+
+def _feed_compare(c: FunctionComparator, name: str, record: Record, now: int) -> None:
+    c.add(cast(FunctionPattern, record), now)
+
+
+def _feed_diagnose(d: JobDiagnoser, name: str, record: Record, now: int) -> None:
+    d.add(name, cast(RankWindow | FunctionComparison, record), now)
+
+
+def _poll_summarize(s: RankSummarizer, now: int, flush: bool) -> list[Routed]:
+    return list(s.poll(now, flush=flush))  # FunctionPatterns, then the RankWindow, per window
+
+
+def _poll_compare(c: FunctionComparator, now: int, flush: bool) -> list[Routed]:
+    return [(FUNCTION_COMPARISON, r) for r in c.poll(now)]
+
+
+def _poll_diagnose(d: JobDiagnoser, now: int, flush: bool) -> list[Routed]:
+    anomalies, controls = d.poll(now)
+    return [(ANOMALY, a) for a in anomalies] + [(CONTROL, c) for c in controls]
+
+
+SUMMARIZE: Stage[RankSummarizer] = Stage(
+    name="summarize", topic=TopicRole.INPUTS,
+    create=lambda r, policy: RankSummarizer(r["job"], int(r["rank"]), policy),
+    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True)
+COMPARE: Stage[FunctionComparator] = Stage(
+    name="compare", topic=TopicRole.PATTERNS,
+    create=lambda r, policy: FunctionComparator(r["job"], r["function"], policy),
+    feed=_feed_compare, poll=_poll_compare)
+DIAGNOSE: Stage[JobDiagnoser] = Stage(
+    name="diagnose", topic=TopicRole.FINDINGS,
+    create=lambda r, policy: JobDiagnoser(r["job"], policy),
+    feed=_feed_diagnose, poll=_poll_diagnose)
+STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
+
+
+class Cores(Generic[C]):
+    """The cores one stage holds, by stage key (one worker's share of the keys)."""
+
+    def __init__(self, stage: Stage[C], policy: DetectionPolicy):
+        self.stage, self.policy = stage, policy
+        self.by_key: dict[str, C] = {}
+
+    def for_record(self, record: Record) -> C:
+        key = self.stage.key(record)
+        core = self.by_key.get(key)
+        if core is None:
+            core = self.by_key[key] = self.stage.create(record, self.policy)
+        return core
+
+    def items(self) -> list[tuple[str, C]]:
+        return list(self.by_key.items())
+
+    def drop_if_idle(self, key: str, core: C, now_ms: int) -> bool:
+        """Drop the core of ``key`` when it reports idle; whether it was dropped."""
+        if not core.idle(now_ms):
+            return False
+        del self.by_key[key]
+        return True
+
+
+class LocalRunner:
+    """Runs :data:`STAGES` in process on the caller's clock, routing as the Faust app does.
+
+    ``feed`` delivers one record to the stage that consumes its topic; ``poll`` is one
+    timer tick of one stage, ``tick`` one of every stage in data-flow order. All return the
+    records that leave the topology (Anomaly, Control). ``wire`` (optional) is applied to
+    every routed record, e.g. an Avro round trip. Unlike the Faust agents, which count and
+    skip a failing message, the runner lets an exception propagate."""
+
+    def __init__(self, policy: DetectionPolicy, stages: Iterable[Stage[Any]] = STAGES,
+                 wire: Callable[[str, Any], Any] | None = None):
+        self.cores: dict[str, Cores[Any]] = {s.name: Cores(s, policy) for s in stages}
+        self._by_topic = {c.stage.topic: c for c in self.cores.values()}
+        self.wire = wire
+
+    def feed(self, name: str, record: Record, now_ms: int) -> list[Routed]:
+        cores = self._by_topic.get(TOPIC_OF[name])
+        if cores is None:
+            return [(name, cast(StageRecord, record))]
+        core = cores.for_record(record)
+        cores.stage.feed(core, name, record, now_ms)
+        if not cores.stage.poll_on_input:
+            return []
+        return self._route(cores.stage.poll(core, now_ms, False), now_ms)
+
+    def poll(self, stage: Stage[Any], now_ms: int, flush: bool = False) -> list[Routed]:
+        cores = self.cores[stage.name]
+        leaving = []
+        for key, core in cores.items():
+            leaving += self._route(cores.stage.poll(core, now_ms, flush), now_ms)
+            cores.drop_if_idle(key, core, now_ms)
+        return leaving
+
+    def tick(self, now_ms: int) -> list[Routed]:
+        return [r for cores in list(self.cores.values()) for r in self.poll(cores.stage, now_ms)]
+
+    def _route(self, records: list[Routed], now_ms: int) -> list[Routed]:
+        leaving = []
+        for name, record in records:
+            leaving += self.feed(name, self.wire(name, record) if self.wire else record, now_ms)
+        return leaving

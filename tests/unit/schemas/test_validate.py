@@ -1,0 +1,152 @@
+"""Content validation: real records pass; each absurd value the probe sent is named."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.schemas import MultiCodec
+from perftracker.schemas.rules import Limits, limits_for
+from perftracker.schemas.validate import RULES, validate
+from perftracker.sinks import samples
+from perftracker.sinks.decode import RecordDecoder
+from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+
+SINK_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
+
+
+def event_batch() -> dict:
+    return copy.deepcopy(list(batches(SyntheticJob("job-v", ranks=4, seconds=3)))[5][1])
+
+
+def sink_records() -> list[tuple[str, dict]]:
+    """As the sink decodes them (defaults filled in, timestamps as epoch ms)."""
+    codec, fast = MultiCodec(SINK_NAMES), RecordDecoder(SINK_NAMES)
+    return [fast.decode(codec.encode(n, r)) for n, r in samples.job_records("job-v", world=4, windows=1)]
+
+
+def hardware_batch() -> dict:
+    n = 3
+    ints = {k: [1, -1, 2] for k in (
+        "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "util_gpu_pct", "util_mem_pct", "temp_c",
+        "throttle_reasons", "pcie_gen", "pcie_width", "pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps",
+        "nvlink_rx_kbps", "nvlink_errors", "ecc_uncorrected", "xid")}
+    return {"schema_version": 1, "job": "j", "rank": 0, "host": "h", "gpu": 0, "gpu_uuid": "GPU-1", "seq": 0,
+            "wall_ns": [1_700_000_000_000_000_000 + i for i in range(n)], **ints,
+            "power_w": [300.0, -1.0, 301.5], "power_limit_w": [700.0] * n}
+
+
+def test_real_records_of_every_kind_pass_as_decoded_by_worker_and_sink():
+    assert validate("EventBatch", event_batch()) is None
+    assert validate("HardwareBatch", hardware_batch()) is None
+    fast, slow = RecordDecoder(SINK_NAMES), MultiCodec(SINK_NAMES)
+    for name, record in samples.job_records("job-v", world=4, windows=1):
+        data = slow.encode(name, record)
+        assert validate(*fast.decode(data)) is None, name  # timestamps as epoch ms
+        assert validate(*slow.decode(data)) is None, name  # timestamps as datetimes
+    control = {"job": "j", "request_id": "r", "command": "PROFILE", "start_step": 10, "duration_s": 3.0,
+               "reason": "regression", "issued_ms": 1_700_000_000_000}
+    assert validate("Control", control) is None
+    assert set(RULES) == {"EventBatch", "HardwareBatch", "FunctionPattern", "RankWindow",
+                          "FunctionComparison", "Anomaly", "Control"}
+
+
+def _set(record: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    node = record
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return record
+
+
+@pytest.mark.parametrize("path, value, expect", [
+    ("rank", 10**9, "EventBatch.rank = 1000000000: outside [0, 3]"),
+    ("rank", -5, "EventBatch.rank = -5: outside"),
+    ("world_size", 0, "EventBatch.world_size = 0: outside [1, 4194304]"),
+    ("spans.dur_ns.2", -(2**62), "EventBatch.spans.dur_ns[2] = -4611686018427387904: outside [0, 3600000000000]"),
+    ("iterations.dur_ns.0", 2**62, "EventBatch.iterations.dur_ns[0]"),
+    ("comms.dur_ns.0", -(2**62), "EventBatch.comms.dur_ns[0]"),
+    ("spans.name.1", 10**6, "EventBatch.spans.name[1] = 1000000: outside [0, 4]"),
+    ("comms.group.0", 1, "EventBatch.comms.group[0] = 1: outside [0, 0]"),
+    ("spans.path.0", -2, "EventBatch.spans.path[0] = -2"),
+    ("job", "x" * 100_000, "EventBatch.job: 100000 bytes, more than 256"),
+    ("job", "", "EventBatch.job is empty"),
+    ("host", "é" * 200, "EventBatch.host: 400 bytes, more than 256"),
+    ("names.0", "f" * 5000, "EventBatch.names[0]: 5000 bytes, more than 4096"),
+    ("groups.0.ranks.1", 99, "EventBatch.groups[0].ranks[1] = 99: outside [-1, 3]"),
+    ("wall_ns", 0, "EventBatch.wall_ns = 0: outside"),
+    ("seq", -1, "EventBatch.seq = -1"),
+])
+def test_each_absurd_event_batch_value_is_named(path, value, expect):
+    reason = validate("EventBatch", _set(event_batch(), path, value))
+    assert reason is not None and reason.startswith(expect), reason
+
+
+def test_ragged_columns_and_a_negative_in_flight_marker():
+    rec = event_batch()
+    rec["spans"]["kind"].append(1)
+    assert "EventBatch.spans.columns of unequal length (kind=" in validate("EventBatch", rec)
+    rec = event_batch()
+    rec["comms"]["dur_ns"][0] = -1  # a collective entered, still in flight: allowed
+    assert validate("EventBatch", rec) is None
+
+
+def test_limits_follow_the_detection_policy():
+    rec = event_batch()
+    rec["spans"]["dur_ns"][0] = 7200 * 10**9
+    assert validate("EventBatch", rec) is not None
+    assert validate("EventBatch", rec, limits_for(DetectionPolicy(max_duration_s=10_000).max_duration_s)) is None
+    assert validate("EventBatch", rec, Limits(max_duration_ns=10**13)) is None
+
+
+@pytest.mark.parametrize("name, field, value, expect", [
+    ("FunctionPattern", "rank", -5, "FunctionPattern.rank = -5"),
+    ("FunctionPattern", "rank", 8, "FunctionPattern.rank = 8: not below world_size = 4"),
+    ("FunctionPattern", "total_ns", 2**62, "FunctionPattern.total_ns = 4611686018427387904: more than count"),
+    ("FunctionPattern", "window_s", math.nan, "FunctionPattern.window_s = nan: not a finite number"),
+    ("FunctionPattern", "window_start_ms", 5000, "FunctionPattern.window_start_ms = 5000 ms"),
+    ("RankWindow", "step_time_ns", [1, -3], "RankWindow.step_time_ns[1] = -3"),
+    ("RankWindow", "sm_clock_mhz", math.inf, "RankWindow.sm_clock_mhz = inf"),
+    ("FunctionComparison", "members", [0, -5], "FunctionComparison.members[1] = -5"),
+    ("FunctionComparison", "wait_ms_per_step", math.nan, "FunctionComparison.wait_ms_per_step = nan"),
+    ("Anomaly", "ranks", [10**9], "Anomaly.ranks[0] = 1000000000"),
+    ("Anomaly", "score", math.nan, "Anomaly.score = nan"),
+    ("Anomaly", "summary", "s" * 100_000, "Anomaly.summary: 100000 bytes, more than 65536"),
+])
+def test_each_absurd_downstream_value_is_named(name, field, value, expect):
+    record = next(r for n, r in sink_records() if n == name)
+    reason = validate(name, {**record, field: value})
+    assert reason is not None and reason.startswith(expect), reason
+
+
+def test_nested_items_are_named_with_their_index():
+    record = next(r for n, r in sink_records() if n == "FunctionComparison" and r["stragglers"])
+    record["stragglers"][0]["p_value"] = 2.0
+    assert validate("FunctionComparison", record).startswith(
+        "FunctionComparison.stragglers[0].p_value = 2.0: not a finite number in [0, 1]")
+
+
+def test_worker_outputs_with_an_unknown_world_size_pass():
+    record = next(r for n, r in sink_records() if n == "RankWindow")
+    assert validate("RankWindow", {**record, "world_size": 0, "last_event_ms": 0}) is None
+
+
+@pytest.mark.parametrize("record", [None, [], {"job": "j"}, {"rank": "x"}, 42])
+def test_malformed_records_give_a_reason_never_an_exception(record):
+    for name in RULES:
+        reason = validate(name, record)
+        assert isinstance(reason, str) and reason
+    assert validate("Nope", {}) == "no content rules for a Nope record"
+
+
+def test_a_batch_that_passes_never_trips_the_summarizers_own_checks():
+    rec = event_batch()
+    s = RankSummarizer(rec["job"], rec["rank"], DetectionPolicy())
+    s.add_events(rec)
+    assert not s.skipped, s.skipped

@@ -1,0 +1,125 @@
+"""The Faust wiring of a stage, driven with a stand-in app: keys, topics and counters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from perftracker.schemas import MultiCodec
+from perftracker.schemas.topics import TopicNames
+from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN
+from perftracker.streams.agents import stage as wiring
+from perftracker.streams.context import StreamContext
+from perftracker.streams.detect import DetectionPolicy
+from perftracker.streams.topology import COMPARE, Stage, TopicRole
+
+from ..detect.synth import T0_WINDOW, W_MS, pattern
+
+POLICY = DetectionPolicy(window_s=5.0)
+
+
+class FakeTopic:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes]] = []
+
+    async def send(self, key: bytes, value: bytes, headers: list | None = None) -> None:
+        self.sent.append((key, value))
+
+
+class FakeApp:
+    """Collects what ``register`` declares: agents by name and timers."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, object] = {}
+        self.timers: list[tuple[float, str, object]] = []
+
+    def agent(self, topic: FakeTopic, name: str):
+        return lambda fn: self.agents.setdefault(name, fn)
+
+    def timer(self, interval: float, name: str):
+        return lambda fn: self.timers.append((interval, name, fn)) or fn
+
+
+async def stream_of(*messages: bytes):
+    for m in messages:
+        yield m
+
+
+@pytest.fixture
+def ctx() -> StreamContext:
+    c = StreamContext(names=TopicNames.for_prefix("pt"), policy=POLICY)
+    c.topics = {role: FakeTopic() for role in (TopicRole.INPUTS, TopicRole.PATTERNS, TopicRole.FINDINGS,
+                                               TopicRole.ANOMALIES, TopicRole.CONTROL, "deadletter")}
+    return c
+
+
+def test_compare_agent_feeds_by_key_and_its_timer_sends_comparisons_keyed_by_job(ctx, monkeypatch):
+    app = FakeApp()
+    wiring.register(app, ctx, COMPARE)
+    assert list(app.agents) == ["perftracker.compare"]
+    ((interval, name, tick),) = app.timers
+    assert (interval, name) == (0.5, "perftracker.compare.tick")
+    clock = [T0_WINDOW * W_MS]
+    monkeypatch.setattr(wiring, "now_ms", lambda: clock[0])
+    msgs = [ctx.encode(FUNCTION_PATTERN, pattern(r, "Model.forward", 10.0)) for r in range(4)]
+    asyncio.run(app.agents["perftracker.compare"](stream_of(*msgs, b"not avro")))
+    counted = ctx.counters.snapshot()
+    assert counted["records_in.FunctionPattern"] == 4 and counted["dead_lettered.patterns"] == 1
+    clock[0] += POLICY.grace_ms + 1
+    asyncio.run(tick())
+    ((key, value),) = ctx.topics[TopicRole.FINDINGS].sent
+    name, record = MultiCodec([FUNCTION_COMPARISON]).decode(value)
+    assert key == b"job" and name == FUNCTION_COMPARISON and record["ranks_seen"] == 4
+    assert ctx.counters.snapshot()["records_out.FunctionComparison"] == 1
+
+
+class Boom:
+    def idle(self, now_wall_ms: int) -> bool:
+        return True
+
+
+def _raise(*args):
+    raise RuntimeError("boom")
+
+
+def test_errors_are_counted_per_stage_and_idle_cores_dropped_after_a_tick(ctx):
+    app = FakeApp()
+    probe = Stage(name="probe", topic=TopicRole.PATTERNS, create=lambda rec, policy: Boom(), feed=_raise,
+                  poll=_raise)
+    wiring.register(app, ctx, probe)
+    msg = ctx.encode(FUNCTION_PATTERN, pattern(0, "f", 1.0))
+    asyncio.run(app.agents["perftracker.probe"](stream_of(msg)))
+    counted = ctx.counters.snapshot()
+    assert counted["errors.probe"] == 1 and "records_in.FunctionPattern" not in counted
+    ((_, _, tick),) = app.timers
+    asyncio.run(tick())
+    asyncio.run(tick())  # the idle core was dropped by the first tick: no second error
+    assert ctx.counters.snapshot()["errors.probe.tick"] == 1
+
+
+class Watch:
+    """An observer that records what it is shown."""
+
+    def __init__(self) -> None:
+        self.fed_records: list[tuple[object, str, str]] = []
+        self.dropped_cores: list[object] = []
+
+    def fed(self, core, name, record) -> None:
+        self.fed_records.append((core, name, record["function"]))
+
+    def dropped(self, core) -> None:
+        self.dropped_cores.append(core)
+
+
+def test_the_observer_sees_each_record_fed_and_each_core_dropped(ctx):
+    app, watch = FakeApp(), Watch()
+    probe = Stage(name="probe", topic=TopicRole.PATTERNS, create=lambda rec, policy: Boom(),
+                  feed=lambda core, name, rec, now: None, poll=lambda core, now, flush: [])
+    wiring.register(app, ctx, probe, watch)
+    msg = ctx.encode(FUNCTION_PATTERN, pattern(0, "f", 1.0))
+    asyncio.run(app.agents["perftracker.probe"](stream_of(msg)))
+    ((core, name, function),) = watch.fed_records
+    assert isinstance(core, Boom) and (name, function) == (FUNCTION_PATTERN, "f")
+    ((_, _, tick),) = app.timers
+    asyncio.run(tick())
+    assert watch.dropped_cores == [core]  # idle: dropped after the tick's poll

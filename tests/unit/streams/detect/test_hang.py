@@ -1,0 +1,114 @@
+"""Hang culprits: the ranks that never entered the collective the others wait in, stalled or
+dead, never the waiting ranks; everyone outside collectives said so."""
+
+import json
+
+from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
+from perftracker.streams.detect.hang import HangState, verdict
+
+from .synth import T0_WINDOW, W_MS, rank_window
+
+POL = DetectionPolicy(window_s=5.0, hang_floor_s=30.0)
+STALL_AT = 4  # first window without a completed iteration
+LAST_SEQ = 200  # the last bucket all-reduce every rank completed
+
+
+def run(state_of, ranks=4, windows=14):
+    """Windows of a 4-rank job that stalls at STALL_AT; ``state_of(rank, i)`` gives the rank's
+    RankWindow overrides during the stall (None: the rank sent nothing). (hang anomalies, window index
+    of the first one)."""
+    d = JobDiagnoser("job", POL)
+    now = T0_WINDOW * W_MS
+    found, first = [], None
+    for i in range(windows):
+        for r in range(ranks):
+            extra = {} if i < STALL_AT else state_of(r, i)
+            if extra is None:
+                continue
+            fields = {"pending_seq": LAST_SEQ, "last_function": "Model.forward", **extra}
+            rw = rank_window(r, window=T0_WINDOW + i, world=ranks, steps=10 if i < STALL_AT else 0, **fields)
+            d.add("RankWindow", rw, now_wall_ms=now + i * W_MS)
+        hangs = [a for a in d.poll(now + i * W_MS + 8000)[0] if a["cause"] == "hang"]
+        if hangs and first is None:
+            first = i
+        found += hangs
+    return found, first
+
+
+def in_ddp_allreduce(r, i):
+    """Ranks 0-2 issued the next step's 5 bucket all-reduces (entered, in flight); rank 3 is
+    stalled in plain Python before its forward, its sender still heartbeating."""
+    if r == 3:
+        return {"last_function": "train.py:prepare_batch", "batches": 1}
+    return {"pending_seq": LAST_SEQ + 5, "pending_in_flight": True,
+            "last_function": "comm:all_reduce:dp", "batches": 1}
+
+
+def test_stalled_rank_before_forward_is_named_not_the_ranks_waiting_in_ddp_allreduce():
+    found, first = run(in_ddp_allreduce)
+    assert found and {tuple(a["ranks"]) for a in found} == {(3,)}
+    assert first - STALL_AT <= POL.hang_floor_s / POL.window_s + 1  # within hang_floor_s + one window
+    a = found[0]
+    ev = json.loads(a["evidence_json"])
+    assert ev["pending_group"] == "dp" and ev["pending_seq"] == LAST_SEQ + 1 and ev["collective"] == "all_reduce"
+    assert ev["waiting_ranks"] == [0, 1, 2] and ev["last_functions"] == {"3": "train.py:prepare_batch"}
+    assert ev["dead_ranks"] == [] and ev["stalled_ranks"] == [3]
+    assert "rank 3 (stalled in train.py:prepare_batch) never entered all_reduce seq 201 of group dp" in a["summary"]
+    assert "died" not in a["summary"]
+
+
+def test_every_rank_stuck_outside_collectives_is_said_and_nobody_is_named():
+    found, _ = run(lambda r, i: {"last_function": f"train.py:step{r}", "batches": 1})
+    assert found and all(a["ranks"] == [] for a in found)
+    assert "every rank is stuck outside collectives" in found[0]["summary"]
+    assert "rank 2 in train.py:step2" in found[0]["summary"]
+
+
+def test_dead_rank_is_named_as_dead_not_hung():
+    """Rank 2's process died: its batches stopped; the others wait in the all-reduce it never entered."""
+    def state(r, i):
+        return None if r == 2 else in_ddp_allreduce(0, i)
+
+    found, first = run(state)
+    assert found and {tuple(a["ranks"]) for a in found} == {(2,)}
+    assert first - STALL_AT <= POL.hang_floor_s / POL.window_s + 1
+    assert "rank 2 (last in Model.forward): process died / stopped reporting" in found[0]["summary"]
+    assert "stalled" not in found[0]["summary"]
+
+
+def test_sub_group_hang_compares_only_the_sub_group_members():
+    """Rank 1 stalled: ranks 0, 2, 3 wait in sub-group g0's all-reduce; ranks 4-7 (sub-group g1,
+    which completed its own) wait in the world all-reduce ranks 0-3 never reached. Only rank 1."""
+    state = HangState()
+    state.note_collectives([
+        {"function": "comm:all_reduce:world", "members": list(range(8)), "member_max_seq": [300] * 8},
+        {"function": "comm:all_reduce:g0", "members": [0, 1, 2, 3], "member_max_seq": [50] * 4},
+        {"function": "comm:all_reduce:g1", "members": [4, 5, 6, 7], "member_max_seq": [50] * 4},
+    ])
+    rws = {}
+    for r in range(8):
+        if r == 1:
+            rws[r] = rank_window(r, pending_group="g0", pending_seq=50, last_function="train.py:slow_block")
+        elif r < 4:
+            rws[r] = rank_window(r, pending_group="g0", pending_seq=51, pending_in_flight=True,
+                                 last_function="comm:all_reduce:g0")
+        else:
+            rws[r] = rank_window(r, pending_group="world", pending_seq=301, pending_in_flight=True,
+                                 last_function="comm:all_reduce:world")
+    state.note_window(rws)
+    v = verdict(state, 5.0)
+    assert v.culprits == [1] and v.dead == [] and not v.everyone_outside
+    g0 = next(w for w in v.waits if w.group == "g0")
+    assert (g0.seq, g0.waiting, g0.missing) == (51, [0, 2, 3], {1})
+    world = next(w for w in v.waits if w.group == "world")
+    assert world.waiting == [4, 5, 6, 7] and world.missing == {0, 1, 2, 3}  # 0, 2, 3 wait elsewhere
+
+
+def test_a_rank_silent_one_heartbeat_interval_is_not_dead():
+    state = HangState()
+    for i in range(3):
+        state.note_window({r: rank_window(r, batches=0 if (r == 2 and i == 2) else 1) for r in range(4)})
+    assert state.dead(5.0) == []
+    for _ in range(2):
+        state.note_window({r: rank_window(r) for r in range(4) if r != 2})
+    assert state.dead(5.0) == [2]
