@@ -79,14 +79,20 @@ class TopicKeeper(threading.Thread):
     A memory-only broker (tansu) comes back from a restart with no topics: consumers
     then wait on topics that no longer exist, and tansu acknowledges what is produced to
     them and keeps nothing. Workers and the sink each run one keeper so the topics come
-    back with their partition counts without anyone's help. ``recreated`` counts the
-    topics it created; a broker that is away is simply tried again later.
+    back with their partition counts without anyone's help; a broker that is away is
+    simply tried again later. ``recreated`` counts the topics it created. A topic whose
+    id changed since the last check (re-created, by this keeper or anyone) is handed out
+    by :meth:`take_recreated`: a consumer's position in the old topic means nothing in
+    the new one (see :func:`rewind`).
     """
 
     def __init__(self, conf: Mapping[str, str], topics: list[Topic], interval_s: float = TOPIC_CHECK_S):
         super().__init__(name="perftracker-topic-keeper", daemon=True)
         self.conf, self.topics, self.interval_s = dict(conf), list(topics), interval_s
         self.recreated = 0
+        self._ids: dict[str, str] = {}
+        self._changed: set[str] = set()
+        self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -94,12 +100,49 @@ class TopicKeeper(threading.Thread):
         while not self._stop_event.wait(self.interval_s):
             try:
                 created = ensure_topics(self.conf, self.topics, timeout_s=5.0, admin=admin)
-            except PerftrackerError as exc:  # broker away or refusing: try again next round
+                ids = _topic_ids(admin, [t.name for t in self.topics])
+            except Exception as exc:  # broker away or refusing: try again next round
                 log.debug("topic check failed: %s", exc)
                 continue
             if created:
                 self.recreated += len(created)
                 log.warning("re-created %d topic(s) the broker had lost: %s", len(created), ", ".join(created))
+            with self._lock:
+                self._changed.update(n for n, i in ids.items() if self._ids.get(n, i) != i)
+                self._ids.update(ids)
+
+    def take_recreated(self) -> set[str]:
+        """Topics re-created since the last call (thread-safe)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+        return changed
 
     def stop(self) -> None:
         self._stop_event.set()
+
+
+def _topic_ids(admin: Any, names: list[str]) -> dict[str, str]:
+    from confluent_kafka import TopicCollection
+
+    futures = admin.describe_topics(TopicCollection(names), request_timeout=5.0)
+    return {name: str(fut.result(5.0).topic_id) for name, fut in futures.items()}
+
+
+def rewind(consumer: Any, topics: set[str]) -> list[tuple[str, int]]:
+    """Seek ``consumer``'s assigned partitions of ``topics`` (re-created: everything in them is
+    new) to their first offset; returns the partitions moved."""
+    if not topics:
+        return []
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    moved = []
+    for tp in consumer.assignment():
+        if tp.topic in topics:
+            try:
+                consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+                moved.append((tp.topic, tp.partition))
+            except Exception as exc:  # not fetching yet: it starts from the (absent) commit anyway
+                log.warning("could not rewind %s[%d] after it was re-created: %s", tp.topic, tp.partition, exc)
+    if moved:
+        log.warning("read %d re-created partition(s) from their start", len(moved))
+    return moved

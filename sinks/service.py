@@ -29,6 +29,7 @@ from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.http_auth import check_bind
+from ..schemas.kafka_admin import rewind
 from ..schemas.logs import setup_logging
 from ..schemas.metrics import exposition, registry_of
 from ..schemas.registry import RegistryUnavailable, fetch_writer, registry_client
@@ -223,6 +224,9 @@ class SinkService:
         except Interrupted:  # stopping: what was not handled is re-read by the next consumer
             return
         self._producer.poll(0)
+        if self._keeper is not None:  # topics re-created under us: their old offsets mean nothing
+            for tp in rewind(self._consumer, self._keeper.take_recreated()):
+                self._offsets.pop(tp, None)
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
