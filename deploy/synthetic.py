@@ -7,11 +7,13 @@ until the last member arrives), optimizer step. One rank's function can be
 made slower; its peers then wait in the all_reduce (the victims), while the
 slow rank's own all_reduce gets shorter (the culprit arrives last).
 Times are generated, not slept: ``seconds`` of job time are produced at once,
-ending now, one batch per rank per simulated second.
+ending now, one batch per rank per simulated second. ``slow_until_s`` ends the
+fault part-way (the job goes on healthy, so its incident resolves).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -33,16 +35,17 @@ class SyntheticJob:
     slow_rank: int = -1
     slow_function: str = "forward"
     slowdown: float = 1.4
+    slow_until_s: float = math.inf  # job time at which the slow rank recovers
     jitter: float = 0.03
     seed: int = 0
     ranks_per_host: int = 8
 
 
-def _step_durations(cfg: SyntheticJob, rng: random.Random) -> list[dict[str, float]]:
+def _step_durations(cfg: SyntheticJob, rng: random.Random, t_s: float) -> list[dict[str, float]]:
     steps = []
     for rank in range(cfg.ranks):
         d = {f: BASE_MS[f] * rng.lognormvariate(0, cfg.jitter) for f in BASE_MS}
-        if rank == cfg.slow_rank:
+        if rank == cfg.slow_rank and t_s < cfg.slow_until_s:
             d[cfg.slow_function] *= cfg.slowdown
         steps.append(d)
     return steps
@@ -62,7 +65,7 @@ def batches(cfg: SyntheticJob) -> Iterator[tuple[int, dict]]:
     pending = [_empty(cfg, r, names, group) for r in range(cfg.ranks)]
     next_flush = 1_000_000_000
     while t_ns < cfg.seconds * 1e9:
-        durs = _step_durations(cfg, rng)
+        durs = _step_durations(cfg, rng, t_ns / 1e9)
         pre = [d["dataloader"] + d["forward"] + d["backward"] for d in durs]
         arrive_last = max(pre)
         for r, d in enumerate(durs):

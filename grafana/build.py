@@ -176,7 +176,7 @@ def _job_health_panels() -> list[dict]:
                                "first_seen": "dateTimeAsIso", "evidence": "string"}),
         panel(9, "Collector health", "table", f"""
             SELECT rank, any(host) AS host_name, max(last_event) AS last_event, max(last_step) AS last_step,
-                   sum(dropped_events) AS dropped, sum(lost_batches) AS lost
+                   max(dropped_events) AS dropped, max(lost_batches) AS lost
             FROM rank_windows WHERE {JOB} AND {HOST_RANK} AND {TF}
             GROUP BY rank ORDER BY rank""", (0, 43, 24, 8),
               {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"}),

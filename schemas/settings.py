@@ -176,7 +176,7 @@ class AlertSettings:
     min_impact_ms_per_step: float = field(default=0.0, metadata={"doc": "do not page below this cost"})
     update_interval_s: float = field(default=300.0, metadata={"doc": "at most one 'update' notification per incident per channel this often"})
     timeout_s: float = field(default=5.0, metadata={"doc": "HTTP timeout of one alert delivery attempt"})
-    max_attempts: int = field(default=5, metadata={"doc": "delivery attempts per notification (exponential backoff with jitter between)"})
+    max_attempts: int = field(default=12, metadata={"doc": "delivery attempts per notification (exponential backoff with jitter between): 12 ride out a receiver down for 90 s at least"})
     retry_base_s: float = field(default=0.5, metadata={"doc": "first retry delay; doubles per attempt, capped at 30 s"})
     queue_size: int = field(default=1000, metadata={"doc": "notifications queued per channel; beyond, new ones are dropped and counted"})
     workers_per_channel: int = field(default=4, metadata={"doc": "parallel deliveries per channel (one hung incident never stalls the others)"})

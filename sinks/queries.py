@@ -112,10 +112,11 @@ QUERIES: dict[str, NamedQuery] = {
         WINDOW, "GPU clocks, temperature, power and throttling per rank and window"),
     "rank_health": NamedQuery(
         "SELECT rank, any(host) AS host, max(last_event) AS last_event, max(last_step) AS last_step,"
-        " sum(dropped_events) AS dropped_events, sum(lost_batches) AS lost_batches"
+        " max(dropped_events) AS dropped_events, max(lost_batches) AS lost_batches,"
+        " toInt64(max(window_id) - min(window_id) + 1 - count()) AS missing_windows"
         " FROM rank_windows FINAL WHERE job = {job:String} AND window_start >= " + _since("rank_windows") +
         " GROUP BY rank ORDER BY rank",
-        WINDOW, "liveness and collector health per rank"),
+        WINDOW, "liveness and collector health per rank (drop and loss counters are cumulative: max)"),
 }
 
 

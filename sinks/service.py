@@ -29,6 +29,7 @@ from ..schemas import SchemaError, bundled_schemas
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.http_auth import check_bind
+from ..schemas.kafka_admin import rewind
 from ..schemas.logs import setup_logging
 from ..schemas.metrics import exposition, registry_of
 from ..schemas.registry import RegistryUnavailable, fetch_writer, registry_client
@@ -123,6 +124,7 @@ class SinkService:
         self.api: QueryServer | None = None
         self._consumer: Any = None
         self._producer: Any = None
+        self._keeper: Any = None
         self._gauges_due = 0.0
 
     # -- lifecycle ---------------------------------------------------------
@@ -152,7 +154,7 @@ class SinkService:
     def start(self) -> None:
         from confluent_kafka import Consumer, Producer
 
-        from ..schemas.kafka_admin import ensure_topics
+        from ..schemas.kafka_admin import TopicKeeper, ensure_topics
 
         store = self.settings.store
         check_bind(store.query_host, self.settings.http_token, "store.query_host")  # before a long store wait
@@ -164,7 +166,10 @@ class SinkService:
                                self.settings.http_token).start()
         conf = consumer_conf(self.settings)
         base = {**self.settings.kafka.client_conf(), "bootstrap.servers": conf["bootstrap.servers"]}
-        ensure_topics(base, all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions))
+        topics = all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions)
+        ensure_topics(base, topics)
+        self._keeper = TopicKeeper(base, topics)  # a restarted memory-only broker gets its topics back
+        self._keeper.start()
         self._producer = Producer({**base, "linger.ms": 50})
         self._consumer = Consumer(conf)
         self._consumer.subscribe([self.topics.patterns, self.topics.findings, self.topics.anomalies],
@@ -191,6 +196,8 @@ class SinkService:
             self.close()
 
     def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
         if self.flusher is not None and self._consumer is not None:
             self._final_flush()
             self.flusher.shutdown()
@@ -217,6 +224,9 @@ class SinkService:
         except Interrupted:  # stopping: what was not handled is re-read by the next consumer
             return
         self._producer.poll(0)
+        if self._keeper is not None:  # topics re-created under us: their old offsets mean nothing
+            for tp in rewind(self._consumer, self._keeper.take_recreated()):
+                self._offsets.pop(tp, None)
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:

@@ -6,7 +6,7 @@ import logging
 
 from ..schemas.errors import ConfigError
 from ..schemas.http_auth import check_bind
-from ..schemas.kafka_admin import ensure_topics
+from ..schemas.kafka_admin import TopicKeeper, ensure_topics
 from ..schemas.logs import setup_logging
 from ..schemas.settings import Settings
 from ..schemas.stackfile import resolve_bootstrap
@@ -26,7 +26,9 @@ def run_worker(settings: Settings) -> None:
         raise ConfigError("no Kafka to connect to: set kafka.bootstrap_servers (or "
                           "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS), or start the embedded stack with `perftracker up`")
     conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
-    ensure_topics(conf, all_topics(settings.kafka.topic_prefix, settings.kafka.partitions))
+    topics = all_topics(settings.kafka.topic_prefix, settings.kafka.partitions)
+    ensure_topics(conf, topics)
+    TopicKeeper(conf, topics).start()  # a restarted memory-only broker gets its topics back
 
     import faust  # imported after the broker check: a wrong address fails fast and clearly
 

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class DeliveryPolicy:
     timeout_s: float = 5.0
-    max_attempts: int = 5
+    max_attempts: int = 12  # backoff 0.5 s doubling to 30 s, jittered: >= 90 s of retries in all
     retry_base_s: float = 0.5
     retry_max_s: float = 30.0
     queue_size: int = 1000

@@ -132,7 +132,8 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
     return RankWindow(
         **_window_fields(RANK_WINDOW_VERSION, meta, window_id, window_s, signature),
         functions=sorted(n for n in w.functions if not n.startswith(KIND_PREFIX)),
-        steps=len(w.steps), last_step=int(progress.last_step),
+        # the window's own last step (the sink numbers step_time_ns back from it); sticky when idle
+        steps=len(w.steps), last_step=int(max(w.steps) if w.steps else progress.last_step),
         step_time_ns=[int(x) for x in w.step_ns],
         last_event_ms=int(progress.last_event_ms), last_function=progress.last_function,
         pending_group=progress.pending_group, pending_seq=int(progress.pending_seq),

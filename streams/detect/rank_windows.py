@@ -10,6 +10,8 @@ silent for ``idle_after_s``. An event is implausible, counted and dropped, when 
 outside [batch wall time - max_duration_s, batch wall time + future_slack_ms]: a
 corrupt timestamp must not open far-away windows or close the current ones early.
 At most ``max_open_windows`` are open; events for more are counted and dropped.
+``dropped`` counts the well-formed events dropped for want of an open window (late or
+too many open): the RankWindow reports them with the collector's own drops.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class RankWindows:
         self.data_ms = 0  # latest event wall time seen
         self.last_input_ms = 0  # caller clock of the latest input
         self.batch_wall_ms = 0  # wall time of the batch being folded in (plausibility reference)
+        self.dropped = 0  # events dropped: late for their window, or too many windows open
 
     def in_range(self, wall_ms: int) -> bool:
         """Events happen before their batch is sent, and not hours before."""
@@ -57,10 +60,12 @@ class RankWindows:
         wid = wall_ms // self.policy.window_ms
         if self.next_window is not None and wid < self.next_window:
             self.skipped["late_event"] += 1
+            self.dropped += 1
             return None
         if wid not in self.windows:
             if len(self.windows) >= self.policy.max_open_windows:
                 self.skipped["too_many_open_windows"] += 1
+                self.dropped += 1
                 return None
             self.windows[wid] = WindowAcc()
         return self.windows[wid]

@@ -36,6 +36,7 @@ class RankSummarizer:
         self.windows = RankWindows(self.policy, self.skipped)
         self.events = EventFolder(self.windows, self.progress, self.policy, self.skipped)
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
+        self.collector_dropped = 0  # the batch header's cumulative count
         self.batches_since_close = 0  # sign of life, heartbeats included
 
     # ---- input -------------------------------------------------------------------------
@@ -50,10 +51,11 @@ class RankSummarizer:
             self.batches_since_close += 1
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
                                  str(batch["host"]), int(batch["gpu"]))
-            self.health.dropped_events = int(batch.get("dropped_events", 0))
+            self.collector_dropped = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
+        self._note_dropped()
         self._note_input(now_wall_ms)
 
     def _accept_seq(self, pid: int, seq: int) -> bool:
@@ -80,6 +82,11 @@ class RankSummarizer:
             self.skipped[f"bad_hardware:{type(exc).__name__}"] += 1
         self._note_input(now_wall_ms)
 
+    def _note_dropped(self) -> None:
+        """What the collector dropped, and what came too late for its window here (a paused
+        pipeline, a stalled consumer): reported together, never silently lost."""
+        self.health.dropped_events = self.collector_dropped + self.windows.dropped
+
     def _note_input(self, now_wall_ms: int | None) -> None:
         if now_wall_ms is not None:
             self.windows.last_input_ms = int(now_wall_ms)
@@ -88,6 +95,7 @@ class RankSummarizer:
     def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
         """Close every finished window, in order; ``flush`` closes all open ones."""
         out: list[tuple[str, FunctionPattern | RankWindow]] = []
+        self._note_dropped()
         for wid, w in self.windows.close_due(now_wall_ms, flush):
             out.extend(close_window(self.meta, wid, self.policy.window_s, w, self.progress, self.health,
                                     batches=self.batches_since_close))
