@@ -12,7 +12,8 @@ gradient buckets as ``nccl:all_reduce`` annotations around ``record_param_comms`
 the collective's recorded metadata) launching ``ncclDevKernel_AllReduce`` kernels on the
 communication stream; one fused AdamW kernel; a host-to-device memcpy per step; metadata
 and instant events. ``slow_rank``'s forward compute is ``slowdown`` times longer, so its
-peers wait in the all-reduces. With the defaults a rank's step is ~4,000 events, ~1 MB.
+peers wait in the all-reduces; ``late_rank`` reaches them ``late_us`` later in ``late_steps``
+only, and ``noise_us`` jitters every rank's arrival. With the defaults a rank's step is ~4,000 events, ~1 MB.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class TraceJob:
     slow_rank: int = 3
     slowdown: float = 1.3
     seed: int = 0
+    late_rank: int = -1  # this rank reaches its all-reduces ``late_us`` later ...
+    late_steps: tuple[int, ...] = ()  # ... in these steps (no compute of its own is slower)
+    late_us: float = 0.0
+    noise_us: float = 0.0  # every rank reaches each step's all-reduces up to this much later (busy host)
 
 
 class _Writer:
@@ -128,6 +133,7 @@ class _Timeline:
     fwd_layer: list  # [rank][step][layer] GPU us of one forward layer
     comm_start: list  # [rank][step][bucket]
     comm_end: list  # [step][bucket]
+    delay: list  # [rank][step] us between forward and backward (late rank, host noise)
 
 
 def _timeline(job: TraceJob) -> _Timeline:
@@ -136,6 +142,7 @@ def _timeline(job: TraceJob) -> _Timeline:
     fwd = [[[sum(FWD_GPU_US) * rng.lognormvariate(0, 0.03) * (job.slowdown if r == job.slow_rank else 1.0)
               for _ in range(job.layers)] for _ in range(job.steps)] for r in range(job.ranks)]
     starts, comm_start, comm_end = [], [[[] for _ in range(job.steps)] for _ in range(job.ranks)], []
+    delay = [[0.0] * job.steps for _ in range(job.ranks)]
     t = T0_US
     for s in range(job.steps):
         starts.append(t)
@@ -143,6 +150,8 @@ def _timeline(job: TraceJob) -> _Timeline:
         for r in range(job.ranks):
             cursor = t + GPU_START_US + sum(fwd[r][s])
             marks = []
+            delay[r][s] = _delay_us(job, rng, r, s)
+            cursor += delay[r][s]
             for i, layer in enumerate(reversed(range(job.layers))):
                 cursor += 2 * fwd[r][s][layer] / (job.slowdown if r == job.slow_rank else 1.0)
                 if (i + 1) % per == 0 or i == job.layers - 1:
@@ -157,7 +166,14 @@ def _timeline(job: TraceJob) -> _Timeline:
                 comm_start[r][s].append(begins[r])
         comm_end.append(ends)
         t = ends[-1] + 1000.0  # optimizer kernel and step tail, the same on every rank
-    return _Timeline(starts, fwd, comm_start, comm_end)
+    return _Timeline(starts, fwd, comm_start, comm_end, delay)
+
+
+def _delay_us(job: TraceJob, rng: random.Random, rank: int, step: int) -> float:
+    """Uninstrumented time between a rank's forward and backward (on the CPU and so on the GPU):
+    host noise, plus the late rank's delay."""
+    noise = rng.uniform(0.0, job.noise_us) if job.noise_us > 0 else 0.0
+    return noise + (job.late_us if rank == job.late_rank and step in job.late_steps else 0.0)
 
 
 def _forward(w: _Writer, tl: _Timeline, job: TraceJob, step: int, cpu: float, tid: int) -> tuple[float, float]:
@@ -218,6 +234,7 @@ def _step(w: _Writer, tl: _Timeline, job: TraceJob, step: int) -> None:
     fwd0 = t0 + 150
     cpu, gpu = _forward(w, tl, job, step, fwd0, main)
     w.annotation("## forward ##", main, fwd0, cpu - fwd0)
+    cpu, gpu = cpu + tl.delay[w.rank][step], gpu + tl.delay[w.rank][step]  # uninstrumented gap
     cpu_b = _backward(w, tl, job, step, cpu + 20, gpu, bwd)
     w.annotation("## backward ##", main, cpu + 10, tl.comm_end[step][-1] + 15 - cpu)
     opt = tl.comm_end[step][-1] + 30

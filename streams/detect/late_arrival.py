@@ -8,8 +8,21 @@ finds, per seq, the member with the shortest time inside: it arrived last, the s
 time is the pure transfer, every other member's extra time is waiting. A member last in
 at least ``late_fraction`` of the seqs whose caused wait reaches the cost floor is listed
 as a straggler with its binomial p-value against chance (1 / members); the diagnoser
-applies ``late_p_value`` (culprits), while any late arriver marks the others as victims.
+applies :func:`is_late_culprit` (culprits), while any late arriver marks the others as victims.
 No clocks are compared across ranks.
+
+Culprit rule (:func:`is_late_culprit`), two ways to enough evidence:
+
+* **many calls**: p <= ``late_p_value`` (1e-4), the stream's usual case of tens of seqs
+  per window, where chance alone almost never reaches it;
+* **few calls, clear majority**: with a handful of seqs (a profiler trace, slow steps) 1e-4
+  is out of reach unless a rank is last in every call (4 members, 6 calls: last in 4 of 6
+  is p = 0.038). Such a rank is a culprit when it is last in more than ``late_majority``
+  (half) of the seqs, p <= ``late_majority_p_value`` (0.05) and the wait it caused per step
+  is at least ``late_majority_step_share`` (3 %) of the job's step time (and the absolute
+  ``min_cost_ms_per_step``). Noise makes some rank last in a majority of few seqs now and
+  then (4 members, 6 seqs: ~15 % of windows), but the wait it causes is the noise's size;
+  the step-share floor is what separates a real late arriver from that.
 """
 
 from __future__ import annotations
@@ -51,6 +64,17 @@ def score_collective(rec: FunctionComparison, good: list[FunctionPattern], polic
     rec["wait_ms_per_step"] = float(np.median(waits))
     rec["member_wait_ms_per_step"] = [round(float(w), 3) for w in waits]
     rec["stragglers"].extend(_stragglers(members, late, step_n, policy.late_fraction, min_cost))
+
+
+def is_late_culprit(s: Straggler, step_ms: float, policy: DetectionPolicy) -> bool:
+    """Whether a listed straggler is a culprit (see the module docstring); ``step_ms`` is the
+    job's median step time (0 when unknown: then only the many-calls rule applies)."""
+    if s["p_value"] <= policy.late_p_value:
+        return True
+    if s["late_fraction"] <= policy.late_majority or s["p_value"] > policy.late_majority_p_value:
+        return False
+    floor = max(policy.min_cost_ms_per_step, policy.late_majority_step_share * step_ms)
+    return step_ms > 0 and s["caused_ms_per_step"] >= floor
 
 
 def _stragglers(members: list[FunctionPattern], late: Lateness, step_n: float, late_fraction: float,

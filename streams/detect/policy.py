@@ -47,6 +47,10 @@ class DetectionPolicy:
     # collectives: a rank is the late arriver of a (group, seq) when its time inside is the shortest
     late_fraction: float = 0.4  # of the compared seqs (one late call site among several in a group)
     late_p_value: float = 1e-4  # binomial tail vs chance (1 / members)
+    # ... or last in a clear majority of few calls (see late_arrival.is_late_culprit)
+    late_majority: float = 0.5  # late in more than this share of the compared seqs
+    late_majority_p_value: float = 0.05  # with this binomial tail vs chance
+    late_majority_step_share: float = 0.03  # and causing at least this share of the step time
     min_seqs: int = 3
     link_excess: float = 0.25  # group transfer time above peer groups' median
     # expectations, as a share of the job's median step time

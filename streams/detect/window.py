@@ -4,7 +4,8 @@ Order of reasoning (each step only sees what the earlier ones left):
   1. rank outliers: a rank's own functions (collective time excluded) above its peers
      -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
      merged per host, data imbalance merged per function;
-  2. stragglers: late arrivers of collectives among peers. A straggler that was itself
+  2. stragglers: late arrivers of collectives among peers (:func:`.late_arrival.is_late_culprit`:
+     strict p-value, or a clear majority of few calls costing a share of the step). A straggler that was itself
      waiting in another collective (at least ``propagated_wait_share`` of the wait it
      caused) or is a member of a group some other rank held up is a propagated victim
      and is dropped; one with no abnormal function of its own is
@@ -34,6 +35,7 @@ from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
+from .late_arrival import is_late_culprit
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
@@ -63,7 +65,7 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
             continue
         for o in c["outliers"]:
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
-    stragglers, victims = _stragglers(comparisons, policy)
+    stragglers, victims = _stragglers(comparisons, step_ms(rank_windows), policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
     findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows, policy)
@@ -73,8 +75,9 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
     return sorted(findings, key=lambda f: -f.impact_ms)
 
 
-def _stragglers(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
-    """Late arrivers of peer collectives, and the ranks that only propagate someone else's
+def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
+                policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
+    """Late arrivers of peer collectives (:func:`.late_arrival.is_late_culprit`), and the ranks that only propagate someone else's
     delay: members other than the late arriver of any collective (pipeline send/recv
     included), and late arrivers that themselves waited, in another collective, at least
     ``propagated_wait_share`` of the wait they caused."""
@@ -85,7 +88,7 @@ def _stragglers(comparisons: list[FunctionComparison], policy: DetectionPolicy) 
             continue
         names = {s["rank"] for s in c["stragglers"]}
         for s in c["stragglers"] if not c["mixed_signatures"] else []:
-            if s["p_value"] <= policy.late_p_value:
+            if is_late_culprit(s, job_step_ms, policy):
                 late[s["rank"]].append({**s, "function": c["function"]})
         if names:
             victims.update(r for r in c["members"] if r not in names)
