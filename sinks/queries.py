@@ -93,10 +93,16 @@ QUERIES: dict[str, NamedQuery] = {
         WINDOW, "time per step of each function on each rank vs the median rank"),
     "collective_late_arrivals": NamedQuery(
         "SELECT function, rank, sum(late_arrivals) AS late_arrivals, sum(collectives) AS collectives,"
-        " avg(wait_caused_ms_per_step) AS wait_caused_ms_per_step, any(host) AS host_name"
+        " avgIf(wait_caused_ms_per_step, late_fraction > 0) AS wait_caused_ms_per_step,"
+        " countIf(late_fraction > 0) AS late_windows, any(host) AS host_name"
         " FROM collectives FINAL WHERE job = {job:String} AND window_start >= " + _since("collectives") +
         " GROUP BY function, rank ORDER BY function, rank",
-        WINDOW, "per collective and rank: times it arrived last and the waits it caused"),
+        WINDOW, "per collective and rank: times it arrived last, and the wait it caused per step"
+                " (mean over the windows it was a late arriver in: the figure its incident reports)"),
+    "incident_opened": NamedQuery(
+        "SELECT incident_id, min(last_seen) AS opened FROM anomalies"
+        " WHERE job = {job:String} AND status = 'OPEN' GROUP BY incident_id",
+        JOB, "per incident: the end of the window that opened it (the earliest it was detected)"),
     "function_outliers": NamedQuery(
         "SELECT function, rank, any(host) AS host_name, count() AS windows, avg(ratio) AS ratio,"
         " avg(robust_z) AS robust_z, avg(cost_ms_per_step) AS cost_ms_per_step"

@@ -8,6 +8,7 @@ needs, so rendering is tested without a store. Times become epoch seconds.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -33,10 +34,12 @@ def epoch_s(value: Any) -> float | None:
 
 
 def _num(value: Any, default: float = 0.0) -> float:
+    """A finite float (NaN from an aggregate over no rows, text, None -> ``default``)."""
     try:
-        return float(value)
+        out = float(value)
     except (TypeError, ValueError):
         return default
+    return out if math.isfinite(out) else default
 
 
 def normalize_step_times(rows: list[dict]) -> list[dict]:
@@ -53,9 +56,12 @@ def normalize_slowdown(rows: list[dict]) -> list[dict]:
 
 
 def normalize_late_arrivals(rows: list[dict]) -> list[dict]:
+    """``collective_late_arrivals`` rows; the wait caused is per step, averaged over the windows
+    the rank arrived late in (the figure its incident reports)."""
     return [{"function": str(r.get("function", "")), "rank": int(r.get("rank", -1)),
              "late_arrivals": int(_num(r.get("late_arrivals"))), "collectives": int(_num(r.get("collectives"))),
-             "wait_caused_ms": _num(r.get("wait_caused_ms")), "wait_ms": _num(r.get("wait_ms"))}
+             "wait_caused_ms_per_step": _num(r.get("wait_caused_ms_per_step")),
+             "late_windows": int(_num(r.get("late_windows")))}
             for r in rows]
 
 
@@ -68,6 +74,7 @@ def normalize_incident(row: dict) -> dict:
     out["impact_ms_per_step"] = _num(row.get("impact_ms_per_step"))
     out["score"] = _num(row.get("score"))
     out["step_time_ms"] = _num(row.get("step_time_ms"))
+    out["detected_s"] = epoch_s(row.get("detected_s"))
     return out
 
 
@@ -89,4 +96,11 @@ def build_report_data(settings: Any, job: str, markers: list[dict] | None = None
                      "late_arrivals": normalize_late_arrivals}[key](rows)
     data["diagnosis"] = diagnose(settings, job, include_resolved=True)  # the `diagnose --json` rows
     data["incidents"] = [normalize_incident(r) for r in data["diagnosis"]]
+    try:
+        opened = {str(r["incident_id"]): r.get("opened") for r in query(settings, "incident_opened", job=job)}
+    except Exception as exc:  # without it the chart marks "first seen" instead of "detected"
+        data["missing"].append(f"incident_opened: {exc}")
+        opened = {}
+    for inc in data["incidents"]:
+        inc["detected_s"] = epoch_s(opened.get(str(inc.get("incident_id"))))
     return data

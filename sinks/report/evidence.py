@@ -19,10 +19,15 @@ VERDICTS = {"contended": "waited for a CPU more than its peers",
 CPU_ROWS = (("runqueue_wait_ms_per_step", "run-queue wait (ms/step)"),
             ("involuntary_switches_per_step", "involuntary switches / step"),
             ("steal_pct", "CPU steal (%)"), ("cpu_ratio", "thread CPU / wall"))
+HOST_ROWS = (("load1", "host load (1 min)"), ("major_faults", "major page faults"))  # the rank's own, no peer figure
 
 
 def _num(v: Any) -> str:
     return f"{v:,.3g}" if isinstance(v, (int, float)) else escape(str(v))
+
+
+def _measured(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
 
 
 def cpu_block(cpu: Any) -> str:
@@ -35,7 +40,8 @@ def cpu_block(cpu: Any) -> str:
             continue
         verdict = VERDICTS.get(str(ev.get("verdict")), str(ev.get("verdict", "")))
         readings = [f"{name} {_num(ev[k])} vs {_num(ev.get('peer_' + k, '-'))} on peers"
-                    for k, name in CPU_ROWS if k in ev]
+                    for k, name in CPU_ROWS if _measured(ev.get(k))]
+        readings += [f"{name} {_num(ev[k])}" for k, name in HOST_ROWS if _measured(ev.get(k))]
         items.append(f"<li>rank {escape(str(rank))}: <b>{escape(verdict)}</b>"
                      f"{'; ' + escape('; '.join(readings)) if readings else ''}</li>")
     return f'<div class="cpu-evidence"><h4>CPU evidence</h4><ul>{"".join(items)}</ul></div>' if items else ""

@@ -51,7 +51,7 @@ def render_verdict(incidents: list[dict]) -> str:
     top = incidents[0]
     more = f" (and {len(incidents) - 1} more)" if len(incidents) > 1 else ""
     return (f'<p class="verdict bad" id="verdict">{escape(cause_title(top.get("cause", "")))} on '
-            f'{escape(who(top.get("ranks", []), top.get("hosts", [])))}, function '
+            f'{escape(who(top.get("ranks", []), known_hosts(top)))}, function '
             f'<code>{escape(str(top.get("function", "")))}</code>, costing '
             f'{top.get("impact_ms_per_step", 0.0):.1f} ms per step{escape(more)}.</p>')
 
@@ -62,12 +62,20 @@ def render_chart(data: dict) -> str:
     for r in steps:
         series.setdefault(r["rank"], []).append((r["t"], r["step_time_ms"]))
     markers = list(data.get("markers", []))
-    for inc in data.get("incidents", []):
-        if inc.get("first_seen_s"):
-            markers.append({"t": inc["first_seen_s"], "kind": "detected",
-                            "label": f"detected: {cause_title(inc.get('cause', ''))}"})
+    markers += [m for inc in data.get("incidents", []) if (m := _detection_marker(inc))]
     t0 = min([r["t"] for r in steps] + [m["t"] for m in markers if m.get("t")], default=0.0)
     return step_time_chart(series, markers, _culprits(data.get("incidents", [])), t0)
+
+
+def _detection_marker(inc: dict) -> dict | None:
+    """At the end of the window that opened the incident (``detected_s``), which is after the
+    onset; an incident without it (an older store) is marked where it was first seen, and says so."""
+    title = cause_title(str(inc.get("cause", "")))
+    if inc.get("detected_s"):
+        return {"t": inc["detected_s"], "kind": "detected", "label": f"detected: {title}"}
+    if inc.get("first_seen_s"):
+        return {"t": inc["first_seen_s"], "kind": "first-seen", "label": f"first seen: {title}"}
+    return None
 
 
 def render_heatmap(rows: list[dict]) -> str:
@@ -95,12 +103,28 @@ def render_heatmap(rows: list[dict]) -> str:
             'collective on most ranks means they <em>wait</em> there: see who arrives last below.</p>')
 
 
-def render_late_arrivals(rows: list[dict]) -> str:
+def incident_waits(incidents: list[dict]) -> dict[tuple[str, int], float]:
+    """(collective, rank) -> the wait per step an incident says the rank causes there: a
+    straggler incident's impact, or a rank finding's ``late_arrivals`` evidence."""
+    out: dict[tuple[str, int], float] = {}
+    for inc in incidents:
+        ev = inc.get("evidence") if isinstance(inc.get("evidence"), dict) else {}
+        ranks = [int(r) for r in inc.get("ranks") or []]
+        if inc.get("kind") == "straggler" and len(ranks) == 1:
+            out.setdefault((str(inc.get("function", "")), ranks[0]), float(inc.get("impact_ms_per_step", 0.0)))
+        for late in ev.get("late_arrivals") or [] if isinstance(ev.get("late_arrivals"), list) else []:
+            if isinstance(late, dict) and "function" in late and len(ranks) == 1:
+                out.setdefault((str(late["function"]), ranks[0]), float(late.get("caused_ms_per_step", 0.0)))
+    return out
+
+
+def render_late_arrivals(rows: list[dict], incidents: list[dict] | None = None) -> str:
     if not rows:
         return '<p class="empty">No collectives compared for this job.</p>'
     ranks = sorted({r["rank"] for r in rows})
     functions = sorted({r["function"] for r in rows})
     cell = {(r["function"], r["rank"]): r for r in rows}
+    told = incident_waits(incidents or [])
     head = "".join(f"<th>rank {r}</th>" for r in ranks)
     body = []
     for f in functions:
@@ -111,37 +135,62 @@ def render_late_arrivals(rows: list[dict]) -> str:
                 tds.append("<td></td>")
                 continue
             share = r["late_arrivals"] / r["collectives"]
+            caused = told.get((f, rank), r["wait_caused_ms_per_step"])
             tip = (f"rank {rank} arrived last in {r['late_arrivals']} of {r['collectives']} {f} calls; "
-                   f"caused {r['wait_caused_ms']:.0f} ms of waiting, waited {r['wait_ms']:.0f} ms itself")
-            tds.append(f'<td style="background:{share_color(share)}" title="{escape(tip)}">'
-                       f'{share:.0%}<br><span class="note">{r["wait_caused_ms"]:.0f} ms caused</span></td>')
+                   f"the others waited {caused:.1f} ms per step for it")
+            note = f'<br><span class="note">{caused:.1f} ms/step caused</span>' if caused > 0 else ""
+            tds.append(f'<td style="background:{share_color(share)}" title="{escape(tip)}">{share:.0%}{note}</td>')
         body.append(f'<tr><th class="fn" title="{escape(f)}">{escape(f)}</th>{"".join(tds)}</tr>')
     return (f'<table class="grid late"><tr><th>collective \\ rank</th>{head}</tr>{"".join(body)}</table>'
             '<p class="note">Share of the calls in which the rank arrived last (the one the others '
-            'waited for), and the waiting it caused. The culprit of a collective arrives last; its '
-            'victims show long times inside the call.</p>')
+            'waited for), and the wait it caused per step while it was late (its incident\'s figure). '
+            'The culprit of a collective arrives last; its victims show long times inside the call.</p>')
+
+
+FACT_KEYS = frozenset({"ranks", "hosts", "gpus", "function", "kind", "score", "windows", "impact_ms_per_step",
+                       "first_seen", "last_seen", "step_time_ms"})  # shown once, as facts, not again as evidence
+UNKNOWN_HOSTS = frozenset({"", "unknown"})
+
+
+def known_hosts(inc: dict[str, Any]) -> list[str]:
+    return [str(h) for h in inc.get("hosts") or [] if str(h) not in UNKNOWN_HOSTS]
+
+
+def _known(value: Any) -> bool:
+    """False for what says nothing: None, '', empty lists and dicts, the -1 of 'not measured'."""
+    if value is None or value == "" or value == -1 or value == -1.0:
+        return False
+    return not (isinstance(value, (list, tuple, dict)) and not value)
+
+
+def card_facts(inc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The card's facts and evidence lines, each once; unknown or empty ones left out."""
+    step_ms = inc.get("step_time_ms") or 0.0
+    share = f" ({inc['impact_ms_per_step'] / step_ms:.0%} of the {step_ms:.1f} ms step)" if step_ms else ""
+    gpus = [str(g) for g in inc.get("gpus") or [] if isinstance(g, int) and g >= 0]
+    hosts = known_hosts(inc)
+    facts = [("ranks", ", ".join(map(str, inc.get("ranks", []))) or "all"), ("hosts", ", ".join(hosts)),
+             ("GPUs", ", ".join(gpus)), ("function", str(inc.get("function", ""))), ("kind", str(inc.get("kind", ""))),
+             ("impact", f"{inc['impact_ms_per_step']:.1f} ms per step{share}"),
+             ("score", f"{inc['score']:.1f}"), ("first seen", _fmt_time(inc.get("first_seen_s"))),
+             ("last seen", _fmt_time(inc.get("last_seen_s"))), ("windows", str(inc.get("windows") or ""))]
+    facts = [(k, v) for k, v in facts if v not in ("", "-")]
+    ev = inc.get("evidence")
+    if isinstance(ev, dict):
+        ev = {k: v for k, v in ev.items() if k not in RENDERED_HERE and k not in FACT_KEYS and _known(v)}
+    return facts + evidence_lines(ev)
 
 
 def render_card(inc: dict[str, Any]) -> str:
     status = str(inc.get("status", Status.OPEN.value))
-    step_ms = inc.get("step_time_ms") or 0.0
-    share = f" ({inc['impact_ms_per_step'] / step_ms:.0%} of the {step_ms:.1f} ms step)" if step_ms else ""
-    facts = [("ranks", ", ".join(map(str, inc.get("ranks", []))) or "-"),
-             ("hosts", ", ".join(inc.get("hosts", [])) or "-"),
-             ("GPUs", ", ".join(map(str, inc.get("gpus") or [])) or "-"),
-             ("function", str(inc.get("function", ""))), ("kind", str(inc.get("kind", ""))),
-             ("impact", f"{inc['impact_ms_per_step']:.1f} ms per step{share}"),
-             ("score", f"{inc['score']:.1f}"), ("first seen", _fmt_time(inc.get("first_seen_s"))),
-             ("last seen", _fmt_time(inc.get("last_seen_s"))), ("windows", str(inc.get("windows", "")))]
-    ev = inc.get("evidence")
-    facts += evidence_lines({k: v for k, v in ev.items() if k not in RENDERED_HERE} if isinstance(ev, dict) else ev)
-    dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
+    dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in card_facts(inc))
     return (f'<div class="card incident {"resolved" if status == Status.RESOLVED else ""}" '
             f'data-cause="{escape(str(inc.get("cause", "")))}" data-ranks="{escape(",".join(map(str, inc.get("ranks", []))))}">'
-            f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), inc.get("hosts", [])))}'
+            f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), known_hosts(inc)))}'
             f'<span class="badge {status.lower()}">{escape(status)}</span></h3>'
             f'<p class="summary">{escape(str(inc.get("summary", "")))}</p>'
-            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{evidence_blocks(ev)}<dl>{dl}</dl></div>')
+            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{evidence_blocks(inc.get("evidence"))}'
+            f'<dl>{dl}</dl></div>')
 
 
 def _advice_line(inc: dict[str, Any]) -> str:
@@ -164,6 +213,6 @@ def render_html(data: dict) -> str:
 <section id="incidents"><h2>Root causes, most costly first</h2><div class="cards">{cards}</div></section>
 <section id="step-times"><h2>Step time per rank</h2>{render_chart(data)}</section>
 <section id="heatmap"><h2>Slowdown against peers: rank × function</h2>{render_heatmap(data.get("slowdown", []))}</section>
-<section id="late-arrivals"><h2>Collective late arrivals</h2>{render_late_arrivals(data.get("late_arrivals", []))}</section>
+<section id="late-arrivals"><h2>Collective late arrivals</h2>{render_late_arrivals(data.get("late_arrivals", []), incidents)}</section>
 </main></body></html>
 """

@@ -84,3 +84,23 @@ def test_replayed_rows_collapse(store):
         raw = store.query(f"SELECT count() FROM {table}").rows[0][0]
         final = store.query(f"SELECT count() FROM {table} FINAL").rows[0][0]
         assert raw == 2 * final and final > 0, table
+
+
+def test_report_queries_late_wait_per_step_and_the_window_that_opened_an_incident(store):
+    """The late-arrival figure is the mean over the windows the rank was late in (what its
+    incident says), not diluted by the windows before the fault; the detection time is the
+    OPEN record's window end, not the incident's first window start."""
+    from datetime import datetime, timezone
+
+    migrate(store)
+    t0 = int(datetime.now(timezone.utc).timestamp()) // 5 * 5
+    rows = [("j", w, datetime.fromtimestamp(t0 + 5 * w, tz=timezone.utc), "comm:all_reduce", 2, "h", -1, 50,
+             25 if w >= 2 else 0, 0.5 if w >= 2 else 0.0, 15.3 if w >= 2 else 0.0, 1e-6, 4.0, 1.0, 0)
+            for w in range(6)]
+    store.insert("collectives", TABLES["collectives"].column_names, rows, column_oriented=False)
+    (late,) = run_query(store, "collective_late_arrivals", {"job": "j"}).dicts()
+    assert late["wait_caused_ms_per_step"] == 15.3 and late["late_windows"] == 4 and late["late_arrivals"] == 100
+    load(store, [("Anomaly", samples.anomaly("j", status=s, last_seen_s=t0 + dt))
+                 for s, dt in (("OPEN", 10), ("UPDATED", 20), ("RESOLVED", 30))])
+    (opened,) = run_query(store, "incident_opened", {"job": "j"}).dicts()
+    assert opened["incident_id"] == "inc-1" and opened["opened"].timestamp() == t0 + 10

@@ -11,7 +11,7 @@ from perftracker.sinks.report import json_path_for, render_html, write_report_fi
 from perftracker.sinks.report.data import epoch_s, normalize_step_times
 from perftracker.sinks.report.svg import nice_max, slowdown_color
 
-from .sample import incident, report_data
+from .sample import FAULT_S, incident, report_data
 
 
 def test_page_has_every_panel_and_the_incident() -> None:
@@ -112,3 +112,61 @@ def test_card_shows_stack_tops_and_cpu_evidence() -> None:
     assert "<dt>cpu</dt>" not in page  # rendered in words, not as a raw evidence line
     old = render_html(report_data([incident(evidence={"cpu": {"1": {"verdict": "unavailable"}}})]))
     assert "CPU evidence unavailable" in old and "Where the time goes" not in old
+
+
+def _marker_x(page: str, kind: str) -> float:
+    m = re.search(rf'class="marker marker-{kind}" x1="([0-9.]+)"', page)
+    assert m, f"no {kind} marker"
+    return float(m.group(1))
+
+
+def test_detected_marker_is_at_the_detection_time_after_the_onset() -> None:
+    data = report_data()
+    page = render_html(data)
+    fault, detected = _marker_x(page, "fault"), _marker_x(page, "detected")
+    assert detected > fault  # first_seen (the window start) is before the onset; detection is not
+    assert data["incidents"][0]["first_seen_s"] < FAULT_S < data["incidents"][0]["detected_s"]
+    data["incidents"][0]["detected_s"] = None  # a store without the OPEN history
+    old = render_html(data)
+    assert "marker-detected" not in old and "first seen: Slow data loader" in old
+    assert _marker_x(old, "first-seen") < fault
+
+
+def test_late_arrival_matrix_says_the_wait_the_incident_reports() -> None:
+    inc = incident(kind="straggler", function="comm:all_reduce", impact_ms_per_step=15.3)
+    page = render_html(report_data([inc]))
+    matrix = page[page.index('id="late-arrivals"'):]
+    assert "15.3 ms/step caused" in matrix and "0 ms caused" not in matrix
+    assert matrix.count("ms/step caused") == 1  # the never-late ranks say nothing caused
+    assert "11.8 ms/step caused" in render_html(report_data([]))  # no incident: the store's figure
+    evidence = {"late_arrivals": [{"function": "comm:all_reduce", "late_seqs": 9, "late_fraction": 0.9,
+                                   "caused_ms_per_step": 7.25}]}
+    assert "7.2 ms/step caused" in render_html(report_data([incident(evidence=evidence)]))
+
+
+def test_card_shows_each_fact_once_and_hides_unknown_ones() -> None:
+    ev = {"function": "torch.utils.data.DataLoader.__next__", "windows": 6, "hardware": {}, "late_arrivals": [],
+          "ratio": 26.3, "clock_mhz": -1}
+    page = render_html(report_data([incident(gpus=[-1], hosts=["unknown"], evidence=ev)]))
+    card = page[page.index('class="card incident'):page.index("</dl>")]
+    assert card.count("<dt>function</dt>") == 1 and card.count("<dt>windows</dt>") == 1
+    for hidden in ("<dt>GPUs</dt>", "<dt>hardware</dt>", "<dt>late arrivals</dt>", "<dt>hosts</dt>", "clock"):
+        assert hidden not in card
+    assert "on unknown" not in page and "<dt>ratio</dt>" in card
+    shown = render_html(report_data([incident(gpus=[0, 3], hosts=["node7"])]))
+    assert "<dt>GPUs</dt><dd>0, 3</dd>" in shown and "<dt>hosts</dt><dd>node7</dd>" in shown
+
+
+def test_card_cpu_evidence_includes_host_load_and_faults_and_escapes_frames() -> None:
+    ev = {"cpu": {"2": {"verdict": "contended", "cpu_ratio": 0.41, "peer_cpu_ratio": 0.95,
+                        "involuntary_switches_per_step": 120.0, "peer_involuntary_switches_per_step": 3.0,
+                        "steal_pct": 9.0, "peer_steal_pct": 0.5, "load1": 14.2, "major_faults": -1}},
+          "top_frames": {"2": [{"frame": "<evil>.py:3 f `a<b`", "samples": 7, "share": 0.7}]},
+          "location": {"frame": "train.py:88 step `x.clone()`", "extra_ms_per_step": 12.0}}
+    page = render_html(report_data([incident(kind="straggler", cause="slow_function", evidence=ev)]))
+    for text in ("thread CPU / wall 0.41 vs 0.95 on peers", "involuntary switches / step 120 vs 3 on peers",
+                 "CPU steal (%) 9 vs 0.5 on peers", "host load (1 min) 14.2"):
+        assert text in page
+    assert "major page faults" not in page  # -1: not measured
+    assert "<evil>" not in page and escape("<evil>.py:3 f `a<b`") in page
+    assert "12 ms/step more than its peers" in page  # a late arriver's location (one frame, not per rank)
