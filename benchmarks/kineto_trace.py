@@ -47,6 +47,7 @@ KERNELS = {
                   "operator()() const::{lambda(c10::BFloat16)#1}, at::detail::Array<char*, 2> >(int, ...)",
 }
 NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+NCCL_KERNEL_PRE_2_19 = "ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)"
 ADAM_KERNEL = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
                "namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor"
                "<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, "
@@ -68,6 +69,8 @@ class TraceJob:
     late_steps: tuple[int, ...] = ()  # ... in these steps (no compute of its own is slower)
     late_us: float = 0.0
     noise_us: float = 0.0  # every rank reaches each step's all-reduces up to this much later (busy host)
+    first_step: int = 0  # number of the first ProfilerStep (a profiler schedule skips wait/warmup steps)
+    nccl_kernel: str = ""  # the all-reduce kernel's name; default NCCL_KERNEL (NCCL >= 2.19 names)
 
 
 class _Writer:
@@ -211,7 +214,7 @@ def _backward(w: _Writer, tl: _Timeline, job: TraceJob, step: int, cpu: float, g
                 "Out msg nelems": 25 << 19, "Group size": job.ranks, "Process Group Name": "0",
                 "Process Group Description": "default_pg",
                 "Process Group Ranks": str(list(range(job.ranks))), "Rank": w.rank})
-            w.launch(NCCL_KERNEL, tid, cpu + 20, start, end - start, COMM_STREAM)
+            w.launch(job.nccl_kernel or NCCL_KERNEL, tid, cpu + 20, start, end - start, COMM_STREAM)
             cpu += 50
             bucket += 1
     return cpu
@@ -221,7 +224,7 @@ def _step(w: _Writer, tl: _Timeline, job: TraceJob, step: int) -> None:
     main, bwd = w.pid, w.pid + 117
     t0 = tl.step_start[step]
     end = tl.comm_end[step][-1] + 1000.0
-    w.annotation(f"ProfilerStep#{step}", main, t0, end - 20 - t0)
+    w.annotation(f"ProfilerStep#{job.first_step + step}", main, t0, end - 20 - t0)
     w.annotation("## zero_grad ##", main, t0 + 5, 60.0)
     w.op("aten::zero_", main, t0 + 10, 40.0, [[4096, 4096]])
     w.corr += 1
