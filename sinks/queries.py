@@ -102,7 +102,7 @@ QUERIES: dict[str, NamedQuery] = {
     "incident_opened": NamedQuery(
         "SELECT incident_id, min(last_seen) AS opened FROM anomalies"
         " WHERE job = {job:String} AND status = 'OPEN' GROUP BY incident_id",
-        JOB, "per incident: the end of the window that opened it (the earliest it was detected)"),
+        {**JOB}, "per incident: the end of the window that opened it (the earliest it was detected)"),
     "function_outliers": NamedQuery(
         "SELECT function, rank, any(host) AS host_name, count() AS windows, avg(ratio) AS ratio,"
         " avg(robust_z) AS robust_z, avg(cost_ms_per_step) AS cost_ms_per_step"

@@ -108,11 +108,12 @@ def incident_waits(incidents: list[dict]) -> dict[tuple[str, int], float]:
     straggler incident's impact, or a rank finding's ``late_arrivals`` evidence."""
     out: dict[tuple[str, int], float] = {}
     for inc in incidents:
-        ev = inc.get("evidence") if isinstance(inc.get("evidence"), dict) else {}
+        ev = inc.get("evidence")
+        lates = ev.get("late_arrivals") if isinstance(ev, dict) else None
         ranks = [int(r) for r in inc.get("ranks") or []]
         if inc.get("kind") == "straggler" and len(ranks) == 1:
             out.setdefault((str(inc.get("function", "")), ranks[0]), float(inc.get("impact_ms_per_step", 0.0)))
-        for late in ev.get("late_arrivals") or [] if isinstance(ev.get("late_arrivals"), list) else []:
+        for late in lates if isinstance(lates, list) else []:
             if isinstance(late, dict) and "function" in late and len(ranks) == 1:
                 out.setdefault((str(late["function"]), ranks[0]), float(late.get("caused_ms_per_step", 0.0)))
     return out
