@@ -24,7 +24,7 @@ named. A tool is ``correct`` on a set when it names every expected rank and no o
 against it; ``hta_top1_correct`` gives it the benefit of k = 1).
 
 Without HTA installed the benchmark runs perftracker alone and says how to install HTA
-(``pip install holistictraceanalysis``, also in the ``dev`` extra).
+(``pip install holistictraceanalysis``, or the ``hta`` extra).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from perftracker.streams.traces.importer import import_traces_with_report
 from .kineto_trace import NCCL_KERNEL_PRE_2_19, TraceJob, write_job
 
 DLRM_ENV = "PERFTRACKER_DLRM_TRACES"
-HTA_MISSING = "holistictraceanalysis is not installed: pip install holistictraceanalysis (or pip install -e '.[dev]')"
+HTA_MISSING = "holistictraceanalysis is not installed: pip install holistictraceanalysis (or pip install -e '.[dev,hta]')"
 
 
 @dataclass(frozen=True)
