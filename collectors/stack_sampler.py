@@ -8,6 +8,16 @@ thread's current frame (``sys._current_frames()``) and counts two frames:
   whose file is not in torch, perftracker or the standard library. "Where the rank's
   time goes" in the user's own terms (``train.py:88 step``).
 
+Never touch another thread's frames after letting it run. Walking the training
+thread's frame objects (``f_back``) after that thread ran again can crash CPython 3.11
+(a suspended generator's frame keeps a dangling ``previous``: python/cpython#111363,
+#99110; ranks died of SIGSEGV here when the sampler blocked on its lock between
+``sys._current_frames()`` and the walk, so the training thread ran in between). So
+:func:`read_frames` copies the two frames out as plain tuples right after
+``sys._current_frames()``, in a few microseconds of pure attribute reads with no call
+that could release the GIL (the interpreter hands the GIL over only after the 5 ms
+switch interval), and the frame objects are dropped before anything else happens.
+
 Counts are kept per (file, line, function) and handed out once per flush
 (:meth:`StackSampler.take`). Bad input is counted and skipped: a thread that exited
 (no frame), a file name that is not valid UTF-8 (escaped, counted), any exception.
@@ -73,6 +83,26 @@ def _source(file: str, line: int) -> str:
         return ""
 
 
+def read_frames(frame: FrameType, user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
+    """The innermost frame and the innermost user frame (None: none within MAX_DEPTH) of the
+    stack whose top is ``frame``, as plain tuples. ``user`` caches the per-code decision.
+    Nothing here may release the GIL (see the module's docstring)."""
+    code = frame.f_code
+    innermost = (code.co_filename, frame.f_lineno or 0, code.co_name)
+    f: FrameType | None = frame
+    depth = 0
+    while f is not None and depth < MAX_DEPTH:
+        code = f.f_code
+        is_user = user.get(code)
+        if is_user is None:
+            is_user = user[code] = not is_library(code.co_filename)
+        if is_user:
+            return innermost, (code.co_filename, f.f_lineno or 0, code.co_name)
+        f = f.f_back
+        depth += 1
+    return innermost, None
+
+
 class StackCounts:
     """Per-flush counts of sampled frames; ``add`` is called by the sampler thread only."""
 
@@ -80,31 +110,18 @@ class StackCounts:
         self.counts: Counter[tuple[Frame, int]] = Counter()
         self.samples = 0
         self.skipped: Counter[str] = Counter()  # by reason
-        self._user: dict[CodeType, bool] = {}
 
-    def _is_user(self, code: CodeType) -> bool:
-        user = self._user.get(code)
-        if user is None:
-            user = self._user[code] = not is_library(code.co_filename)
-        return user
-
-    def add(self, frame: FrameType) -> None:
-        """Count one sample of a thread whose innermost frame is ``frame``."""
+    def add(self, innermost: Frame, where: Frame | None) -> None:
+        """Count one sample: its innermost frame and its innermost user frame (None: none)."""
         self.samples += 1
-        self._count(frame, INNERMOST)
-        f: FrameType | None = frame
-        depth = 0
-        while f is not None and depth < MAX_DEPTH:
-            if self._is_user(f.f_code):
-                self._count(f, WHERE)
-                return
-            f = f.f_back
-            depth += 1
-        self.skipped["no_user_frame"] += 1
+        self._count(innermost, INNERMOST)
+        if where is None:
+            self.skipped["no_user_frame"] += 1
+        else:
+            self._count(where, WHERE)
 
-    def _count(self, frame: FrameType, kind: int) -> None:
-        code = frame.f_code
-        key = ((code.co_filename, frame.f_lineno or 0, code.co_name), kind)
+    def _count(self, key_frame: Frame, kind: int) -> None:
+        key = (key_frame, kind)
         if key in self.counts or len(self.counts) < MAX_FRAMES:
             self.counts[key] += 1
         else:
@@ -131,6 +148,7 @@ class StackSampler(threading.Thread):
         self.hz = hz
         self.errors = 0
         self._counts = StackCounts()
+        self._user: dict[CodeType, bool] = {}  # per-code "is user code", sampler thread only
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
@@ -138,12 +156,13 @@ class StackSampler(threading.Thread):
         """One sample; never raises (a vanished thread is counted and skipped)."""
         try:
             frame = sys._current_frames().get(self.target)
+            sample = None if frame is None else read_frames(frame, self._user)
+            del frame  # before anything that could let the training thread run
             with self._lock:
-                if frame is None:
+                if sample is None:
                     self._counts.skipped["thread_gone"] += 1
                 else:
-                    self._counts.add(frame)
-            del frame
+                    self._counts.add(*sample)
         except Exception:  # noqa: BLE001 - a sampler must never disturb the process
             self.errors += 1
 
@@ -156,7 +175,6 @@ class StackSampler(threading.Thread):
         """The counts since the last call (a fresh accumulator takes over)."""
         with self._lock:
             counts, self._counts = self._counts, StackCounts()
-            self._counts._user = counts._user  # keep the per-code decisions
         return counts
 
     def close(self) -> None:
