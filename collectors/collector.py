@@ -59,6 +59,7 @@ class CollectorStats:
     iteration_pattern: tuple[str, ...]
     torch_hooks: bool
     profile_windows: int
+    profile_windows_dropped: int
     background_cpu_s: float  # CPU of the collector's own threads so far (-1 unknown)
     background_cpu_by_thread: dict[str, float]  # the same by thread (empty if unknown)
 
@@ -217,7 +218,7 @@ class Collector:
             errors_caught=counters.errors_caught, step=rec.step,
             gc_short_pauses=counters.gc_short_pauses,
             iteration_pattern=tuple(t.name for t in pattern), torch_hooks=self.torch_hooks,
-            profile_windows=counters.profile_windows,
+            profile_windows=counters.profile_windows, profile_windows_dropped=counters.profile_windows_dropped,
             **_background(self._background_cpu if self._closed else background_cpu_by_thread()))
 
     def close(self) -> None:

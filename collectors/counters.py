@@ -34,6 +34,8 @@ class CollectorCounters(CounterSet):
     gc_short_pauses = Counter("GC pauses shorter than gc_min_us: counted here, not sent")
     gc_short_pause_ns = Counter("total duration of those short GC pauses, in ns")
     profile_windows = Counter("profiling windows summarized and queued for sending")
+    profile_windows_dropped = Counter("profiling windows running or unsummarized at exit, dropped: "
+                                      "summarizing a trace would hold the process's exit up")
     cpu_read_errors = Counter("/proc files of the training thread or host that could not be read or parsed "
                               "(no schedstat, thread gone, garbage); their values are sent as unknown")
     stack_samples = Counter("samples taken of the training thread's Python stack")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..schemas.vocabulary import CONTROL, HARDWARE_BATCH
 from .control import ControlFollower
+from .counters import CollectorCounters
 from .hardware import HardwareSampler, open_nvml
 from .profiling import ProfileWindows
 from .transport import KafkaSink
@@ -23,7 +24,9 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     sampler = _start_nvml(collector, torch) if cfg.nvml_interval_s > 0 else None
     on_change = sampler.set_fast if sampler is not None else (lambda active: None)
     windows = ProfileWindows(torch, collector.sender.add_kernels, collector.errors,
-                             cfg.profile_every_s, cfg.profile_duration_s, on_change)
+                             cfg.profile_every_s, cfg.profile_duration_s, on_change,
+                             lambda n: collector.recorder.counters.inc(CollectorCounters.profile_windows_dropped,
+                                                                       by=n))
     collector.recorder.add_step_listener(windows.on_step)
     collector.sender.add_task(windows.summarize_finished)
     collector.add_part(windows, close_first=True)

@@ -7,6 +7,11 @@ of ``profile_every_s`` of wall time (ranks' clocks agree to well under one
 iteration). It stops at the first boundary after ``duration_s``. Starting and
 stopping run on the training thread (cheap); turning the trace into per-op
 summaries (count, total, p50, p99, max) runs on the sender thread.
+
+At exit a window still running is stopped and, like a finished window not yet
+summarized, dropped and counted (``profile_windows_dropped``): turning a trace into
+summaries takes seconds to a minute of Python, far past the exit flush's limit, and the
+training process must end when its user's code ends.
 """
 
 from __future__ import annotations
@@ -46,13 +51,16 @@ class _Active:
 class ProfileWindows:
     def __init__(self, torch: Any, emit: Callable[[list[OpSummary]], None], errors: ErrorBudget,
                  every_s: float, duration_s: float,
-                 on_change: Callable[[bool], None] = lambda active: None):
+                 on_change: Callable[[bool], None] = lambda active: None,
+                 on_dropped: Callable[[int], None] = lambda n: None):
         self.torch = torch
         self.emit = emit
         self.errors = errors
         self.every_s = every_s
         self.duration_s = duration_s
         self.on_change = on_change
+        self.on_dropped = on_dropped
+        self._closed = False
         self._requests: deque[ProfileRequest] = deque(maxlen=16)
         self._stop_requested = threading.Event()
         self._active: _Active | None = None
@@ -104,6 +112,7 @@ class ProfileWindows:
         self.on_change(False)
 
     def close(self) -> None:
+        self._closed = True
         try:
             self._stop()
         except Exception as exc:  # noqa: BLE001
@@ -111,6 +120,13 @@ class ProfileWindows:
 
     # -- sender thread --------------------------------------------------------------------
     def summarize_finished(self) -> None:
+        if self._closed:  # at exit: never parse a trace (see the module's docstring)
+            dropped = len(self._finished)
+            self._finished.clear()
+            if dropped:
+                self.on_dropped(dropped)
+                log.info("perftracker: %d profiling window(s) not summarized at exit", dropped)
+            return
         while self._finished:
             request_id, profiler = self._finished.popleft()
             ops = summarize_events(profiler.events(), request_id)

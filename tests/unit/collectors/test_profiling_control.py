@@ -38,6 +38,22 @@ def test_window_starts_on_the_requested_step_and_summarizes_cpu_ops():
     assert mm[0].p50_ns <= mm[0].p99_ns <= mm[0].max_ns <= mm[0].total_ns
 
 
+def test_a_window_running_at_exit_is_dropped_and_counted_not_summarized():
+    torch = pytest.importorskip("torch")
+    emitted, dropped = [], []
+    windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
+                             on_dropped=dropped.append)
+    windows.request(ProfileRequest("req-1", start_step=1, duration_s=3600.0))
+    windows.on_step(1)
+    a = torch.randn(8, 8)
+    a = a @ a
+    windows.close()
+    windows.summarize_finished()
+    assert emitted == [] and dropped == [1] and windows._active is None
+    windows.summarize_finished()
+    assert dropped == [1]
+
+
 def test_control_messages_filtered_by_job_age_and_id():
     requests = []
 
