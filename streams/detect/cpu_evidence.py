@@ -3,12 +3,18 @@
 From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack sampler:
 
 * :func:`cpu_verdict`: did the rank wait for a CPU more than its peers? Yes
-  (``contended``) when, against the median of the other ranks that report the same value,
+  (``contended``) when, against a baseline from the other ranks that report the same value,
     - its run-queue wait per step is higher by >= max(``cpu_wait_min_ms``,
       ``cpu_wait_share`` x the rank's excess step time), or
-    - its involuntary context switches per step are >= ``switch_ratio`` x the peers' and
+    - its involuntary context switches per step are >= ``switch_ratio`` x the baseline and
       >= ``switch_min_per_step`` more, or
     - its host's steal share is >= ``steal_excess_pct`` points higher.
+  The baseline of wait and switches is the larger of the peers' median per step and what
+  the rank's own CPU time per step would get at the peers' median rate per CPU-ms: on a
+  busy host every thread waits in proportion to the CPU it asks for, so a rank whose own
+  code does more work (a slow optimizer step) waits more per step without anything
+  competing for its CPU; contention is waiting more *per unit of work*. CPU ms per step
+  = ``cpu_ratio`` x the window / ``steps``.
   ``not_contended`` when at least one of these was measured on the rank and its peers and
   none fired; ``unavailable`` when none could be (old collectors, no ``/proc``, no peers).
 * :func:`frame_location`: the sampled user-code frame where the rank spends the most
@@ -45,12 +51,36 @@ def _peer_median(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], key: 
     return float(np.median(vals)) if vals else -1.0
 
 
+def _cpu_ms_per_step(rw: Mapping[str, Any], window_ms: float) -> float:
+    ratio, steps = float(rw.get("cpu_ratio", -1)), int(rw.get("steps", 0))
+    return ratio * window_ms / steps if ratio > 0 and steps > 0 else -1.0
+
+
+def _baseline(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], key: str, peers: float,
+              window_ms: float) -> tuple[float, str]:
+    """max(peers' median per step, the rank's CPU ms per step x the peers' median per CPU ms)
+    and words for the second when it is the larger (see the module docstring)."""
+    mine_cpu = _cpu_ms_per_step(rank_windows.get(rank, {}), window_ms)
+    rates = []
+    for r, rw in rank_windows.items():
+        cpu, v = _cpu_ms_per_step(rw, window_ms), float(rw.get(key, -1))
+        if r != rank and cpu > 0 and v >= 0:
+            rates.append(v / cpu)
+    if mine_cpu <= 0 or not rates:
+        return peers, ""
+    expected = float(np.median(rates)) * mine_cpu
+    if expected <= peers:
+        return peers, ""
+    return expected, f" ({expected:.1f} expected for its {mine_cpu:.1f} ms of CPU/step at its peers' rate)"
+
+
 def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess_ms: float,
                 policy: DetectionPolicy) -> CpuVerdict:
     """See the module docstring; ``excess_ms``: the rank's excess step time over its peers."""
     rw = rank_windows.get(rank, {})
     ev: dict[str, Any] = {}
     measured, fired = False, []
+    window_ms = policy.window_s * 1000.0
     for key in ("runqueue_wait_ms_per_step", "involuntary_switches_per_step", "steal_pct", "cpu_ratio"):
         mine, peers = float(rw.get(key, -1)), _peer_median(rank, rank_windows, key)
         if mine < 0 or peers < 0:
@@ -58,12 +88,18 @@ def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess
         ev[key], ev["peer_" + key] = round(mine, 3), round(peers, 3)
         if key == "runqueue_wait_ms_per_step":
             measured = True
-            if mine - peers >= max(policy.cpu_wait_min_ms, policy.cpu_wait_share * excess_ms):
-                fired.append(f"run-queue wait {mine:.1f} ms/step vs {peers:.1f} ms on its peers")
+            base, why = _baseline(rank, rank_windows, key, peers, window_ms)
+            if why:
+                ev["expected_" + key] = round(base, 3)
+            if mine - base >= max(policy.cpu_wait_min_ms, policy.cpu_wait_share * excess_ms):
+                fired.append(f"run-queue wait {mine:.1f} ms/step vs {peers:.1f} ms on its peers{why}")
         elif key == "involuntary_switches_per_step":
             measured = True
-            if mine >= policy.switch_ratio * peers and mine - peers >= policy.switch_min_per_step:
-                fired.append(f"{mine:.0f} involuntary context switches/step vs {peers:.0f} on its peers")
+            base, why = _baseline(rank, rank_windows, key, peers, window_ms)
+            if why:
+                ev["expected_" + key] = round(base, 3)
+            if mine >= policy.switch_ratio * base and mine - base >= policy.switch_min_per_step:
+                fired.append(f"{mine:.0f} involuntary context switches/step vs {peers:.0f} on its peers{why}")
         elif key == "steal_pct":
             measured = True
             if mine - peers >= policy.steal_excess_pct:
@@ -74,9 +110,11 @@ def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess
     if fired:
         return CpuVerdict(CONTENDED, "it waited for a CPU more than its peers: " + "; ".join(fired), ev)
     if measured:
+        expected = ev.get("expected_runqueue_wait_ms_per_step")
+        scaled = f", {expected} expected for the CPU time it used" if expected is not None else ""
         return CpuVerdict(NOT_CONTENDED, "no sign it waited for a CPU more than its peers "
                           f"(run-queue wait {ev.get('runqueue_wait_ms_per_step', -1)} vs "
-                          f"{ev.get('peer_runqueue_wait_ms_per_step', -1)} ms/step)", ev)
+                          f"{ev.get('peer_runqueue_wait_ms_per_step', -1)} ms/step{scaled})", ev)
     return CpuVerdict(UNAVAILABLE, UNAVAILABLE_NOTE, ev)
 
 

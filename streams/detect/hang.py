@@ -14,7 +14,9 @@ The collective a waiting rank waits in is its pending (group, seq); the members 
 group (from the collectives compared so far, else the ranks seen in it) whose highest seq
 in it is lower never entered it. Those that are dead or stalled are the culprits; members
 that are themselves waiting elsewhere are victims of the same culprits and are never named.
-A rank's state is its latest RankWindow (a dead rank's is the last one it sent).
+A rank's state is its latest RankWindow (a dead rank's is the last one it sent). Its
+current stack is the user-code frames its stack sampler saw most in its latest window
+with samples (a stalled training thread keeps being sampled: the frame it is stuck in).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S
+from .cpu_evidence import top_frames
 from .model import comm_op
 
 DEAD_AFTER_HEARTBEATS = 2  # this many heartbeat intervals without a batch: the process is gone
@@ -39,6 +42,7 @@ class RankSeen:
     host: str = "?"
     gpu: int = -1
     silent_windows: int = 0  # consecutive evaluated windows without one of its batches
+    stack: list[dict] = field(default_factory=list)  # top user frames of its latest sampled window
 
 
 @dataclass
@@ -71,6 +75,8 @@ class HangState:
                 seen.in_flight = bool(rw.get("pending_in_flight", False))
                 seen.last_function = str(rw.get("last_function", "")) or seen.last_function
                 seen.host, seen.gpu = str(rw.get("host", "?")), int(rw.get("gpu", -1))
+            if int(rw.get("stack_samples", 0)) > 0:
+                seen.stack = top_frames(rw) or seen.stack
 
     def dead(self, window_s: float) -> list[int]:
         """Ranks silent past the limit while some rank still reports."""

@@ -26,7 +26,7 @@ from ...schemas.causes import Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .findings import Finding
-from .hang import HangState, HangVerdict, Wait, verdict
+from .hang import HangState, HangVerdict, RankSeen, Wait, verdict
 from .policy import DetectionPolicy
 
 
@@ -113,6 +113,8 @@ def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], sta
                 "waiting_ranks": wait.waiting if wait else [], "last_functions": last_fn,
                 "dead_ranks": v.dead, "stalled_ranks": [r for r in v.culprits if r not in v.dead],
                 "outside_collectives": v.everyone_outside, "last_step": state.max_last_step}
+    shown = sorted(seen) if v.everyone_outside else v.culprits
+    evidence["stacks"] = {str(r): seen[r].stack for r in shown if r in seen and seen[r].stack}
     if v.everyone_outside:
         evidence["last_functions"] = {str(r): s.last_function or "?" for r, s in sorted(seen.items())}
     return Finding(kind=Kind.HANG, cause=Cause.HANG, identity="hang", ranks=tuple(v.culprits),
@@ -126,7 +128,7 @@ def _hang_words(v: HangVerdict, wait: Wait | None, last_fn: dict[str, str], stat
                 window_s: float) -> str:
     seen = state.hang.ranks
     if v.everyone_outside:
-        where = ", ".join(f"rank {r} in {s.last_function or '?'}" for r, s in sorted(seen.items())[:8])
+        where = ", ".join(f"rank {r} in {s.last_function or '?'}{_now_at(s)}" for r, s in sorted(seen.items())[:8])
         return f"every rank is stuck outside collectives ({where})"
     if not v.culprits:
         return "every rank is inside a collective and none waits for a rank outside one (mismatched collectives?)"
@@ -135,7 +137,7 @@ def _hang_words(v: HangVerdict, wait: Wait | None, last_fn: dict[str, str], stat
     parts = []
     stalled = [r for r in v.culprits if r not in v.dead]
     if stalled:
-        who = ", ".join(f"rank {r} (stalled in {last_fn[str(r)]})" for r in stalled[:8])
+        who = ", ".join(f"rank {r} (stalled in {last_fn[str(r)]}{_now_at(seen[r])})" for r in stalled[:8])
         parts.append(f"{who} never entered {where} that ranks {waiters} wait in" if wait
                      else f"{who} stalled outside collectives")
     if v.dead:
@@ -145,3 +147,12 @@ def _hang_words(v: HangVerdict, wait: Wait | None, last_fn: dict[str, str], stat
         if wait and not stalled:
             parts.append(f"ranks {waiters} wait in {where}")
     return "; ".join(parts)
+
+
+def _now_at(seen: RankSeen) -> str:
+    """``'; now at train.py:88 step `time.sleep(60)` (95 % of samples)'`` from the rank's
+    latest stack samples; '' when it has none."""
+    if not seen.stack:
+        return ""
+    top = seen.stack[0]
+    return f"; now at {top['frame']} ({100 * top['share']:.0f} % of samples)"

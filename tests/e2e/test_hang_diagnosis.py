@@ -55,6 +55,8 @@ def test_stalled_rank_is_named_during_the_stall_and_the_waiting_ranks_never(stac
     first = next(h for h in hangs if h["ranks"])
     assert "never entered all_reduce" in first["summary"], first["summary"]
     assert "died" not in first["summary"]
+    named = [h["summary"] for h in hangs if STALL_RANK in h["ranks"]]
+    assert any("now at " in t and "_stall `time.sleep(seconds)`" in t for t in named), named  # its current stack
 
 
 def _watch(stack: Stack, job: str, proc: subprocess.Popen) -> tuple[list[dict], float | None]:

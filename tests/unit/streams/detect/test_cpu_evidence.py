@@ -19,9 +19,9 @@ from perftracker.streams.detect.window import diagnose_window
 POL = DetectionPolicy()
 
 
-def cpu_rw(rank, *, wait=0.2, inv=2.0, steal=0.0, steps=10, frames=(), hz=25.0):
+def cpu_rw(rank, *, wait=0.2, inv=2.0, steal=0.0, steps=10, frames=(), hz=25.0, cpu=0.95):
     rw = {"rank": rank, "steps": steps, "runqueue_wait_ms_per_step": wait,
-          "involuntary_switches_per_step": inv, "steal_pct": steal, "cpu_ratio": 0.95, "cpu_samples": 5,
+          "involuntary_switches_per_step": inv, "steal_pct": steal, "cpu_ratio": cpu, "cpu_samples": 5,
           "stack_hz": hz, "stack_samples": sum(n for _, n in frames),
           "top_frames": [f for f, _ in frames], "top_frame_samples": [n for _, n in frames],
           "top_frame_kinds": [1] * len(frames)}
@@ -49,6 +49,31 @@ def test_cpu_verdict_thresholds(culprit, excess, verdict):
     v = cpu_verdict(2, job(**culprit), excess, POL)
     assert v.verdict == verdict
     assert ("more than its peers:" in v.note) == (verdict == CONTENDED)
+
+
+def busy_host(**culprit):
+    """Peers use 30 % of a CPU and wait 2 ms/step, 3 involuntary switches/step (a loaded host)."""
+    return {r: cpu_rw(r, **{"wait": 2.0, "inv": 3.0, "cpu": 0.3, **(culprit if r == 2 else {})}) for r in range(4)}
+
+
+@pytest.mark.parametrize("culprit, verdict", [
+    # 3x the CPU per step and 3x the wait and switches: the same wait per CPU-ms as its peers
+    ({"cpu": 0.9, "wait": 6.0, "inv": 9.0}, NOT_CONTENDED),
+    # the same 3x CPU, but wait above 3x the peers' by more than max(0.5, 0.25 x 10)
+    ({"cpu": 0.9, "wait": 6.0 + 2.6}, CONTENDED),
+    ({"cpu": 0.9, "wait": 6.0 + 2.4}, NOT_CONTENDED),
+    # switches >= 2x the scaled baseline (9) and >= 5 more
+    ({"cpu": 0.9, "wait": 6.0, "inv": 18.5}, CONTENDED),
+    ({"cpu": 0.9, "wait": 6.0, "inv": 17.5}, NOT_CONTENDED),
+    # the peers' CPU, 3x their wait: waiting per unit of work (contention)
+    ({"wait": 6.0}, CONTENDED),
+])
+def test_wait_is_judged_per_cpu_ms_so_more_own_work_is_not_contention(culprit, verdict):
+    v = cpu_verdict(2, busy_host(**culprit), 10.0, POL)
+    assert v.verdict == verdict, v.note
+    if culprit.get("cpu") == 0.9:
+        assert v.evidence["expected_runqueue_wait_ms_per_step"] == 6.0
+        assert "expected" in v.note
 
 
 def test_cpu_verdict_unavailable_without_readings_or_peers():

@@ -57,6 +57,28 @@ def test_stalled_rank_before_forward_is_named_not_the_ranks_waiting_in_ddp_allre
     assert "died" not in a["summary"]
 
 
+def test_a_stalled_rank_s_current_stack_is_in_the_hang_and_the_waiting_ranks_stacks_are_not():
+    """Rank 3's sampler keeps sampling its stuck training thread: the hang says where it is."""
+    def state(r, i):
+        extra = in_ddp_allreduce(r, i)
+        frame = "train.py:41 prepare_batch `time.sleep(60)`" if r == 3 else "train.py:60 step `loss.backward()`"
+        return {**extra, "stack_samples": 125, "stack_hz": 25.0, "top_frames": [frame],
+                "top_frame_samples": [120], "top_frame_kinds": [1]}
+
+    found, _ = run(state)
+    assert found and {tuple(a["ranks"]) for a in found} == {(3,)}
+    ev = json.loads(found[0]["evidence_json"])
+    assert ev["stacks"] == {"3": [{"frame": "train.py:41 prepare_batch `time.sleep(60)`", "samples": 120,
+                                   "share": 0.96}]}
+    assert "rank 3 (stalled in train.py:prepare_batch; now at train.py:41 prepare_batch `time.sleep(60)` " \
+           "(96 % of samples)) never entered all_reduce" in found[0]["summary"]
+
+
+def test_no_stack_samples_means_no_stack_words():
+    found, _ = run(in_ddp_allreduce)
+    assert json.loads(found[0]["evidence_json"])["stacks"] == {} and "now at" not in found[0]["summary"]
+
+
 def test_every_rank_stuck_outside_collectives_is_said_and_nobody_is_named():
     found, _ = run(lambda r, i: {"last_function": f"train.py:step{r}", "batches": 1})
     assert found and all(a["ranks"] == [] for a in found)
