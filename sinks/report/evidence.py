@@ -3,7 +3,8 @@
 Rank findings carry ``evidence.cpu`` (per rank: the verdict and the rank's and peers'
 run-queue wait, context switches, steal, CPU/wall ratio), ``evidence.top_frames`` (the
 most sampled user-code frames per rank) and ``evidence.location`` (the frame with the
-rank's extra time); see docs/detection.md. This module renders them as two small blocks
+rank's extra time); a hang carries ``evidence.stacks`` (the culprits' current user frames,
+the same shape as ``top_frames``); see docs/detection.md. This module renders them as two small blocks
 and leaves the other evidence keys to the generic lines.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-RENDERED_HERE = frozenset({"cpu", "top_frames", "location"})
+RENDERED_HERE = frozenset({"cpu", "top_frames", "location", "stacks"})
 VERDICTS = {"contended": "waited for a CPU more than its peers",
             "not_contended": "no sign of waiting for a CPU more than its peers",
             "unavailable": "CPU evidence unavailable (collector without /proc readings)"}
@@ -69,4 +70,5 @@ def frames_block(top_frames: Any, location: Any) -> str:
 def evidence_blocks(evidence: Any) -> str:
     if not isinstance(evidence, dict):
         return ""
-    return frames_block(evidence.get("top_frames"), evidence.get("location")) + cpu_block(evidence.get("cpu"))
+    frames = evidence.get("top_frames") or evidence.get("stacks")
+    return frames_block(frames, evidence.get("location")) + cpu_block(evidence.get("cpu"))

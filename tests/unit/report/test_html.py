@@ -114,6 +114,14 @@ def test_card_shows_stack_tops_and_cpu_evidence() -> None:
     assert "CPU evidence unavailable" in old and "Where the time goes" not in old
 
 
+def test_hang_card_shows_the_culprit_s_current_stack() -> None:
+    ev = {"stalled_s": 40.0, "stalled_ranks": [3],
+          "stacks": {"3": [{"frame": "train.py:80 _stall `time.sleep(seconds)`", "samples": 120, "share": 0.96}]}}
+    page = render_html(report_data([incident(kind="hang", cause="hang", evidence=ev)]))
+    assert "Where the time goes" in page and escape("train.py:80 _stall `time.sleep(seconds)`") in page
+    assert "96% of samples" in page and "<dt>stacks</dt>" not in page
+
+
 def _marker_x(page: str, kind: str) -> float:
     m = re.search(rf'class="marker marker-{kind}" x1="([0-9.]+)"', page)
     assert m, f"no {kind} marker"
