@@ -6,10 +6,6 @@ in subprocesses, generated Kineto traces (benchmarks/kineto_trace.py) whose rank
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,7 @@ import pytest
 from benchmarks.kineto_trace import TraceJob, write_job
 
 from ..stack.conftest import Stack, running_stack, stack_env
+from .terminal import on_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -95,27 +92,6 @@ def test_missing_traces_are_a_runtime_failure_in_one_line(tmp_path: Path) -> Non
     proc = s.cli("import-traces", str(tmp_path / "nowhere"), "--job", "j", check=False)
     assert proc.returncode == 1
     assert proc.stderr == f"perftracker: error: {tmp_path / 'nowhere'}: no such file or directory\n"
-
-
-def on_terminal(s: Stack, *args: str) -> tuple[int, str, str]:
-    """`perftracker ARGS` with stdout on a pseudo-terminal: (exit status, what the terminal
-    got with its line ends as written, stderr)."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", *args], env={
-        **s.env, "TERM": "xterm", "COLUMNS": "160"}, stdout=follower, stderr=subprocess.PIPE)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal closed: the command ended
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
-    return proc.wait(timeout=120), b"".join(chunks).decode(errors="replace"), stderr
 
 
 def test_progress_shows_on_a_terminal_only_and_never_with_json(tmp_path: Path, traces: Path) -> None:
