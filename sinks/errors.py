@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from ..schemas.errors import PerftrackerError
+from ..schemas.errors import ConfigError, PerftrackerError
 
 
 class SinkError(PerftrackerError):
     """Base of every error raised on purpose by :mod:`perftracker.sinks`."""
+
+
+class StoreUrlError(SinkError, ConfigError):
+    """``store.url`` cannot be used as written (a setting to fix: the CLI exits 2)."""
 
 
 class StoreUnavailable(SinkError):

@@ -163,7 +163,7 @@ class SinkService:
         registry = registry_of(self.stats, self.dispatcher.counters)
         self.api = QueryServer(self.store, store.query_port, self.stats_dict,
                                lambda: exposition(registry), store.query_host,
-                               self.settings.http_token).start()
+                               self.settings.http_token, keep=self.keep_records).start()
         conf = consumer_conf(self.settings)
         base = {**self.settings.kafka.client_conf(), "bootstrap.servers": conf["bootstrap.servers"]}
         topics = all_topics(self.settings.kafka.topic_prefix, self.settings.kafka.partitions)
@@ -175,6 +175,17 @@ class SinkService:
         self._consumer.subscribe([self.topics.patterns, self.topics.findings, self.topics.anomalies],
                                  on_revoke=self._on_revoke)
         self.dispatcher.start()
+
+    def keep_records(self, body: bytes) -> dict:
+        """``POST /store`` (query API thread): records made outside the stream workers, such as
+        an imported trace's, written into the store this sink owns (no alerts: not a live job)."""
+        from .keep import decode_records, write_records
+
+        assert self.store is not None
+        kept = write_records(self.store, self.settings.store, decode_records(body))
+        log.info("stored %d records from POST /store: %d rows, %d refused, %d invalid",
+                 kept.records, kept.rows_written, kept.rows_rejected, len(kept.invalid))
+        return kept.as_dict()
 
     def write_ready(self, ready_file: Path) -> None:
         assert self.api is not None and self.store is not None

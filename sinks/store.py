@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from ..schemas.redact import redact
 from ..schemas.settings import Settings, StoreSettings
-from .errors import RowsRejected, SinkError, StoreUnavailable
+from .errors import RowsRejected, SinkError, StoreUnavailable, StoreUrlError
 from .identifiers import ident
 
 log = logging.getLogger(__name__)
@@ -65,20 +65,23 @@ def parse_store_url(url: str, data_dir: Path, store: StoreSettings | None = None
         parsed = urlparse(url)
         port = parsed.port
     except ValueError:
-        raise SinkError("store.url is malformed (a port must be a number, an IPv6 host in [...]; "
+        raise StoreUrlError("store.url is malformed (a port must be a number, an IPv6 host in [...]; "
                         "a password with @ / : # ? percent-encoded, or in PERFTRACKER_STORE_PASSWORD)") from None
+    if "://" not in url:
+        raise StoreUrlError("store.url has no scheme; use clickhouse://user@host:8123/db, "
+                            "clickhouses://... (TLS) or chdb:///dir")
     if parsed.scheme == "chdb":
         path = parsed.path if not parsed.netloc else parsed.netloc + parsed.path
         if not path:
-            raise SinkError("store url chdb:// needs a directory, e.g. chdb:///var/lib/perftracker/chdb")
+            raise StoreUrlError("store url chdb:// needs a directory, e.g. chdb:///var/lib/perftracker/chdb")
         return StoreTarget("chdb", path=path)
     if parsed.scheme not in ("clickhouse", "clickhouses", "http", "https"):
-        raise SinkError(f"store url scheme {parsed.scheme!r} is not supported; "
+        raise StoreUrlError(f"store url scheme {parsed.scheme!r} is not supported; "
                         "use clickhouse://user@host:8123/db, clickhouses://... (TLS) or chdb:///dir")
     query = {k: v[0] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
     unknown = sorted(set(query) - set(_URL_OPTIONS))
     if unknown or query.get("secure", "").lower() not in (*_TRUE, *_FALSE):
-        raise SinkError(f"store url options {unknown or ['secure']} not understood; the one option is "
+        raise StoreUrlError(f"store url options {unknown or ['secure']} not understood; the one option is "
                         "secure=true|false (user and password: store.username, PERFTRACKER_STORE_PASSWORD)")
     secure = parsed.scheme in ("clickhouses", "https") or query.get("secure", "").lower() in _TRUE
     store = store or StoreSettings()

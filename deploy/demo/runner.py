@@ -82,15 +82,23 @@ def validate(fault: str, ranks: int, steps: int) -> None:
         raise DemoError("the demo trains with PyTorch: pip install torch==2.13.0 (CPU build)") from None
 
 
+def _no_phase(text: str) -> None:
+    return None
+
+
 def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 600,
-             echo: Callable[[str], None] = print, fault_rank: int = 2) -> DemoResult:
+             echo: Callable[[str], None] = print, fault_rank: int = 2,
+             phase: Callable[[str], None] = _no_phase) -> DemoResult:
     """Start the stack if needed, train with the fault injected a third of the way in, show the
-    live diagnosis, write the report. Ctrl-C stops the ranks and leaves the stack running."""
+    live diagnosis, write the report. Ctrl-C stops the ranks and leaves the stack running.
+    ``phase`` hears what it is doing now (the CLI's progress display): stack up, training
+    (step, ms/step, root causes so far), waiting for the diagnosis, writing the report."""
     from ..stack import up
 
     validate(fault, ranks, steps)
     fault_rank = min(fault_rank, ranks - 1)
     started = time.time()
+    phase("starting the stack (broker, sink, workers)")
     state = up(settings, extra_env=DEMO_STREAM_ENV)
     echo(f"stack {'already running' if state.already_running else 'started'}: broker "
          f"{state.state.bootstrap}, query API {state.state.query_url}")
@@ -99,11 +107,12 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
     work.mkdir(parents=True, exist_ok=True)
     onset_file = work / f"{result.job}.onset.json"
     log_path = work / f"{result.job}.log"
+    phase(f"starting {ranks} training ranks (torchrun)")
     proc = _start_training(settings, result, ranks, steps, onset_file, log_path)
     echo(f"job {result.job}: {ranks} ranks, {steps} steps, fault {fault!r} on rank {fault_rank} "
          f"from step {steps // 3}; training log {log_path}")
     try:
-        _watch(settings, proc, result, onset_file, log_path, echo)
+        _watch(settings, proc, result, onset_file, log_path, echo, phase)
     except KeyboardInterrupt:
         _stop(proc)
         raise DemoError(f"interrupted: the ranks of {result.job} were stopped; the stack is still up "
@@ -111,8 +120,10 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise DemoError(f"the training exited with code {proc.returncode}; last lines of {log_path}:\n{tail}")
+    phase("training finished: waiting for the diagnosis of the last windows")
     _settle(settings, result, echo)
     result.seconds_total = round(time.time() - started, 1)
+    phase("writing the report")
     _write_reports(settings, result, work, echo)
     return result
 
@@ -132,7 +143,7 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
 
 
 def _watch(settings: Settings, proc: subprocess.Popen, result: DemoResult, onset_file: Path,
-           log_path: Path, echo: Callable[[str], None]) -> None:
+           log_path: Path, echo: Callable[[str], None], phase: Callable[[str], None] = _no_phase) -> None:
     """Poll the training log, the onset file and the diagnosis once a second until the job ends."""
     from ...sinks.client import diagnose
 
@@ -152,9 +163,12 @@ def _watch(settings: Settings, proc: subprocess.Popen, result: DemoResult, onset
                     result.detected_wall = time.time()
                 since = f" {result.seconds_to_detect:.1f}s after the fault" if result.seconds_to_detect else ""
                 echo(f"[{time.time() - t0:5.1f}s] DIAGNOSED{since}: {r['summary']}")
+        where = f"{_progress(log_path)}; open root causes: {len(rows)}"
+        phase(f"training {result.job}: {where}" + ("" if result.detected_wall or result.onset_wall is None
+                                                   else "; waiting for the diagnosis"))
         if time.time() - last_line >= 5:
             last_line = time.time()
-            echo(f"[{time.time() - t0:5.1f}s] {_progress(log_path)}; open root causes: {len(rows)}")
+            echo(f"[{time.time() - t0:5.1f}s] {where}")
     result.rows = diagnose(settings, result.job)
 
 

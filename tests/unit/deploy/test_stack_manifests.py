@@ -97,8 +97,9 @@ def test_compose_config_file_loads_with_the_config_loader(tmp_path):
     assert mounts == {"perftracker": CONFIG_PATH}
     config_file = COMPOSE_DIR / doc["configs"]["perftracker"]["file"]
     secrets = {f"/run/secrets/{name}": tmp_path / name for name in doc["secrets"]}
-    for path in secrets.values():
-        path.write_text("clickhouse://perftracker:pw@clickhouse:8123/perftracker")
+    for path in secrets.values():  # each a value of its kind (URL settings are checked at load)
+        path.write_text("https://hooks.slack.com/services/T0/B0/x" if "slack" in path.name
+                        else "clickhouse://perftracker:pw@clickhouse:8123/perftracker")
     for name in PERFTRACKER_SERVICES:
         env = compose_env(doc["services"][name])
         assert env["PERFTRACKER_CONFIG"] == CONFIG_PATH
@@ -187,7 +188,9 @@ def test_k8s_config_map_loads_with_the_config_loader(tmp_path):
         spec = _workload(name)
         (c,) = spec["containers"]
         assert c["image"] == IMAGE
-        env = container_env(c, secret_value="clickhouse://perftracker:pw@clickhouse:8123/perftracker")
+        env = container_env(c, secret_value="clickhouse://perftracker:pw@clickhouse:8123/perftracker",
+                            by_name={"PERFTRACKER_ALERTS_WEBHOOK_URL": "https://hooks.example.com/pt",
+                                     "PERFTRACKER_ALERTS_SLACK_WEBHOOK_URL": "https://hooks.slack.com/x"})
         mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
         vol = next(v for v in spec["volumes"] if v["name"] == "config")
         assert vol["configMap"]["name"] == "perftracker-config"

@@ -75,3 +75,27 @@ def test_the_cli_client_sends_the_token(serve, tmp_path):
     with pytest.raises(Exception) as err:  # past the token: the stub store cannot answer
         _via_api(api.url, "jobs", {}, settings.http_token)
     assert "401" not in str(err.value)
+
+
+def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_post_store_needs_the_token_and_reaches_keep(serve):
+    got: list[bytes] = []
+    api = serve(token=Secret(TOKEN), keep=lambda body: got.append(body) or {"records": 0})
+    assert post(api.url + "/store", b"abc")[0] == 401 and not got
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert post(api.url + "/store", b"abc", auth) == (200, {"records": 0}) and got == [b"abc"]
+    code, body = post(api.url + "/elsewhere", b"", auth)
+    assert code == 404 and "use /store" in body["error"]
+
+
+def test_post_store_is_not_offered_without_a_writer(serve):
+    code, body = post(serve().url + "/store", b"abc")
+    assert code == 404 and "no such endpoint" in body["error"]
