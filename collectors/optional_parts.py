@@ -25,8 +25,7 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     on_change = sampler.set_fast if sampler is not None else (lambda active: None)
     windows = ProfileWindows(torch, collector.sender.add_kernels, collector.errors,
                              cfg.profile_every_s, cfg.profile_duration_s, on_change,
-                             lambda n: collector.recorder.counters.inc(CollectorCounters.profile_windows_dropped,
-                                                                       by=n))
+                             lambda n: _count_dropped(collector, n))
     collector.recorder.add_step_listener(windows.on_step)
     collector.sender.add_task(windows.summarize_finished)
     collector.add_part(windows, close_first=True)
@@ -37,6 +36,10 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
         collector.on_identity(lambda ident: setattr(follower, "job", ident.job))
         follower.start()
         collector.add_part(follower)
+
+
+def _count_dropped(collector: Collector, windows: int) -> None:
+    collector.recorder.counters.inc(CollectorCounters.profile_windows_dropped, by=windows)
 
 
 def _start_nvml(collector: Collector, torch: ModuleType) -> HardwareSampler | None:
