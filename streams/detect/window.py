@@ -222,7 +222,7 @@ def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindo
     other ranks of that host with direct evidence of the same cause (they waited for a CPU
     more than their peers) that no other finding names. Identity ``cause|host``."""
     by_identity: dict[str, list[Finding]] = defaultdict(list)
-    rest = []
+    rest: list[Finding] = []
     for f in findings:
         (by_identity[f.identity] if f.cause in HOST_LEVEL else rest).append(f)
     named = {r for f in rest for r in f.ranks}
