@@ -3,13 +3,17 @@
 Order of reasoning (each step only sees what the earlier ones left):
   1. rank outliers: a rank's own functions (collective time excluded) above its peers
      -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
-     merged per host, data imbalance merged per function;
+     merged per host (with the late entries of step 2 that have the same cause, joined by
+     the host's other ranks with direct CPU evidence: :func:`_merge_host_level`), data
+     imbalance merged per function;
   2. stragglers: late arrivers of collectives among peers (:func:`.late_arrival.is_late_culprit`:
      strict p-value, or a clear majority of few calls costing a share of the step). A straggler that was itself
      waiting in another collective (at least ``propagated_wait_share`` of the wait it
      caused) or is a member of a group some other rank held up is a propagated victim
      and is dropped; one with no abnormal function of its own is
-     reported as entering the collective late (uninstrumented code before it);
+     reported as entering the collective late (uninstrumented code before it), or, when
+     it waited for a CPU more than its peers (:func:`.cpu_evidence.cpu_verdict`), as its
+     host's CPU contention;
   3. slow links: a collective group whose pure transfer time t exceeds its sibling groups'
      (same op and size): t >= median * (1 + link_excess), robust z = (t - median) /
      max(MAD_TO_SIGMA * MAD, noise_floor_rel * median) >= mad_threshold, and its excess per
@@ -228,7 +232,7 @@ def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindo
     named = {r for f in rest for r in f.ranks}
     merged = []
     for parts in by_identity.values():
-        host = parts[0].hosts[0] if len(parts[0].hosts) == 1 else None
+        host = parts[0].hosts[0] if len(parts[0].hosts) == 1 and parts[0].hosts[0] else None  # known, one
         impact = max(p.impact_ms for p in parts)
         have = {r for p in parts for r in p.ranks}
         joined = sorted(r for r, rw in rank_windows.items() if host is not None and rw.get("host") == host

@@ -90,3 +90,9 @@ def test_host_peer_named_by_another_finding_is_not_joined():
     findings = blamed(diagnose_window(job({2: 22.0, 3: 17.0}), [slow, allreduce(straggler(3))], POL))
     assert sorted((f.cause, f.ranks) for f in findings) == [(Cause.HOST_CPU_CONTENTION, (3,)),
                                                            (Cause.SLOW_FUNCTION, (2,))]
+
+
+def test_ranks_of_an_unknown_host_are_not_joined():
+    rws = {r: {**rw, "host": ""} for r, rw in job({2: 22.0, 3: 17.0}).items()}
+    (f,) = blamed(diagnose_window(rws, [allreduce({**straggler(3), "host": ""})], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (3,)
