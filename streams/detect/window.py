@@ -3,13 +3,17 @@
 Order of reasoning (each step only sees what the earlier ones left):
   1. rank outliers: a rank's own functions (collective time excluded) above its peers
      -> one finding per rank (cause from :func:`.findings.classify`), host-level causes
-     merged per host, data imbalance merged per function;
+     merged per host (with the late entries of step 2 that have the same cause, joined by
+     the host's other ranks with direct CPU evidence: :func:`_merge_host_level`), data
+     imbalance merged per function;
   2. stragglers: late arrivers of collectives among peers (:func:`.late_arrival.is_late_culprit`:
      strict p-value, or a clear majority of few calls costing a share of the step). A straggler that was itself
      waiting in another collective (at least ``propagated_wait_share`` of the wait it
      caused) or is a member of a group some other rank held up is a propagated victim
      and is dropped; one with no abnormal function of its own is
-     reported as entering the collective late (uninstrumented code before it);
+     reported as entering the collective late (uninstrumented code before it), or, when
+     it waited for a CPU more than its peers (:func:`.cpu_evidence.cpu_verdict`), as its
+     host's CPU contention;
   3. slow links: a collective group whose pure transfer time t exceeds its sibling groups'
      (same op and size): t >= median * (1 + link_excess), robust z = (t - median) /
      max(MAD_TO_SIGMA * MAD, noise_floor_rel * median) >= mad_threshold, and its excess per
@@ -23,6 +27,7 @@ Order of reasoning (each step only sees what the earlier ones left):
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +38,7 @@ from ...schemas.causes import CAUSES, Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
-from .cpu_evidence import CpuVerdict, cpu_verdict, frame_location
+from .cpu_evidence import CONTENDED, CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .late_arrival import is_late_culprit
 from .model import KIND_PREFIX, comm_op
@@ -69,6 +74,7 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
     findings += _late_entries(stragglers, victims, set(by_rank) | link_ranks, rank_windows, policy)
+    findings = _merge_host_level(findings, rank_windows, policy)
     findings += link_findings
     findings += _stage_imbalance(comparisons, policy)
     findings += _expectations(comparisons, step_ms(rank_windows), policy)
@@ -190,17 +196,79 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
         top = max(late, key=lambda s: s["caused_ms_per_step"])
         impact = float(top["caused_ms_per_step"])
         where = frame_location(rank, rank_windows, policy)
+        cpu = cpu_verdict(rank, rank_windows, impact, policy)
         summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
                    f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
-                   f"none of its instrumented functions is slow, so {late_entry_words(rank, where)}")
+                   f"none of its instrumented functions is slow, so ")
         evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
                     "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
-                    "groups": sorted(s["function"] for s in late), "location": where}
-        out.append(Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=f"late|{rank}",
+                    "groups": sorted(s["function"] for s in late), "location": where,
+                    "cpu": {str(rank): {"verdict": cpu.verdict, **cpu.evidence}}}
+        cause, identity = Cause.SLOW_FUNCTION, f"late|{rank}"
+        if cpu.verdict == CONTENDED:
+            # direct evidence it waited for a CPU: the late entry is its starved host, not its code
+            cause, identity = Cause.HOST_CPU_CONTENTION, f"{Cause.HOST_CPU_CONTENTION.value}|{top['host']}"
+            evidence["cpu_basis"] = "scheduler evidence"
+            summary += f"{CAUSES[cause].reason} [{cpu.note}]"
+        else:
+            summary += late_entry_words(rank, where)
+        out.append(Finding(kind=Kind.STRAGGLER, cause=cause, identity=identity,
                            ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
                            function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
                            summary=summary, evidence=evidence))
     return out
+
+
+def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindow],
+                      policy: DetectionPolicy) -> list[Finding]:
+    """One finding per host and host-level cause: the rank findings (slow functions) and the
+    late entries of ranks on one host with such a cause are one incident, joined by the
+    other ranks of that host with direct evidence of the same cause (they waited for a CPU
+    more than their peers) that no other finding names. Identity ``cause|host``."""
+    by_identity: dict[str, list[Finding]] = defaultdict(list)
+    rest: list[Finding] = []
+    for f in findings:
+        (by_identity[f.identity] if f.cause in HOST_LEVEL else rest).append(f)
+    named = {r for f in rest for r in f.ranks}
+    merged = []
+    for parts in by_identity.values():
+        host = parts[0].hosts[0] if len(parts[0].hosts) == 1 and parts[0].hosts[0] else None  # known, one
+        impact = max(p.impact_ms for p in parts)
+        have = {r for p in parts for r in p.ranks}
+        joined = sorted(r for r, rw in rank_windows.items() if host is not None and rw.get("host") == host
+                        and r not in have and r not in named
+                        and cpu_verdict(r, rank_windows, impact, policy).verdict == CONTENDED)
+        merged.append(parts[0] if len(parts) == 1 and not joined else _join_host(parts, joined, rank_windows, policy))
+    return rest + merged
+
+
+def _join_host(parts: list[Finding], joined: list[int], rank_windows: dict[int, RankWindow],
+               policy: DetectionPolicy) -> Finding:
+    """``parts`` (findings of one host and cause) and the ``joined`` ranks as one finding."""
+    top = max(parts, key=lambda p: p.impact_ms)
+    ranks = tuple(sorted({r for p in parts for r in p.ranks} | set(joined)))
+    evidence: dict[str, Any] = dict(top.evidence)
+    cpu: dict[str, Any] = {}
+    for p in parts:
+        cpu.update(p.evidence.get("cpu", {}))
+    notes = []
+    for r in joined:
+        v = cpu_verdict(r, rank_windows, top.impact_ms, policy)
+        cpu[str(r)] = {"verdict": v.verdict, **v.evidence}
+        notes.append(f"rank {r}: {v.note}")
+    evidence["cpu"] = cpu
+    evidence["merged"] = [{"ranks": list(p.ranks), "kind": p.kind.value, "function": p.function,
+                           "impact_ms": round(p.impact_ms, 3)} for p in parts]
+    if joined:
+        evidence["joined_ranks"] = joined
+    host = ", ".join(sorted({h for p in parts for h in p.hosts}))
+    summary = (f"ranks {_short(ranks)} on {host}: {CAUSES[top.cause].title} - "
+               + "; ".join(p.summary for p in sorted(parts, key=lambda p: -p.impact_ms))
+               + "".join(f"; {n}" for n in notes))
+    return dataclasses.replace(top, ranks=ranks, hosts=tuple(sorted({h for p in parts for h in p.hosts})),
+                               gpus=tuple(sorted({g for p in parts for g in p.gpus})),
+                               score=max(p.score for p in parts), summary=summary, evidence=evidence,
+                               extra_windows=min(p.extra_windows for p in parts))
 
 
 def _slow_links(comparisons: list[FunctionComparison], rank_windows: dict[int, RankWindow],

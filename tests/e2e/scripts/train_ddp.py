@@ -7,9 +7,17 @@ TRAIN_HOLD_FILE (a path: after the epochs, more epochs run while rank 0 sees
 this file; every rank learns rank 0's decision through a broadcast), TRAIN_STALL
 ("RANK:STEP:SECONDS": that rank sleeps in plain Python before that step's forward;
 TRAIN_STALL_FILE: a path it writes the stall's start time, time.time(), to).
+
+Faults of the two-node tests (each launcher's environment is its node's):
+TRAIN_SLOW_LOAD ("RANK:MS": that global rank's data loader sleeps MS ms in its collate
+function on every batch, so DataLoader.__next__ is slow on that rank alone);
+TRAIN_CPU_HOGS (N: every rank started with it pins itself to the last CPU core and starts
+N busy-looping processes pinned to that core; on one node's launcher only, both ranks of
+that "host" wait for a CPU: host-level CPU contention).
 """
 
 import json
+import multiprocessing
 import os
 import resource
 import time
@@ -19,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataloader import default_collate
 
 
 def main() -> None:
@@ -30,7 +39,8 @@ def main() -> None:
     hidden = int(os.environ.get("TRAIN_HIDDEN", "256"))
     batch = int(os.environ.get("TRAIN_BATCH", "32"))
     data = TensorDataset(torch.randn(steps * batch, 64), torch.randn(steps * batch, 8))
-    loader = DataLoader(data, batch_size=batch, shuffle=False)
+    loader = DataLoader(data, batch_size=batch, shuffle=False, collate_fn=_collate(rank))
+    hogs = _cpu_hogs(int(os.environ.get("TRAIN_CPU_HOGS") or 0))
     model = DDP(nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                               nn.ReLU(), nn.Linear(hidden, 8)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -69,7 +79,44 @@ def main() -> None:
                        "train_s": sum(times), "cpu_ms_per_step": 1000 * cpu_s / len(times),
                        "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
                        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+    for hog in hogs:
+        hog.terminate()
+        hog.join(5)
     dist.destroy_process_group()
+
+
+def _collate(rank: int):
+    slow_rank, slow_ms = (os.environ.get("TRAIN_SLOW_LOAD") or "-1:0").split(":")
+    delay_s = float(slow_ms) / 1000 if rank == int(slow_rank) else 0.0
+
+    def collate(batch):
+        if delay_s:
+            time.sleep(delay_s)
+        return default_collate(batch)
+
+    return collate
+
+
+def _cpu_hogs(n: int) -> list:
+    """``n`` busy processes pinned with this rank to the last core (forked: nothing of the
+    training or its collector runs in them); each exits when this rank is gone."""
+    if n <= 0:
+        return []
+    core = sorted(os.sched_getaffinity(0))[-1]
+    os.sched_setaffinity(0, {core})
+    ctx = multiprocessing.get_context("fork")
+    hogs = [ctx.Process(target=_busy_loop, args=(os.getpid(), core), daemon=True) for _ in range(n)]
+    for hog in hogs:
+        hog.start()
+    return hogs
+
+
+def _busy_loop(parent_pid: int, core: int) -> None:
+    os.sched_setaffinity(0, {core})
+    x = 0
+    while os.getppid() == parent_pid:
+        for _ in range(200_000):
+            x += 1
 
 
 def _stall(seconds: float) -> None:

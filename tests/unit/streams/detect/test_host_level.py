@@ -1,0 +1,98 @@
+"""Host-level causes (window.py): a late arriver with scheduler evidence of waiting for a CPU is
+host CPU contention, one finding per host, joined by the host's other ranks with the same
+evidence; without that evidence, or on another host, nothing is merged or joined.
+
+The jobs are two "hosts" of two ranks (node-0: ranks 0, 1; node-1: ranks 2, 3), as in the
+two-node e2e test. With half the ranks slow, peer outliers cannot flag them (the median sits
+between the two halves); the late arrival at the all-reduce and the run-queue wait can.
+"""
+
+from __future__ import annotations
+
+from perftracker.schemas.causes import Cause
+from perftracker.schemas.vocabulary import Kind, SpanKind
+from perftracker.streams.detect import DetectionPolicy
+from perftracker.streams.detect.window import diagnose_window
+
+from .test_cpu_evidence import comparison, cpu_rw
+
+POL = DetectionPolicy()
+ALLREDUCE = "comm:all_reduce:pg0-4-abc"
+
+
+def job(waits: dict[int, float]) -> dict[int, dict]:
+    """RankWindows of the 2x2 job; ``waits``: run-queue wait ms/step of the ranks not at 0.2."""
+    return {r: {**cpu_rw(r, wait=waits.get(r, 0.2)), "host": f"node-{r // 2}", "gpu": -1} for r in range(4)}
+
+
+def straggler(rank: int, fraction: float = 0.55, caused: float = 9.0) -> dict:
+    return {"rank": rank, "host": f"node-{rank // 2}", "gpu": -1, "late_seqs": int(100 * fraction),
+            "late_fraction": fraction, "caused_ms_per_step": caused, "p_value": 1e-12}
+
+
+def allreduce(*late: dict) -> dict:
+    return {"kind": int(SpanKind.COLLECTIVE), "function": ALLREDUCE, "outliers": [], "stragglers": list(late),
+            "members": [0, 1, 2, 3], "member_wait_ms_per_step": [9.0, 9.0, 1.0, 1.0], "mixed_signatures": False,
+            "seqs_compared": 100, "transfer_ms_median": 0.1, "transfer_ms_per_step": 0.2, "groups": [],
+            "peer_groups": 1}
+
+
+def blamed(findings) -> list:
+    return [f for f in findings if f.ranks]
+
+
+def test_late_arriver_that_waited_for_a_cpu_is_its_hosts_contention_joined_by_its_host_peer():
+    (f,) = blamed(diagnose_window(job({2: 22.0, 3: 17.0}), [allreduce(straggler(3))], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.kind == Kind.STRAGGLER
+    assert f.ranks == (2, 3) and f.hosts == ("node-1",) and f.identity == "host_cpu_contention|node-1"
+    assert f.summary.startswith("ranks 2,3 on node-1: CPU contention on the host")
+    assert "run-queue wait 17.0 ms/step" in f.summary and "rank 2: it waited for a CPU" in f.summary
+    assert f.evidence["joined_ranks"] == [2] and f.evidence["cpu"]["2"]["verdict"] == "contended"
+    assert f.evidence["cpu_basis"] == "scheduler evidence"
+
+
+def test_two_late_arrivers_of_one_contended_host_are_one_finding():
+    (f,) = blamed(diagnose_window(job({2: 22.0, 3: 17.0}), [allreduce(straggler(2, 0.45), straggler(3))], POL))
+    assert f.ranks == (2, 3) and f.hosts == ("node-1",) and "joined_ranks" not in f.evidence
+    assert sorted(m["ranks"] for m in f.evidence["merged"]) == [[2], [3]]
+
+
+def test_rank_outlier_and_late_arriver_of_one_contended_host_are_one_finding():
+    cpu_phases = [comparison(k, f"kind:{k.name.lower()}", rank=3) for k in (SpanKind.FORWARD, SpanKind.BACKWARD)]
+    for c in cpu_phases:
+        c["outliers"][0]["host"] = "node-1"
+    (f,) = blamed(diagnose_window(job({2: 22.0, 3: 30.0}), [*cpu_phases, allreduce(straggler(2))], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (2, 3) and f.hosts == ("node-1",)
+    assert sorted(m["kind"] for m in f.evidence["merged"]) == ["outlier", "straggler"]
+
+
+def test_late_arriver_without_cpu_evidence_stays_a_late_entry_of_its_rank():
+    (f,) = blamed(diagnose_window(job({}), [allreduce(straggler(3))], POL))
+    assert f.cause == Cause.SLOW_FUNCTION and f.ranks == (3,) and f.identity == "late|3"
+    assert "the delay is in code just before the call" in f.summary and f.evidence["cpu"]["3"]["verdict"] == "not_contended"
+
+
+def test_host_peer_without_cpu_evidence_is_not_joined():
+    (f,) = blamed(diagnose_window(job({3: 17.0}), [allreduce(straggler(3))], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (3,) and f.hosts == ("node-1",)
+    assert "merged" not in f.evidence
+
+
+def test_contended_rank_of_another_host_is_not_joined():
+    # rank 1 (node-0) waited for a CPU too, but it is not late and not on node-1
+    (f,) = blamed(diagnose_window(job({1: 17.0, 3: 17.0}), [allreduce(straggler(3))], POL))
+    assert f.ranks == (3,) and f.hosts == ("node-1",)
+
+
+def test_host_peer_named_by_another_finding_is_not_joined():
+    slow = comparison(SpanKind.PYTHON, "train.step", rank=2)
+    slow["outliers"][0]["host"] = "node-1"
+    findings = blamed(diagnose_window(job({2: 22.0, 3: 17.0}), [slow, allreduce(straggler(3))], POL))
+    assert sorted((f.cause, f.ranks) for f in findings) == [(Cause.HOST_CPU_CONTENTION, (3,)),
+                                                           (Cause.SLOW_FUNCTION, (2,))]
+
+
+def test_ranks_of_an_unknown_host_are_not_joined():
+    rws = {r: {**rw, "host": ""} for r, rw in job({2: 22.0, 3: 17.0}).items()}
+    (f,) = blamed(diagnose_window(rws, [allreduce({**straggler(3), "host": ""})], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (3,)
