@@ -21,7 +21,7 @@ from .conftest import Stack
 
 pytestmark = pytest.mark.integration
 
-DETECT_WITHIN_S = 30
+DETECT_WITHIN_S = 180  # how long to wait for the verdict, not a speed goal (speed: benchmarks/; the VM is shared)
 
 
 def send_bad_messages(bootstrap: str) -> None:
