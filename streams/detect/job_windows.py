@@ -1,10 +1,14 @@
 """Window buffer of one job's diagnoser: which windows wait, and when each one is ready.
 
 RankWindows and FunctionComparisons are buffered per window. Windows are released
-strictly in order. Window W is ready half a grace after its first FunctionComparison
-arrived (the comparators of all functions fire within one grace of each other), or two
-graces + 1 s after its first RankWindow when no comparison comes (a hung job produces
-no patterns). Times are the caller's clock; a record added without one is stamped at the
+strictly in order. Window W is ready as soon as it is complete: a RankWindow from every
+rank of the job (its ``world_size``) and a FunctionComparison for every function those
+RankWindows say their ranks sent patterns of (:func:`.rank_records.pattern_functions`);
+each RankWindow follows its rank's patterns, so nothing more of W is coming. When a rank
+or a comparison is missing, the timers stay the fallback: W is ready half a grace after
+its first FunctionComparison arrived (the comparators of all functions fire within one
+grace of each other), or two graces + 1 s after its first RankWindow when no comparison
+comes (a hung job produces no patterns). Times are the caller's clock; a record added without one is stamped at the
 next poll. A record for a window already released is late (counted); at most
 ``max_open_windows`` wait (the oldest is dropped, counted).
 """
@@ -17,6 +21,7 @@ from typing import NamedTuple, cast
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from .policy import DetectionPolicy
+from .rank_records import pattern_functions
 
 RANK_WINDOW_WAIT_MS = 1000  # a window with RankWindows only waits two graces plus this
 
@@ -38,6 +43,8 @@ class JobWindows:
         self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
         self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
         self.evaluated_upto: int | None = None
+        self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
+        self.missing: dict[int, set[str]] = {}  # window -> functions named by its RankWindows, not compared yet
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
@@ -59,7 +66,9 @@ class JobWindows:
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
-            self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = cast(FunctionComparison, record)
+            function = str(record.get("function", ""))
+            self.comparisons.setdefault(wid, {})[function] = cast(FunctionComparison, record)
+            self.missing.get(wid, set()).discard(function)
             if self.first_cmp[wid] is None:
                 self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
         else:
@@ -71,13 +80,16 @@ class JobWindows:
             self.skipped["unknown_rank"] += 1
             return
         self.rank_windows.setdefault(wid, {})[rank] = rw
+        self.world[wid] = max(self.world.get(wid, 0), world)
+        compared = self.comparisons.get(wid, {})
+        self.missing.setdefault(wid, set()).update(f for f in pattern_functions(rw) if f not in compared)
         if self.first_rw[wid] is None:
             self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
 
     def _evict_oldest(self) -> None:
         oldest = min(self.first_rw)
         self.skipped["window_evicted"] += 1
-        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons):
+        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.missing):
             d.pop(oldest, None)
 
     def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
@@ -92,7 +104,14 @@ class JobWindows:
             out.append(self._take(wid))
         return out
 
+    def complete(self, wid: int) -> bool:
+        """Every rank's RankWindow of ``wid`` and a comparison of every function they name are in."""
+        world = self.world.get(wid, 0)
+        return 0 < world <= len(self.rank_windows.get(wid, {})) and not self.missing.get(wid)
+
     def _ready(self, wid: int, now: int) -> bool:
+        if self.complete(wid):
+            return True
         grace = self.policy.grace_ms
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         if cmp_t is not None and now > cmp_t + grace // 2:
@@ -102,8 +121,8 @@ class JobWindows:
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
-        self.first_rw.pop(wid, None)
-        self.first_cmp.pop(wid, None)
+        for d in (self.first_rw, self.first_cmp, self.world, self.missing):
+            d.pop(wid, None)
         self.evaluated_upto = wid
         return ReadyWindow(wid, rws, cmps)
 
