@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -100,9 +101,12 @@ class Run:
     store_s: float | None = None
     webhook_s: float | None = None
     false_alarms: list[dict] = field(default_factory=list)
+    windows: int = 0  # windows the incident had been seen in when it opened
+    after_window_s: float | None = None  # from the end of the window that opened it to the store
 
     def as_json(self) -> dict:
         return {"job": self.job, "at_step": self.at_step, "store_s": self.store_s, "webhook_s": self.webhook_s,
+                "windows": self.windows, "after_window_s": self.after_window_s,
                 "false_alarms": [f"{r['cause']} {r['ranks']}: {r['summary']}" for r in self.false_alarms]}
 
 
@@ -132,8 +136,12 @@ def one_run(settings: Settings, rx: WebhookReceiver, i: int, fault: str, rank: i
                 continue
             if run.store_s is None:
                 rows = diagnose(settings, run.job)
-                if any(r["ranks"] == [rank] and r["cause"] == cause for r in rows):
+                named = [r for r in rows if r["ranks"] == [rank] and r["cause"] == cause]
+                if named:
                     run.store_s = round(time.time() - run.onset, 2)
+                    run.windows = named[0]["windows"]
+                    end = _wall(named[0]["last_seen"])
+                    run.after_window_s = round(time.time() - end, 2) if end is not None else None
                 run.false_alarms = [r for r in rows if set(r["ranks"]) - {rank}]
             if run.webhook_s is None:
                 at = rx.first_open(run.job, rank, cause)
@@ -147,6 +155,18 @@ def one_run(settings: Settings, rx: WebhookReceiver, i: int, fault: str, rank: i
     finally:
         _stop(proc)
     return run
+
+
+def _wall(value: object) -> float | None:
+    """A store time (datetime, or ISO text; naive means UTC) as unix seconds."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -176,7 +196,8 @@ def summary(runs: list[Run], settings: Settings, fault: str) -> dict:
             "false_alarms": sum(len(r.false_alarms) for r in runs), "fault": fault,
             "window_s": settings.streams.window_s, "window_grace_s": settings.streams.window_grace_s,
             "persist_windows": settings.detection.persist_windows, "persist_steps": settings.detection.persist_steps,
-            "store_s": [r.store_s for r in runs], "webhook_s": [r.webhook_s for r in runs]}
+            "store_s": [r.store_s for r in runs], "webhook_s": [r.webhook_s for r in runs],
+            "windows": [r.windows for r in runs], "after_window_s": [r.after_window_s for r in runs]}
 
 
 def main() -> None:

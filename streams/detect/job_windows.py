@@ -3,8 +3,13 @@
 RankWindows and FunctionComparisons are buffered per window. Windows are released
 strictly in order. Window W is ready as soon as it is complete: a RankWindow from every
 rank of the job (its ``world_size``) and a FunctionComparison for every function those
-RankWindows say their ranks sent patterns of (:func:`.rank_records.pattern_functions`);
-each RankWindow follows its rank's patterns, so nothing more of W is coming. When a rank
+RankWindows say their ranks sent patterns of (:func:`.rank_records.pattern_functions`)
+that the comparators evaluate at once: a collective (its group's members all report it)
+or a function every rank reported. Each RankWindow follows its rank's patterns, so
+nothing more of W is coming except the comparisons of functions only some ranks ran
+(a GC pause here and there): their comparators wait out a grace for the ranks that never
+report, and such a comparison arriving after W was evaluated is late (counted, and with
+fewer ranks than the job it rarely has peers enough to name anyone). When a rank
 or a comparison is missing, the timers stay the fallback: W is ready half a grace after
 its first FunctionComparison arrived (the comparators of all functions fire within one
 grace of each other), or two graces + 1 s after its first RankWindow when no comparison
@@ -20,6 +25,7 @@ from typing import NamedTuple, cast
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from .model import COMM_PREFIX
 from .policy import DetectionPolicy
 from .rank_records import pattern_functions
 
@@ -44,7 +50,7 @@ class JobWindows:
         self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
         self.evaluated_upto: int | None = None
         self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
-        self.missing: dict[int, set[str]] = {}  # window -> functions named by its RankWindows, not compared yet
+        self.named: dict[int, Counter[str]] = {}  # window -> function -> ranks whose RankWindow names it
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
@@ -68,7 +74,6 @@ class JobWindows:
         elif record_name == FUNCTION_COMPARISON:
             function = str(record.get("function", ""))
             self.comparisons.setdefault(wid, {})[function] = cast(FunctionComparison, record)
-            self.missing.get(wid, set()).discard(function)
             if self.first_cmp[wid] is None:
                 self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
         else:
@@ -79,17 +84,20 @@ class JobWindows:
         if rank < 0 or (world > 0 and rank >= world):
             self.skipped["unknown_rank"] += 1
             return
-        self.rank_windows.setdefault(wid, {})[rank] = rw
+        named = self.named.setdefault(wid, Counter())
+        earlier = self.rank_windows.setdefault(wid, {}).get(rank)
+        if earlier is not None:  # a re-delivered copy replaces the earlier one
+            named.subtract(pattern_functions(earlier))
+        self.rank_windows[wid][rank] = rw
+        named.update(pattern_functions(rw))
         self.world[wid] = max(self.world.get(wid, 0), world)
-        compared = self.comparisons.get(wid, {})
-        self.missing.setdefault(wid, set()).update(f for f in pattern_functions(rw) if f not in compared)
         if self.first_rw[wid] is None:
             self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
 
     def _evict_oldest(self) -> None:
         oldest = min(self.first_rw)
         self.skipped["window_evicted"] += 1
-        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.missing):
+        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.named):
             d.pop(oldest, None)
 
     def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
@@ -105,9 +113,14 @@ class JobWindows:
         return out
 
     def complete(self, wid: int) -> bool:
-        """Every rank's RankWindow of ``wid`` and a comparison of every function they name are in."""
-        world = self.world.get(wid, 0)
-        return 0 < world <= len(self.rank_windows.get(wid, {})) and not self.missing.get(wid)
+        """Every rank's RankWindow of ``wid`` is in, and a comparison of every function they
+        name that is a collective or that every rank ran (see the module docstring)."""
+        world, ranks = self.world.get(wid, 0), len(self.rank_windows.get(wid, {}))
+        if not 0 < world <= ranks:
+            return False
+        compared = self.comparisons.get(wid, {})
+        return all(f in compared for f, n in self.named.get(wid, {}).items()
+                   if n >= ranks or f.startswith(COMM_PREFIX))
 
     def _ready(self, wid: int, now: int) -> bool:
         if self.complete(wid):
@@ -121,7 +134,7 @@ class JobWindows:
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
-        for d in (self.first_rw, self.first_cmp, self.world, self.missing):
+        for d in (self.first_rw, self.first_cmp, self.world, self.named):
             d.pop(wid, None)
         self.evaluated_upto = wid
         return ReadyWindow(wid, rws, cmps)

@@ -165,3 +165,32 @@ def test_persist_steps_zero_counts_windows_only_and_extra_windows_still_wait():
     assert statuses(DetectionPolicy(persist_windows=2, persist_steps=0), [500, 500]) == [[], ["OPEN"]]
     pol = DetectionPolicy(persist_windows=2, persist_steps=50)
     assert statuses(pol, [500, 500], finding(extra_windows=1)) == [[], ["OPEN"]]
+
+
+def test_diagnoser_does_not_wait_for_a_function_only_some_ranks_ran():
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    rws[1] = rank_window(1, world=WORLD, functions=["Model.forward", "gc"])  # a GC pause on rank 1 only
+    for cmp in comparisons(rank_windows()):  # every function but the partial "gc"
+        d.add("FunctionComparison", cmp, NOW)
+    for rw in rws:
+        d.add("RankWindow", rw, NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto == T0_WINDOW
+    d.add("FunctionComparison", dict(comparisons(rank_windows())[0], function="gc"), NOW + POL.grace_ms)
+    assert d.skipped["late_record"] == 1  # its comparator waited out the grace: late, counted
+
+
+def test_diagnoser_waits_for_a_collective_of_a_group_smaller_than_the_job():
+    d = JobDiagnoser("job", POL)
+    rws = [rank_window(r, world=WORLD, functions=["Model.forward"] + (["comm:all_reduce:g01"] if r < 2 else []))
+           for r in range(WORLD)]
+    for cmp in comparisons(rank_windows()):
+        d.add("FunctionComparison", cmp, NOW)
+    for rw in rws:
+        d.add("RankWindow", rw, NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto is None  # the group's comparison comes at once: wait for it
+    d.add("FunctionComparison", dict(comparisons(rank_windows())[0], function="comm:all_reduce:g01"), NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto == T0_WINDOW
