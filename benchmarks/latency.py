@@ -195,7 +195,7 @@ def summary(runs: list[Run], settings: Settings, fault: str) -> dict:
             "missed": sum(r.store_s is None for r in runs), "webhook_missed": sum(r.webhook_s is None for r in runs),
             "false_alarms": sum(len(r.false_alarms) for r in runs), "fault": fault,
             "window_s": settings.streams.window_s, "window_grace_s": settings.streams.window_grace_s,
-            "persist_windows": settings.detection.persist_windows, "persist_steps": settings.detection.persist_steps,
+            "persist_windows": settings.detection.persist_windows, "persist_steps": getattr(settings.detection, "persist_steps", None),
             "store_s": [r.store_s for r in runs], "webhook_s": [r.webhook_s for r in runs],
             "windows": [r.windows for r in runs], "after_window_s": [r.after_window_s for r in runs]}
 
