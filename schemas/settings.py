@@ -158,6 +158,7 @@ class DetectionSettings:
     min_excess: float = field(default=0.10, metadata={"doc": "relative excess over the peer median"})
     min_cost_ms_per_step: float = field(default=1.0, metadata={"doc": "time a finding must cost per step"})
     persist_windows: int = field(default=2, metadata={"doc": "consecutive windows before a finding is raised"})
+    persist_steps: int = field(default=50, metadata={"doc": "... or consecutive steps (the job's median steps of the windows it was seen in), whichever comes first; 0 = windows only"})
     clear_windows: int = field(default=2, metadata={"doc": "clean windows before it is resolved"})
     regression_pct: float = field(default=5.0, metadata={"doc": "recent mean step time above the recent best by this %"})
     hang_factor: float = field(default=5.0, metadata={"doc": "no iteration for this many typical steps is a hang"})

@@ -1,7 +1,8 @@
 """The sink protocol (after quix-streams): ``setup``, ``add``, ``flush``.
 
 How the sink service drives it: rows are added as messages arrive; when
-:meth:`BatchingSink.due` says so, the service hands everything buffered to the
+:meth:`BatchingSink.due` says so (enough rows, the interval passed, or a row of an
+``urgent`` table such as an anomaly waits: a detection is written right away), the service hands everything buffered to the
 background flusher with :meth:`BatchingSink.take`, which writes it with
 :meth:`BatchingSink.write_batch` while decoding goes on. Kafka offsets are committed
 only after that batch is written. A write raises :class:`StoreUnavailable` (with
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -43,8 +44,9 @@ class BatchingSink(Sink):
     """
 
     def __init__(self, columns: dict[str, list[str]], flush_rows: int, flush_interval_s: float,
-                 max_backlog_rows: int):
+                 max_backlog_rows: int, urgent: Iterable[str] = ()):
         self._columns = columns
+        self.urgent = frozenset(urgent) & set(columns)  # tables whose rows are written without waiting
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.max_backlog_rows = max_backlog_rows
@@ -78,7 +80,11 @@ class BatchingSink(Sink):
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return self.buffered >= self.flush_rows or (
-            self.buffered > 0 and now - self._last_flush >= self.flush_interval_s)
+            self.buffered > 0 and now - self._last_flush >= self.flush_interval_s) or self.urgent_rows()
+
+    def urgent_rows(self) -> bool:
+        """A row of an ``urgent`` table is buffered."""
+        return any(self._rows[t] for t in self.urgent)
 
     def flush(self) -> int:
         """Write table by table; a table written is cleared, so a retry never repeats it."""

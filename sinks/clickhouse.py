@@ -33,11 +33,15 @@ OnBad = Callable[[RawMessage, str], None]
 OnRejected = Callable[[str, dict[str, Any], str], None]  # (table, row by column, reason)
 
 
+URGENT_TABLES = ("anomalies", "incidents")  # a detection is written as soon as it arrives
+
+
 class ClickHouseSink(BatchingSink):
     def __init__(self, store: Store, settings: StoreSettings, on_bad: OnBad | None = None,
                  on_rejected: OnRejected | None = None):
         super().__init__({name: t.column_names for name, t in TABLES.items()},
-                         settings.flush_rows, settings.flush_interval_s, settings.max_backlog_rows)
+                         settings.flush_rows, settings.flush_interval_s, settings.max_backlog_rows,
+                         urgent=URGENT_TABLES)
         self.store = store
         self.settings = settings
         self._raw: dict[str, list[RawMessage]] = {name: [] for name in RAW_TABLES}

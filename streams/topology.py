@@ -13,8 +13,9 @@ A record travels on the topic :data:`TOPIC_OF` names it, keyed by that topic's k
 function (:data:`TOPIC_KEY`), so all records of one stage key reach the same worker and
 the same core. A stage holds one core per key (:class:`Cores`), created from the first
 record of the key; it feeds every input record to its core, polls every core each
-:data:`POLL_INTERVAL_S` (summarize also right after each input) and routes what the
-polls return, and drops a core once it reports idle after a poll.
+:data:`POLL_INTERVAL_S` and right after each input (a window is evaluated as soon as
+every rank has reported it; the timer covers the grace of a missing rank) and routes
+what the polls return, and drops a core once it reports idle after a poll.
 
 Two runners run this declaration: the Faust app (``perftracker.streams.agents``, one
 agent and one timer per stage) and :class:`LocalRunner` (in process, caller's clock:
@@ -153,11 +154,11 @@ SUMMARIZE: Stage[RankSummarizer] = Stage(
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
     create=lambda r, policy: FunctionComparator(r["job"], r["function"], policy),
-    feed=_feed_compare, poll=_poll_compare)
+    feed=_feed_compare, poll=_poll_compare, poll_on_input=True)
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
     create=lambda r, policy: JobDiagnoser(r["job"], policy),
-    feed=_feed_diagnose, poll=_poll_diagnose)
+    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True)
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 

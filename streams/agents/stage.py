@@ -1,7 +1,7 @@
 """One Faust agent and one timer per stage of :mod:`..topology` (thin wiring, no logic).
 
 The agent decodes each message of the stage's topic, hands it to the core of its key
-(and, for summarize, sends what that core closes right away); the timer polls every core
+(and, for a stage that polls on input, sends what that core closes right away); the timer polls every core
 each ``POLL_INTERVAL_S``, sends what they return to the topic and key the topology
 names, and drops idle cores. A message or tick that raises is counted and skipped.
 """

@@ -1,7 +1,9 @@
 """Stage 2: one function's FunctionPatterns from every rank -> FunctionComparison per window.
 
-A window is evaluated once ``grace`` has passed on the caller's clock since its
-first pattern arrived (late ranks get that long); at most ``max_open_windows`` wait
+A window is evaluated as soon as every rank expected in it has sent its pattern (the
+collective's ``group_ranks``, else the job's ``world_size``), or else once ``grace`` has
+passed on the caller's clock since its first pattern arrived (a missing rank, or a
+function only some ranks run, gets that long); at most ``max_open_windows`` wait
 (the oldest is evicted, counted), and a pattern for a window already evaluated is
 late (counted). Evaluation keeps the patterns with steps and sane numbers, then
 scores non-collectives against their peers (:mod:`.peers`, time per completed step)
@@ -37,6 +39,7 @@ class FunctionComparator:
         self.skipped: Counter[str] = Counter()
         self.pending: dict[int, dict[int, FunctionPattern]] = {}  # window -> rank -> pattern
         self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
+        self.expected: dict[int, int] = {}  # window -> ranks its patterns say report this function
         self.evaluated: list[int] = []
         self.last_now = 0
 
@@ -57,26 +60,35 @@ class FunctionComparator:
             oldest = min(self.pending)
             self.skipped["window_evicted"] += len(self.pending.pop(oldest))
             self.first_seen.pop(oldest, None)
+            self.expected.pop(oldest, None)
         self.pending.setdefault(wid, {})[rank] = pattern
+        self.expected[wid] = max(self.expected.get(wid, 0), expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
         self.last_now = max(self.last_now, now_wall_ms or 0)
 
     def poll(self, now_wall_ms: int) -> list[FunctionComparison]:
-        """FunctionComparison records of every window whose grace has passed, oldest first."""
+        """FunctionComparison records of every window that is complete or whose grace has
+        passed, oldest first."""
         out = []
         self.last_now = max(self.last_now, now_wall_ms)
         for wid in sorted(self.pending):
             if self.first_seen.get(wid) is None:
                 self.first_seen[wid] = now_wall_ms
             first = self.first_seen[wid]
-            if first is not None and now_wall_ms <= first + self.policy.grace_ms:
+            if not self.complete(wid) and first is not None and now_wall_ms <= first + self.policy.grace_ms:
                 continue
             patterns = self.pending.pop(wid)
             self.first_seen.pop(wid, None)
+            self.expected.pop(wid, None)
             self.evaluated = (self.evaluated + [wid])[-MAX_EVALUATED_REMEMBERED:]
             out.append(self.evaluate(wid, list(patterns.values())))
         return out
+
+    def complete(self, wid: int) -> bool:
+        """Every rank expected in window ``wid`` has sent its pattern."""
+        expected = self.expected.get(wid, 0)
+        return 0 < expected <= len(self.pending.get(wid, {}))
 
     def idle(self, now_wall_ms: int) -> bool:
         return not self.pending and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000
@@ -115,6 +127,18 @@ class FunctionComparator:
             skipped["absurd_duration"] += 1
             return False
         return True
+
+
+def expected_ranks(p: FunctionPattern) -> int:
+    """Ranks that report this function in a window, as ``p`` tells: a collective's group
+    members, else the job's world size (0: unknown, the grace decides)."""
+    try:
+        group = p.get("group_ranks") or []
+        if int(p.get("kind", 0)) == SpanKind.COLLECTIVE and group:
+            return len(set(group))
+        return max(0, int(p.get("world_size", 0)))
+    except (TypeError, ValueError):
+        return 0
 
 
 def min_cost_ms(pol: DetectionPolicy, good: list[FunctionPattern]) -> float:

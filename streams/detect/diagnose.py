@@ -70,12 +70,12 @@ class JobDiagnoser:
         self.last_findings = findings
         wms = self.policy.window_ms
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=self._full_progress(rws, job_step))
+                         progress=self._full_progress(rws, job_step), steps=int(_median_steps(rws)))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
         """The job ran most of this window (see the module docstring)."""
-        steps = float(np.median([int(rw.get("steps", 0)) for rw in rws.values()])) if rws else 0.0
+        steps = _median_steps(rws)
         typical_ms = self.checks.typical_step_ms(default=job_step_ms)
         if steps <= 0 or typical_ms <= 0:
             return False
@@ -94,3 +94,8 @@ class JobDiagnoser:
         """Last record of every open incident, most costly first (for `diagnose`)."""
         recs = [t.last for t in self.tracks.values() if t.open and t.last is not None]
         return sorted(recs, key=lambda r: -r["impact_ms_per_step"])
+
+
+def _median_steps(rws: dict[int, RankWindow]) -> float:
+    """The job's steps in a window: the median rank's."""
+    return float(np.median([int(rw.get("steps", 0)) for rw in rws.values()])) if rws else 0.0

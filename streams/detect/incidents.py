@@ -1,8 +1,11 @@
 """Incident lifecycle: persistence before OPEN, UPDATED on material change, RESOLVED after quiet.
 
 A finding's ``identity`` (cause + culprit ranks/host/group) is its root cause. It must
-be seen in ``persist_windows`` consecutive evaluated windows to open (hangs open at
-once); it is re-sent as UPDATED when its impact moves by more than ``update_change``
+be seen in ``persist_windows`` consecutive evaluated windows to open, or in consecutive
+windows holding ``persist_steps`` steps in all (the job's median steps per window; a fast
+job's slowdown so opens after its first window, a slow job's still needs
+``persist_windows``); hangs open at once, and a finding that waits extra windows (a
+regression) still waits them; it is re-sent as UPDATED when its impact moves by more than ``update_change``
 (relative) or its ranks change; it resolves after ``clear_windows`` windows without it.
 The incident_id is a hash of job, cause, ranks and function at opening, so re-deliveries
 and restarts from the same inputs give the same id.
@@ -27,6 +30,7 @@ class Track:
     """Plain state of one identity."""
 
     streak: int = 0
+    steps: int = 0  # the job's steps in the ``streak`` windows
     misses: int = 0
     open: bool = False
     incident_id: str = ""
@@ -45,16 +49,18 @@ def incident_id(job: str, f: Finding) -> str:
 
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
          window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
-         progress: bool = True) -> list[Anomaly]:
+         progress: bool = True, steps: int = 0) -> list[Anomaly]:
     """Advance every track by one evaluated window; Anomaly records to send. A window in
     which the job made no ``progress`` (no rank completed a step) is missing data, not a
-    clean window: it never counts toward resolving an incident."""
+    clean window: it never counts toward resolving an incident. ``steps``: the job's
+    (median) steps in this window, toward ``persist_steps``."""
     out = []
     seen = {f.identity: f for f in findings}
     for ident, f in seen.items():
         t = tracks.setdefault(ident, Track(first_seen_ms=window_start_ms))
         t.streak, t.misses, t.last_seen_ms = t.streak + 1, 0, window_end_ms
-        if not t.open and (t.streak >= policy.persist_windows + f.extra_windows or f.immediate):
+        t.steps += max(0, int(steps))
+        if not t.open and (persisted(t, f, policy) or f.immediate):
             t.open, t.incident_id = True, incident_id(job, f)
             out.append(_record(t, f, job, Status.OPEN, step_time_ms))
         elif t.open and _material(t, f, policy):
@@ -73,6 +79,15 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
                 out.append(_resolved(t.last, t.last_seen_ms))
             del tracks[ident]
     return out
+
+
+def persisted(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
+    """``t`` (the track of ``f``, this window counted) has persisted long enough to open:
+    ``persist_windows`` windows, or ``persist_steps`` steps (never before the extra
+    windows ``f`` waits for)."""
+    if t.streak >= policy.persist_windows + f.extra_windows:
+        return True
+    return 0 < policy.persist_steps <= t.steps and t.streak >= 1 + f.extra_windows
 
 
 def persisting(tracks: dict[str, Track], f: Finding, policy: DetectionPolicy) -> bool:

@@ -1,10 +1,19 @@
 """Window buffer of one job's diagnoser: which windows wait, and when each one is ready.
 
 RankWindows and FunctionComparisons are buffered per window. Windows are released
-strictly in order. Window W is ready half a grace after its first FunctionComparison
-arrived (the comparators of all functions fire within one grace of each other), or two
-graces + 1 s after its first RankWindow when no comparison comes (a hung job produces
-no patterns). Times are the caller's clock; a record added without one is stamped at the
+strictly in order. Window W is ready as soon as it is complete: a RankWindow from every
+rank of the job (its ``world_size``) and a FunctionComparison for every function those
+RankWindows say their ranks sent patterns of (:func:`.rank_records.pattern_functions`)
+that the comparators evaluate at once: a collective (its group's members all report it)
+or a function every rank reported. Each RankWindow follows its rank's patterns, so
+nothing more of W is coming except the comparisons of functions only some ranks ran
+(a GC pause here and there): their comparators wait out a grace for the ranks that never
+report, and such a comparison arriving after W was evaluated is late (counted, and with
+fewer ranks than the job it rarely has peers enough to name anyone). When a rank
+or a comparison is missing, the timers stay the fallback: W is ready half a grace after
+its first FunctionComparison arrived (the comparators of all functions fire within one
+grace of each other), or two graces + 1 s after its first RankWindow when no comparison
+comes (a hung job produces no patterns). Times are the caller's clock; a record added without one is stamped at the
 next poll. A record for a window already released is late (counted); at most
 ``max_open_windows`` wait (the oldest is dropped, counted).
 """
@@ -16,7 +25,9 @@ from typing import NamedTuple, cast
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from .model import COMM_PREFIX
 from .policy import DetectionPolicy
+from .rank_records import pattern_functions
 
 RANK_WINDOW_WAIT_MS = 1000  # a window with RankWindows only waits two graces plus this
 
@@ -38,6 +49,8 @@ class JobWindows:
         self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
         self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
         self.evaluated_upto: int | None = None
+        self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
+        self.named: dict[int, Counter[str]] = {}  # window -> function -> ranks whose RankWindow names it
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
@@ -59,7 +72,8 @@ class JobWindows:
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
-            self.comparisons.setdefault(wid, {})[str(record.get("function", ""))] = cast(FunctionComparison, record)
+            function = str(record.get("function", ""))
+            self.comparisons.setdefault(wid, {})[function] = cast(FunctionComparison, record)
             if self.first_cmp[wid] is None:
                 self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
         else:
@@ -70,14 +84,20 @@ class JobWindows:
         if rank < 0 or (world > 0 and rank >= world):
             self.skipped["unknown_rank"] += 1
             return
-        self.rank_windows.setdefault(wid, {})[rank] = rw
+        named = self.named.setdefault(wid, Counter())
+        earlier = self.rank_windows.setdefault(wid, {}).get(rank)
+        if earlier is not None:  # a re-delivered copy replaces the earlier one
+            named.subtract(pattern_functions(earlier))
+        self.rank_windows[wid][rank] = rw
+        named.update(pattern_functions(rw))
+        self.world[wid] = max(self.world.get(wid, 0), world)
         if self.first_rw[wid] is None:
             self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
 
     def _evict_oldest(self) -> None:
         oldest = min(self.first_rw)
         self.skipped["window_evicted"] += 1
-        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons):
+        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.named):
             d.pop(oldest, None)
 
     def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
@@ -92,7 +112,19 @@ class JobWindows:
             out.append(self._take(wid))
         return out
 
+    def complete(self, wid: int) -> bool:
+        """Every rank's RankWindow of ``wid`` is in, and a comparison of every function they
+        name that is a collective or that every rank ran (see the module docstring)."""
+        world, ranks = self.world.get(wid, 0), len(self.rank_windows.get(wid, {}))
+        if not 0 < world <= ranks:
+            return False
+        compared = self.comparisons.get(wid, {})
+        return all(f in compared for f, n in self.named.get(wid, {}).items()
+                   if n >= ranks or f.startswith(COMM_PREFIX))
+
     def _ready(self, wid: int, now: int) -> bool:
+        if self.complete(wid):
+            return True
         grace = self.policy.grace_ms
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         if cmp_t is not None and now > cmp_t + grace // 2:
@@ -102,8 +134,8 @@ class JobWindows:
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
-        self.first_rw.pop(wid, None)
-        self.first_cmp.pop(wid, None)
+        for d in (self.first_rw, self.first_cmp, self.world, self.named):
+            d.pop(wid, None)
         self.evaluated_upto = wid
         return ReadyWindow(wid, rws, cmps)
 

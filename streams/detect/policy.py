@@ -42,6 +42,7 @@ class DetectionPolicy:
     noise_floor_ms: float = 0.05  # ... and in ms per step
     # persistence
     persist_windows: int = TUNABLE.persist_windows
+    persist_steps: int = TUNABLE.persist_steps
     clear_windows: int = TUNABLE.clear_windows
     update_change: float = 0.25  # relative impact change that re-sends an incident
     # collectives: a rank is the late arriver of a (group, seq) when its time inside is the shortest

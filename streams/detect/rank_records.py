@@ -46,6 +46,15 @@ def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, 
     return out
 
 
+def pattern_functions(rw: RankWindow) -> set[str]:
+    """Names of the FunctionPatterns :func:`close_window` sent before ``rw`` (same window, same
+    rank): its functions, plus the per-kind aggregates when it had any function or step."""
+    names = {str(n) for n in rw.get("functions", [])}
+    if names or int(rw.get("steps", 0)) > 0:
+        names.update(kind_function(k) for k in ALWAYS_AGGREGATED)
+    return names
+
+
 def signature_of(functions: dict[str, FunctionAcc]) -> str:
     """Hash of the structural function set: dataloader/optimizer/forward/backward span names
     and collective op names (group ids left out, so data-parallel replicas match)."""

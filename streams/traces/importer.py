@@ -162,12 +162,13 @@ def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None
         return record
 
     runner = LocalRunner(policy, wire=keep)
+    out = []  # a stage evaluates a window once every rank is in: anomalies may leave at any call
     for _rank, batch in sorted(report.batches.items()):
-        runner.feed(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
-    runner.poll(SUMMARIZE, now, flush=True)
+        out += runner.feed(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
+    out += runner.poll(SUMMARIZE, now, flush=True)
     later = now + policy.grace_ms + 1
-    runner.poll(COMPARE, later)
-    out = runner.poll(DIAGNOSE, later + 2 * policy.grace_ms + 2000)
+    out += runner.poll(COMPARE, later)
+    out += runner.poll(DIAGNOSE, later + 2 * policy.grace_ms + 2000)
     for stage in (SUMMARIZE.name, DIAGNOSE.name):
         for _key, core in runner.cores[stage].items():
             report.core_skipped.update({f"{stage}:{k}": v for k, v in core.skipped.items()})

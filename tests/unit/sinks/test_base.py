@@ -29,6 +29,22 @@ def test_due_by_rows_and_by_time():
     assert s.due()
 
 
+def test_a_row_of_an_urgent_table_is_due_at_once():
+    s = make(urgent=("b", "not_a_table"))
+    s.add("a", (1, 2))
+    assert not s.due()
+    s.add("b", (3,))  # e.g. an anomaly: written without waiting for the interval or the row count
+    assert s.due()
+    s.take()
+    assert not s.due()
+
+
+def test_clickhouse_sink_writes_detections_at_once():
+    from perftracker.sinks.clickhouse import URGENT_TABLES
+    from perftracker.sinks.schema import TABLES
+    assert set(URGENT_TABLES) == {"anomalies", "incidents"} <= set(TABLES)
+
+
 def test_failed_table_is_kept_and_written_table_not_repeated():
     s = make()
     s.add("a", (1, 2))

@@ -41,7 +41,7 @@ POLICY = DetectionPolicy(window_s=5.0)
 def test_stages_consume_distinct_topics_in_data_flow_order():
     assert [s.name for s in STAGES] == ["summarize", "compare", "diagnose"]
     assert [s.topic for s in STAGES] == [TopicRole.INPUTS, TopicRole.PATTERNS, TopicRole.FINDINGS]
-    assert SUMMARIZE.poll_on_input and not COMPARE.poll_on_input and not DIAGNOSE.poll_on_input
+    assert SUMMARIZE.poll_on_input and COMPARE.poll_on_input and DIAGNOSE.poll_on_input  # readiness on input
 
 
 def test_every_record_has_a_topic_and_every_topic_a_key():

@@ -10,6 +10,9 @@ def evaluate(function, patterns, policy=POL):
     c = FunctionComparator("job", function, policy)
     for p in patterns:
         c.add(p, now_wall_ms=1000)
+    if c.complete(int(patterns[0]["window_id"])):  # every expected rank in: evaluated at once
+        (rec,) = c.poll(1000)
+        return rec, c
     assert c.poll(1000 + policy.grace_ms) == []  # grace not over yet
     (rec,) = c.poll(1001 + policy.grace_ms)
     return rec, c

@@ -205,8 +205,12 @@ def test_old_batches_give_a_window_without_cpu_evidence():
 def test_late_arriver_incident_names_the_file_and_line_of_its_extra_time():
     import json
 
+    from perftracker.streams.detect import DetectionPolicy
+
     from .test_diagnose import opened, run_events
-    (a,) = opened(run_events("slow-collective"))
+    # opened on its second window (persistence in windows): the stack samples of a whole faulty window
+    windows_only = DetectionPolicy(window_s=2.0, window_grace_s=1.0, persist_steps=0)
+    (a,) = opened(run_events("slow-collective", policy=windows_only))
     loc = json.loads(a["evidence_json"])["location"]
     assert a["ranks"] == [2] and loc["frame"] == "/job/train.py:88 step `x.clone()`"
     assert loc["extra_ms_per_step"] > 5 and "train.py:88 step `x.clone()`" in a["summary"]
