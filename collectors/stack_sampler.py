@@ -57,10 +57,17 @@ LIBRARY_ROOTS = _library_roots()
 LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}perftracker{os.sep}")
 
 
+# the demo's training script and fault injector stand in for a user's code
+USER_PARTS = (f"{os.sep}deploy{os.sep}demo{os.sep}",)
+
+
 def is_library(filename: str, roots: tuple[str, ...] = LIBRARY_ROOTS) -> bool:
-    """True for torch, perftracker and standard-library files (and ``<frozen ...>``)."""
+    """True for torch, perftracker and standard-library files (and ``<frozen ...>``); the
+    demo's training code (``deploy/demo``) counts as user code."""
     if filename.startswith("<"):
         return True
+    if any(part in filename for part in USER_PARTS):
+        return False
     if any(part in filename for part in LIBRARY_PARTS):
         return True
     return any(filename.startswith(r) for r in roots) and "site-packages" not in filename

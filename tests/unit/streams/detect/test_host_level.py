@@ -96,3 +96,35 @@ def test_ranks_of_an_unknown_host_are_not_joined():
     rws = {r: {**rw, "host": ""} for r, rw in job({2: 22.0, 3: 17.0}).items()}
     (f,) = blamed(diagnose_window(rws, [allreduce({**straggler(3), "host": ""})], POL))
     assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (3,)
+
+
+def sampled_job(rank_frames: dict[int, list]) -> dict[int, dict]:
+    """The 2x2 job with 25 Hz stack samples: every rank the same user frames unless given."""
+    same = [("train.py:40 step `loss.backward()`", 100), ("train.py:52 step `dist.all_reduce(x)`", 50)]
+    return {r: {**cpu_rw(r, frames=rank_frames.get(r, same)), "host": f"node-{r // 2}", "gpu": -1} for r in range(4)}
+
+
+def test_a_late_entry_whose_stacks_and_cpu_match_its_peers_is_not_raised():
+    """Shortest time inside in 55 % of calls, but its samples show no extra time anywhere and it
+    did not wait for a CPU: scheduling skew of an oversubscribed host, nothing to show late."""
+    assert blamed(diagnose_window(sampled_job({}), [allreduce(straggler(3))], POL)) == []
+
+
+def test_a_late_entry_with_a_frame_of_extra_time_is_raised_with_that_frame():
+    frames = [("train.py:40 step `loss.backward()`", 100), ("train.py:52 step `dist.all_reduce(x)`", 50),
+              ("train.py:48 step `time.sleep(0.02)`", 30)]  # 3 samples/step x 40 ms: 120 ms/step more
+    (f,) = blamed(diagnose_window(sampled_job({3: frames}), [allreduce(straggler(3))], POL))
+    assert f.ranks == (3,) and f.cause == Cause.SLOW_FUNCTION
+    assert "train.py:48 step `time.sleep(0.02)`" in f.summary
+
+
+def test_a_late_entry_without_samples_to_judge_is_still_raised():
+    (f,) = blamed(diagnose_window(job({}), [allreduce(straggler(3))], POL))
+    assert f.ranks == (3,) and "no stack samples to say where" in f.summary
+
+
+def test_a_late_entry_with_alike_stacks_that_waited_for_a_cpu_is_contention():
+    rws = sampled_job({})
+    rws[3]["runqueue_wait_ms_per_step"] = 17.0
+    (f,) = blamed(diagnose_window(rws, [allreduce(straggler(3))], POL))
+    assert f.cause == Cause.HOST_CPU_CONTENTION and 3 in f.ranks
