@@ -1,4 +1,5 @@
 import datetime as dt
+import threading
 import time
 
 import pytest
@@ -38,20 +39,39 @@ def test_window_starts_on_the_requested_step_and_summarizes_cpu_ops():
     assert mm[0].p50_ns <= mm[0].p99_ns <= mm[0].max_ns <= mm[0].total_ns
 
 
-def test_a_window_running_at_exit_is_dropped_and_counted_not_summarized():
+def test_a_window_running_at_exit_is_summarized_within_the_budget():
     torch = pytest.importorskip("torch")
     emitted, dropped = [], []
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
-                             on_dropped=dropped.append)
+                             on_dropped=dropped.append, exit_budget_s=30.0)
     windows.request(ProfileRequest("req-1", start_step=1, duration_s=3600.0))
     windows.on_step(1)
     a = torch.randn(8, 8)
     a = a @ a
     windows.close()
     windows.summarize_finished()
-    assert emitted == [] and dropped == [1] and windows._active is None
+    assert [o.profile_id for o in emitted[0]][:1] == ["req-1"] and dropped == [] and windows._active is None
+
+
+def test_a_window_not_summarized_within_the_exit_budget_is_dropped_and_counted():
+    torch = pytest.importorskip("torch")
+    emitted, dropped = [], []
+    release = threading.Event()
+
+    class SlowProfiler:
+        def events(self):
+            release.wait(10)  # a trace that takes long to turn into summaries
+            return []
+
+    windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
+                             on_dropped=dropped.append, exit_budget_s=0.05)
+    windows._finished.extend([("a", SlowProfiler()), ("b", SlowProfiler())])
+    windows.close()
     windows.summarize_finished()
-    assert dropped == [1]
+    assert dropped == [2]
+    release.set()
+    time.sleep(0.2)
+    assert emitted == []  # given up: nothing emitted after the budget ran out
 
 
 def test_control_messages_filtered_by_job_age_and_id():
