@@ -244,18 +244,24 @@ def _rss_kb(field: str) -> int:
 
 
 def run_size(ranks: int, windows: int, functions: int = 30, policy: DetectionPolicy | None = None,
-             seed: int = 0) -> dict[str, Any]:
+             seed: int = 0, wall0_ns: int = 1_700_000_000_000 * MS,
+             capture: list[Routed] | None = None) -> dict[str, Any]:
     """Run ``windows`` windows of a ``ranks``-rank job through the worker path; the cost figures and
-    what the path diagnosed (open incidents' causes and ranks)."""
+    what the path diagnosed (open incidents' causes and ranks). ``capture``: every record routed
+    between the stages (and leaving them) is appended there."""
     policy = policy or DetectionPolicy()
     wms = policy.window_ms
     if wms % 1000:
         raise ValueError(f"window_s ({policy.window_s}) must be whole seconds")
-    wall0 = 1_700_000_000_000 * MS
-    wall0 -= wall0 % (wms * MS)  # the job starts on a window edge
+    wall0 = wall0_ns - wall0_ns % (wms * MS)  # the job starts on a window edge
     sim = SyntheticRanks(ranks, functions, seed=seed, wall0_ns=wall0)
     stage_cpu = {s.name: 0.0 for s in STAGES}
-    runner = LocalRunner(policy, stages=_timed_stages(stage_cpu))
+
+    def keep(name: str, record: Any) -> Any:
+        capture.append((name, record))  # type: ignore[union-attr]
+        return record
+
+    runner = LocalRunner(policy, stages=_timed_stages(stage_cpu), wire=keep if capture is not None else None)
     t0_ms = wall0 // MS
     out: list[Routed] = []
     cpu = 0.0
@@ -296,6 +302,56 @@ def run_size(ranks: int, windows: int, functions: int = 30, policy: DetectionPol
                              key=lambda i: (i["cause"], i["ranks"])),
         "slow_rank": SLOW_RANK, "extrapolated": False,
     }
+
+
+def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
+    """What one window of a ``ranks``-rank job puts on the internal topics and in the store:
+    records and Avro bytes (encoded with the stages' codecs, and lz4-framed) per record name,
+    rows per table (``perftracker.sinks.rows``), and bytes on disk per row once written to a
+    fresh chDB store (``perftracker.sinks.schema.migrate``, then ``OPTIMIZE ... FINAL``)."""
+    import tempfile
+    from collections import Counter
+
+    import lz4.frame
+    from perftracker.schemas import Codec
+    from perftracker.sinks.rows import ROW_BUILDERS
+    from perftracker.sinks.schema import TABLES, migrate
+    from perftracker.sinks.store import Store, StoreTarget
+
+    captured: list[Routed] = []
+    run_size(ranks, windows, functions, wall0_ns=time.time_ns() - windows * 10 * 1_000_000_000, capture=captured)
+    records: Counter[str] = Counter()
+    encoded: Counter[str] = Counter()
+    codecs: dict[str, Codec] = {}
+    rows: dict[str, list] = {}
+    for name, rec in captured:
+        codec = codecs.setdefault(name, Codec(name))
+        records[name] += 1
+        encoded[name] += len(codec.encode(rec))
+        for table, batch in ROW_BUILDERS.get(name, lambda r: [])(dict(rec)):
+            rows.setdefault(table, []).extend(batch)
+    raw = b"".join(codecs[n].encode(r) for n, r in captured)
+    lz4_ratio = len(lz4.frame.compress(raw)) / max(len(raw), 1)
+    disk: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        store = Store.open(StoreTarget("chdb", path=d))
+        try:
+            migrate(store)
+            for table, batch in rows.items():
+                store.insert(table, TABLES[table].column_names, batch, column_oriented=False)
+                store.command(f"OPTIMIZE TABLE {table} FINAL")
+            res = store.query("SELECT table, sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes) "
+                              "FROM system.parts WHERE active AND database = currentDatabase() GROUP BY table")
+            for table, n, comp, uncomp in res.rows:
+                disk[str(table)] = {"rows": int(n), "bytes_per_row": round(int(comp) / max(int(n), 1), 1),
+                                    "uncompressed_bytes_per_row": round(int(uncomp) / max(int(n), 1), 1)}
+        finally:
+            store.close()
+    return {"ranks": ranks, "windows": windows, "functions": functions,
+            "records_per_window": {k: v / windows for k, v in records.items()},
+            "avro_bytes_per_record": {k: round(encoded[k] / records[k], 1) for k in records},
+            "lz4_ratio": round(lz4_ratio, 3),
+            "rows_per_window": {t: len(b) / windows for t, b in rows.items()}, "store": disk}
 
 
 def windows_for(ranks: int) -> int:
@@ -361,7 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", type=int, default=0, help="windows per size (default: 3 up to 512 ranks, "
                     "2 up to 4096, then 1)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size in this process
+    ap.add_argument("--footprint", type=int, metavar="RANKS",
+                    help="instead: topic bytes and store rows/bytes of RANKS ranks' windows (sizing)")
     args = ap.parse_args(argv)
+    if args.footprint:
+        print(json.dumps(footprint(args.footprint, args.windows or 2, args.functions)))
+        return 0
     if args.one:
         print(json.dumps(run_size(args.one, args.windows or windows_for(args.one), args.functions)))
         return 0
