@@ -385,16 +385,22 @@ def fit(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"sizes": [r["ranks"] for r in results], "fit_sizes": xs,
             "time_slope": slope(xs, [r["cpu_s_per_window"] for r in used]),
             "memory_slope": slope(xs, [r["peak_rss_mb"] for r in used]),
+            "stage_time_slopes": {k: slope(xs, [r["cpu_s_per_window_by_stage"][k] for r in used])
+                                  for k in (used[0]["cpu_s_per_window_by_stage"] if used else {})},
             "extrapolated": any(r["extrapolated"] for r in results)}
 
 
 def extrapolate(ranks: int, measured: list[dict[str, Any]], f: dict[str, Any]) -> dict[str, Any]:
     last = max(measured, key=lambda r: r["ranks"])
-    k = ranks / last["ranks"]
-    cpu = last["cpu_s_per_window"] * k ** (f["time_slope"] or 1.0)
-    mem = last["peak_rss_mb"] * k ** (f["memory_slope"] or 1.0)
+    scale = ranks / last["ranks"]
+    cpu = last["cpu_s_per_window"] * scale ** (f["time_slope"] or 1.0)
+    mem = last["peak_rss_mb"] * scale ** (f["memory_slope"] or 1.0)
+    stage_slopes = f.get("stage_time_slopes", {})
+    stages = {name: round(v * scale ** (stage_slopes.get(name) or 1.0), 3)
+              for name, v in last.get("cpu_s_per_window_by_stage", {}).items()}
     return {"ranks": ranks, "cpu_s_per_window": round(cpu, 2), "cpu_us_per_rank_window": round(cpu / ranks * 1e6, 1),
-            "peak_rss_mb": round(mem, 1), "extrapolated": True, "from_ranks": last["ranks"]}
+            "cpu_s_per_window_by_stage": stages, "peak_rss_mb": round(mem, 1), "extrapolated": True,
+            "from_ranks": last["ranks"]}
 
 
 def run_in_subprocess(ranks: int, windows: int, functions: int) -> dict[str, Any]:
@@ -441,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         r = extrapolate(ranks, results, f)
         results.append(r)
         print(json.dumps(r) if args.json else json.dumps(r, indent=2), flush=True)
-    last = {**fit(results), "time_slope": f["time_slope"], "memory_slope": f["memory_slope"],
-            "fit_sizes": f["fit_sizes"], **machine}
+    last = {**f, "sizes": [r["ranks"] for r in results], "extrapolated": any(r["extrapolated"] for r in results),
+            **machine}
     print(json.dumps(last) if args.json else json.dumps(last, indent=2))
     return 0
 

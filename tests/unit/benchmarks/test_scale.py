@@ -41,12 +41,15 @@ def test_synthetic_batches_are_valid_event_batches_with_realistic_function_count
 
 
 def test_fit_slopes_and_extrapolation() -> None:
-    measured = [{"ranks": n, "cpu_s_per_window": n * 0.001, "peak_rss_mb": 0.5 * n, "extrapolated": False}
+    measured = [{"ranks": n, "cpu_s_per_window": n * 0.001, "peak_rss_mb": 0.5 * n, "extrapolated": False,
+                 "cpu_s_per_window_by_stage": {"summarize": n * 0.0008, "diagnose": 1e-6 * n * n}}
                 for n in (8, 64, 512, 4096)]
     f = fit(measured)
     assert f["time_slope"] == 1.0 and f["memory_slope"] == 1.0 and f["fit_sizes"] == [64, 512, 4096]
     e = extrapolate(100_000, measured, f)
     assert e["extrapolated"] is True and e["from_ranks"] == 4096
+    assert f["stage_time_slopes"] == {"summarize": 1.0, "diagnose": 2.0}
     assert abs(e["cpu_s_per_window"] - 100.0) < 0.01 and abs(e["peak_rss_mb"] - 50_000) < 0.1
+    assert abs(e["cpu_s_per_window_by_stage"]["diagnose"] - 1e-6 * 100_000**2) < 0.01
     assert sizes_up_to(4096) == [8, 64, 512, 4096]
     assert sizes_up_to(100_000) == [8, 64, 512, 4096, 32768, 100_000]
