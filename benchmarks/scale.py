@@ -406,7 +406,8 @@ def extrapolate(ranks: int, measured: list[dict[str, Any]], f: dict[str, Any]) -
 def run_in_subprocess(ranks: int, windows: int, functions: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.scale", "--one", str(ranks), "--windows", str(windows),
            "--functions", str(functions)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where ``benchmarks`` imports from
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)
     if done.returncode:
         raise RuntimeError(f"size {ranks} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
