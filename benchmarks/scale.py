@@ -22,6 +22,10 @@ and the transient arrays; VmHWM - VmRSS). The last line fits log-log slopes of
 ``cpu_s_per_window`` and ``peak_rss_mb`` against ranks (sizes from 64 up: the 8-rank point
 is fixed overheads) and, for sizes above ``--measure-max``, prints the fit's extrapolation
 (``"extrapolated": true``) instead of running them.
+
+``--footprint RANKS`` sizes the rest of the pipeline instead: the records the stages route
+for RANKS ranks (count and Avro bytes per record name), the store rows they become per
+table and their bytes on disk in a fresh chDB store (docs/scaling.md).
 """
 
 from __future__ import annotations
