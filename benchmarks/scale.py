@@ -1,0 +1,462 @@
+"""Cost per window of the whole worker path as ranks grow: ``python -m benchmarks.scale --json``.
+
+The detection core a worker runs -- summarize (RankSummarizer) -> compare
+(FunctionComparator) -> diagnose (JobDiagnoser) -- wired as the stream workers wire it
+(:class:`perftracker.streams.topology.LocalRunner`, in process, simulated clock, no
+Kafka/Faust/codec), fed with the EventBatches of a synthetic job of N ranks:
+
+* each rank runs 250 ms steps of ``--functions`` functions (default 30: data loader,
+  forward, loss, backward, gradient clipping, optimizer and ``functions - 6`` per-layer
+  ``@timed`` blocks nested in forward), TP all-gathers / reduce-scatters (4 + 4 per step,
+  TP groups of 8 from 64 ranks up) and 6 DDP all-reduce buckets per step in the rank's DP
+  group (PP of 4 from 512 ranks up, so DP groups are ranks / 32 there): about 180 events per
+  rank per second, one batch per rank per second, durations lognormal (3 %);
+* one slow rank (rank 1): one layer block 5 ms per step slower, its DP peers wait that
+  long longer in the last all-reduce bucket (the victims).
+
+Per size, one fresh process (so memory is that size's own): CPU seconds of the runner's
+``feed``/``tick`` calls only (building the batches is not timed) divided by the windows
+run (``cpu_s_per_window``, ``cpu_us_per_rank_window``), the same per stage, and the peak
+RSS growth over the process's RSS before the first batch (``peak_rss_mb``: the cores' state
+and the transient arrays; VmHWM - VmRSS). The last line fits log-log slopes of
+``cpu_s_per_window`` and ``peak_rss_mb`` against ranks (sizes from 64 up: the 8-rank point
+is fixed overheads) and, for sizes above ``--measure-max``, prints the fit's extrapolation
+(``"extrapolated": true``) instead of running them.
+
+``--footprint RANKS`` sizes the rest of the pipeline instead: the records the stages route
+for RANKS ranks (count and Avro bytes per record name), the store rows they become per
+table and their bytes on disk in a fresh chDB store (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from perftracker.collectors.groups import group_ref
+from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, SpanKind, Status
+from perftracker.streams.detect import DetectionPolicy
+from perftracker.streams.topology import STAGES, LocalRunner, Routed, Stage
+
+MS = 1_000_000
+STEP_MS = 250
+STEPS_PER_S = 1000 // STEP_MS
+SLOW_RANK = 1
+SLOW_LAYER = 3
+SLOW_EXCESS_MS = 5.0
+DEFAULT_SIZES = (8, 64, 512, 4096)
+TICK_MS = 500  # the stages' timer (topology.POLL_INTERVAL_S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    ranks: int
+    tp: int
+    pp: int
+
+    @classmethod
+    def for_ranks(cls, ranks: int) -> Layout:
+        tp = 8 if ranks >= 64 else 1
+        pp = 4 if ranks >= 512 else 1
+        if ranks % (tp * pp):
+            raise ValueError(f"ranks ({ranks}) must be a multiple of tp*pp ({tp * pp})")
+        return cls(ranks, tp, pp)
+
+    @property
+    def dp(self) -> int:
+        return self.ranks // (self.tp * self.pp)
+
+    def dp_members(self, rank: int) -> list[int]:
+        stage, t = rank // (self.dp * self.tp), rank % self.tp
+        base = stage * self.dp * self.tp + t
+        return [base + d * self.tp for d in range(self.dp)]
+
+    def tp_members(self, rank: int) -> list[int]:
+        first = rank - rank % self.tp
+        return list(range(first, first + self.tp))
+
+
+@dataclasses.dataclass
+class StepTemplate:
+    """One step's events of a rank class as columns (offsets from the step start, ns)."""
+
+    span_kind: np.ndarray
+    span_name: np.ndarray
+    span_off: np.ndarray
+    span_dur: np.ndarray
+    comm_op: np.ndarray
+    comm_group: np.ndarray  # 0 = TP group, 1 = DP group
+    comm_seq: np.ndarray  # per group, within the step
+    comm_bytes: np.ndarray
+    comm_off: np.ndarray
+    comm_dur: np.ndarray
+    step_ns: int
+
+
+def names_for(functions: int) -> list[str]:
+    if functions < 7:
+        raise ValueError(f"functions ({functions}) must be at least 7")
+    fixed = ["torch.utils.data.DataLoader.__next__", "model.GPT.forward", "train.loss", "torch.autograd.backward",
+             "clip_grad_norm_", "torch.optim.adamw.AdamW.step"]
+    layers = [f"model.layers.{i}.forward" for i in range(functions - len(fixed))]
+    return fixed + layers + ["all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"]
+
+
+def step_template(functions: int, tp: bool, slow: bool, wait_ms: float) -> StepTemplate:
+    """A rank's step: ``slow``: its layer block is SLOW_EXCESS_MS longer (arrives last);
+    ``wait_ms``: extra wait in the last DP bucket (a victim of the slow rank)."""
+    names = names_for(functions)
+    idx = {n: i for i, n in enumerate(names)}
+    layers = functions - 6
+    spans: list[tuple[int, int, float, float]] = []  # kind, name, offset ms, dur ms
+    comms: list[tuple[int, int, int, int, float, float]] = []  # op, group, seq, bytes, offset, dur
+    t = 0.0
+    spans.append((SpanKind.DATALOADER, 0, t, 4.0))
+    t += 4.0
+    fwd0, layer_ms = t, 60.0 / layers
+    for i in range(layers):
+        d = layer_ms + (SLOW_EXCESS_MS if slow and i == SLOW_LAYER else 0.0)
+        spans.append((SpanKind.PYTHON, 6 + i, t + 0.1, d - 0.2))
+        t += d
+    if tp:
+        for i in range(4):
+            comms.append((idx["all_gather_into_tensor"], 0, i, 8 << 20, fwd0 + (i + 1) * 12.0, 0.8))
+    t += 2.0
+    spans.append((SpanKind.FORWARD, 1, fwd0, t - fwd0))
+    spans.append((SpanKind.USER, 2, t, 1.0))
+    t += 1.0
+    bwd0 = t
+    if tp:
+        for i in range(4):
+            comms.append((idx["reduce_scatter_tensor"], 0, 4 + i, 8 << 20, bwd0 + (i + 1) * 25.0, 0.8))
+    t += 130.0
+    for b in range(6):
+        d = 4.0 + (wait_ms if b == 5 else 0.0)
+        comms.append((idx["all_reduce"], 1, b, 25 << 20, t - (6 - b) * 4.0, d))
+    t += wait_ms
+    spans.append((SpanKind.BACKWARD, 3, bwd0, t - bwd0))
+    spans.append((SpanKind.PYTHON, 4, t, 3.0))
+    t += 3.0
+    spans.append((SpanKind.OPTIMIZER, 5, t, 20.0))
+    t += 20.0
+    s = np.array(spans, dtype=np.float64).reshape(-1, 4)
+    c = np.array(comms, dtype=np.float64).reshape(-1, 6)
+    return StepTemplate(s[:, 0].astype(np.int64), s[:, 1].astype(np.int64), (s[:, 2] * MS).astype(np.int64),
+                        s[:, 3] * MS, c[:, 0].astype(np.int64), c[:, 1].astype(np.int64),
+                        c[:, 2].astype(np.int64), c[:, 3].astype(np.int64), (c[:, 4] * MS).astype(np.int64),
+                        c[:, 5] * MS, int(t * MS))
+
+
+class SyntheticRanks:
+    """One batch per rank per simulated second, built from the step templates (vectorized per rank)."""
+
+    def __init__(self, ranks: int, functions: int = 30, job: str = "scale", seed: int = 0,
+                 jitter: float = 0.03, wall0_ns: int = 1_700_000_000_000 * MS):
+        self.layout = Layout.for_ranks(ranks)
+        self.job, self.jitter, self.wall0_ns = job, jitter, wall0_ns
+        self.rng = np.random.default_rng(seed)
+        self.mono0 = self.rng.integers(10**12, 10**13, ranks)
+        self.names = names_for(functions)
+        tp = self.layout.tp > 1
+        slow_dp = set(self.layout.dp_members(SLOW_RANK)) if ranks > SLOW_RANK else set()
+        self.templates = {"normal": step_template(functions, tp, False, 0.0),
+                          "slow": step_template(functions, tp, True, 0.0),
+                          "victim": step_template(functions, tp, False, SLOW_EXCESS_MS)}
+        self.kind = ["slow" if r == SLOW_RANK else "victim" if r in slow_dp else "normal" for r in range(ranks)]
+        self._groups: dict[tuple[str, int], dict] = {}
+        self.events_per_batch = 0
+
+    def _group(self, which: str, rank: int) -> dict:
+        members = self.layout.tp_members(rank) if which == "tp" else self.layout.dp_members(rank)
+        key = (which, members[0])
+        g = self._groups.get(key)
+        if g is None:
+            ref = group_ref(f"{which}{members[0]}", members)
+            g = self._groups[key] = {"group_id": ref.group_id, "ranks": list(ref.ranks)}
+        return g
+
+    def batch(self, rank: int, second: int) -> dict[str, Any]:
+        """The batch rank ``rank`` sends at the end of simulated second ``second`` (0-based)."""
+        t = self.templates[self.kind[rank]]
+        steps = np.arange(second * STEPS_PER_S, (second + 1) * STEPS_PER_S)
+        base = self.mono0[rank] + steps * STEP_MS * MS
+        ns, nc = len(t.span_kind), len(t.comm_op)
+        jit_s = self.rng.lognormal(0.0, self.jitter, (len(steps), ns))
+        jit_c = self.rng.lognormal(0.0, self.jitter, (len(steps), nc))
+        nseq = np.bincount(t.comm_group, minlength=2)
+        seq = steps[:, None] * nseq[t.comm_group][None, :] + t.comm_seq[None, :]
+        groups = [self._group("tp", rank), self._group("dp", rank)] if self.layout.tp > 1 else \
+            [self._group("dp", rank)]
+        group_col = t.comm_group if self.layout.tp > 1 else t.comm_group - 1
+        rec = {
+            "job": self.job, "rank": rank, "local_rank": rank % 8, "world_size": self.layout.ranks,
+            "host": f"node{rank // 8:05d}", "gpu": rank % 8, "gpu_uuid": "", "pid": 10_000 + rank,
+            "seq": second, "dropped_events": 0,
+            "mono_ns": int(self.mono0[rank] + (second + 1) * 1_000_000_000),
+            "wall_ns": int(self.wall0_ns + (second + 1) * 1_000_000_000),
+            "names": self.names, "groups": groups,
+            "iterations": {"step": steps.tolist(), "start_ns": base.tolist(),
+                           "dur_ns": [t.step_ns] * len(steps)},
+            "spans": {"kind": np.tile(t.span_kind, len(steps)).tolist(),
+                      "name": np.tile(t.span_name, len(steps)).tolist(), "path": [-1] * (ns * len(steps)),
+                      "step": np.repeat(steps, ns).tolist(),
+                      "start_ns": (base[:, None] + t.span_off[None, :]).ravel().tolist(),
+                      "dur_ns": (t.span_dur[None, :] * jit_s).astype(np.int64).ravel().tolist()},
+            "comms": {"op": np.tile(t.comm_op, len(steps)).tolist(),
+                      "group": np.tile(group_col, len(steps)).tolist(), "seq": seq.ravel().tolist(),
+                      "bytes": np.tile(t.comm_bytes, len(steps)).tolist(), "step": np.repeat(steps, nc).tolist(),
+                      "start_ns": (base[:, None] + t.comm_off[None, :]).ravel().tolist(),
+                      "dur_ns": (t.comm_dur[None, :] * jit_c).astype(np.int64).ravel().tolist()},
+            "kernels": [], "cpu": [], "stacks": {"frame": [], "line": [], "kind": [], "count": [], "code": []},
+        }
+        self.events_per_batch = len(steps) * (1 + ns + nc)
+        return rec
+
+
+def _timed_stages(cpu: dict[str, float]) -> list[Stage[Any]]:
+    """The topology's stages with their feed/poll calls' CPU time added to ``cpu[stage]``."""
+    clock = time.process_time
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any) -> Any:
+            t = clock()
+            try:
+                return fn(*args)
+            finally:
+                cpu[name] += clock() - t
+        return timed
+
+    return [dataclasses.replace(s, feed=wrap(s.name, s.feed), poll=wrap(s.name, s.poll)) for s in STAGES]
+
+
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def run_size(ranks: int, windows: int, functions: int = 30, policy: DetectionPolicy | None = None,
+             seed: int = 0, wall0_ns: int = 1_700_000_000_000 * MS,
+             capture: list[Routed] | None = None) -> dict[str, Any]:
+    """Run ``windows`` windows of a ``ranks``-rank job through the worker path; the cost figures and
+    what the path diagnosed (open incidents' causes and ranks). ``capture``: every record routed
+    between the stages (and leaving them) is appended there."""
+    policy = policy or DetectionPolicy()
+    wms = policy.window_ms
+    if wms % 1000:
+        raise ValueError(f"window_s ({policy.window_s}) must be whole seconds")
+    wall0 = wall0_ns - wall0_ns % (wms * MS)  # the job starts on a window edge
+    sim = SyntheticRanks(ranks, functions, seed=seed, wall0_ns=wall0)
+    stage_cpu = {s.name: 0.0 for s in STAGES}
+
+    def keep(name: str, record: Any) -> Any:
+        capture.append((name, record))  # type: ignore[union-attr]
+        return record
+
+    runner = LocalRunner(policy, stages=_timed_stages(stage_cpu), wire=keep if capture is not None else None)
+    t0_ms = wall0 // MS
+    out: list[Routed] = []
+    cpu = 0.0
+    rss0 = _rss_kb("VmRSS")
+    seconds = windows * wms // 1000
+    batches = events = 0
+    for second in range(seconds):
+        now = t0_ms + (second + 1) * 1000
+        for r in range(ranks):
+            rec = sim.batch(r, second)
+            c = time.process_time()
+            out += runner.feed(EVENT_BATCH, rec, now)
+            cpu += time.process_time() - c
+            batches += 1
+            events += sim.events_per_batch
+        for k in range(1000 // TICK_MS):  # the timer's ticks over that second
+            c = time.process_time()
+            out += runner.tick(now + k * TICK_MS)
+            cpu += time.process_time() - c
+    end = t0_ms + seconds * 1000
+    c = time.process_time()
+    for k in range(1, 4):  # no more data: the grace runs out, the last window closes and is diagnosed
+        out += runner.tick(end + k * (policy.grace_ms + policy.close_lag_ms + TICK_MS))
+    cpu += time.process_time() - c
+    peak_kb = max(_rss_kb("VmHWM") - rss0, 0)
+    incidents = {a["incident_id"]: (a["cause"], list(a["ranks"])) for name, a in out
+                 if name == ANOMALY and a["status"] == Status.OPEN}
+    return {
+        "ranks": ranks, "windows": windows, "functions": functions,
+        "tp": sim.layout.tp, "pp": sim.layout.pp, "dp": sim.layout.dp,
+        "batches": batches, "events": events, "events_per_rank_s": round(events / max(ranks * seconds, 1), 1),
+        "cpu_s": round(cpu, 4), "cpu_s_per_window": round(cpu / windows, 4),
+        "cpu_us_per_rank_window": round(cpu / windows / ranks * 1e6, 1),
+        "cpu_s_per_window_by_stage": {k: round(v / windows, 4) for k, v in stage_cpu.items()},
+        "events_per_cpu_s": round(events / cpu) if cpu > 0 else 0,
+        "peak_rss_mb": round(peak_kb / 1024, 1),
+        "incidents": sorted(({"cause": c, "ranks": rk[:8]} for c, rk in incidents.values()),
+                             key=lambda i: (i["cause"], i["ranks"])),
+        "slow_rank": SLOW_RANK, "extrapolated": False,
+    }
+
+
+def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
+    """What one window of a ``ranks``-rank job puts on the internal topics and in the store:
+    records and Avro bytes (encoded with the stages' codecs, and lz4-framed) per record name,
+    rows per table (``perftracker.sinks.rows``), and bytes on disk per row once written to a
+    fresh chDB store (``perftracker.sinks.schema.migrate``, then ``OPTIMIZE ... FINAL``)."""
+    import tempfile
+    from collections import Counter
+
+    import lz4.frame
+    from perftracker.schemas import Codec
+    from perftracker.sinks.rows import ROW_BUILDERS
+    from perftracker.sinks.schema import TABLES, migrate
+    from perftracker.sinks.store import Store, StoreTarget
+
+    captured: list[Routed] = []
+    run_size(ranks, windows, functions, wall0_ns=time.time_ns() - windows * 10 * 1_000_000_000, capture=captured)
+    records: Counter[str] = Counter()
+    encoded: Counter[str] = Counter()
+    codecs: dict[str, Codec] = {}
+    rows: dict[str, list] = {}
+    for name, rec in captured:
+        codec = codecs.setdefault(name, Codec(name))
+        records[name] += 1
+        encoded[name] += len(codec.encode(rec))
+        for table, batch in ROW_BUILDERS.get(name, lambda r: [])(dict(rec)):
+            rows.setdefault(table, []).extend(batch)
+    raw = b"".join(codecs[n].encode(r) for n, r in captured)
+    lz4_ratio = len(lz4.frame.compress(raw)) / max(len(raw), 1)
+    disk: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        store = Store.open(StoreTarget("chdb", path=d))
+        try:
+            migrate(store)
+            for table, batch in rows.items():
+                store.insert(table, TABLES[table].column_names, batch, column_oriented=False)
+                store.command(f"OPTIMIZE TABLE {table} FINAL")
+            res = store.query("SELECT table, sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes) "
+                              "FROM system.parts WHERE active AND database = currentDatabase() GROUP BY table")
+            for table, n, comp, uncomp in res.rows:
+                disk[str(table)] = {"rows": int(n), "bytes_per_row": round(int(comp) / max(int(n), 1), 1),
+                                    "uncompressed_bytes_per_row": round(int(uncomp) / max(int(n), 1), 1)}
+        finally:
+            store.close()
+    return {"ranks": ranks, "windows": windows, "functions": functions,
+            "records_per_window": {k: v / windows for k, v in records.items()},
+            "avro_bytes_per_record": {k: round(encoded[k] / records[k], 1) for k in records},
+            "lz4_ratio": round(lz4_ratio, 3),
+            "rows_per_window": {t: len(b) / windows for t, b in rows.items()}, "store": disk}
+
+
+def windows_for(ranks: int) -> int:
+    """Fewer windows at large sizes (the default run stays within a few minutes on 2 cores)."""
+    return 3 if ranks <= 512 else 2 if ranks <= 4096 else 1
+
+
+def sizes_up_to(max_ranks: int) -> list[int]:
+    sizes = [s for s in DEFAULT_SIZES if s <= max_ranks]
+    s = DEFAULT_SIZES[-1] * 8
+    while s < max_ranks:
+        sizes.append(s)
+        s *= 8
+    if max_ranks not in sizes:
+        sizes.append(max_ranks)
+    return sizes
+
+
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    pts = [(math.log(x), math.log(max(y, 1e-3))) for x, y in zip(xs, ys, strict=True)]
+    if len(pts) < 2:
+        return None
+    a, _ = np.polyfit([p[0] for p in pts], [p[1] for p in pts], 1)
+    return round(float(a), 3)
+
+
+def fit(results: list[dict[str, Any]]) -> dict[str, Any]:
+    measured = [r for r in results if not r["extrapolated"]]
+    used = [r for r in measured if r["ranks"] >= 64] if sum(r["ranks"] >= 64 for r in measured) >= 2 else measured
+    xs = [r["ranks"] for r in used]
+    return {"sizes": [r["ranks"] for r in results], "fit_sizes": xs,
+            "time_slope": slope(xs, [r["cpu_s_per_window"] for r in used]),
+            "memory_slope": slope(xs, [r["peak_rss_mb"] for r in used]),
+            "stage_time_slopes": {k: slope(xs, [r["cpu_s_per_window_by_stage"][k] for r in used])
+                                  for k in (used[0]["cpu_s_per_window_by_stage"] if used else {})},
+            "extrapolated": any(r["extrapolated"] for r in results)}
+
+
+def extrapolate(ranks: int, measured: list[dict[str, Any]], f: dict[str, Any]) -> dict[str, Any]:
+    last = max(measured, key=lambda r: r["ranks"])
+    scale = ranks / last["ranks"]
+    cpu = last["cpu_s_per_window"] * scale ** (f["time_slope"] or 1.0)
+    mem = last["peak_rss_mb"] * scale ** (f["memory_slope"] or 1.0)
+    stage_slopes = f.get("stage_time_slopes", {})
+    stages = {name: round(v * scale ** (stage_slopes.get(name) or 1.0), 3)
+              for name, v in last.get("cpu_s_per_window_by_stage", {}).items()}
+    return {"ranks": ranks, "cpu_s_per_window": round(cpu, 2), "cpu_us_per_rank_window": round(cpu / ranks * 1e6, 1),
+            "cpu_s_per_window_by_stage": stages, "peak_rss_mb": round(mem, 1), "extrapolated": True,
+            "from_ranks": last["ranks"]}
+
+
+def run_in_subprocess(ranks: int, windows: int, functions: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.scale", "--one", str(ranks), "--windows", str(windows),
+           "--functions", str(functions)]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where ``benchmarks`` imports from
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)
+    if done.returncode:
+        raise RuntimeError(f"size {ranks} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    ap.add_argument("--max-ranks", type=int, default=DEFAULT_SIZES[-1],
+                    help="largest size (8, 64, 512, 4096, then x8 steps, then this)")
+    ap.add_argument("--measure-max", type=int, default=32768,
+                    help="sizes above this are extrapolated from the fit, not run")
+    ap.add_argument("--functions", type=int, default=30, help="functions per rank (collectives aside)")
+    ap.add_argument("--windows", type=int, default=0, help="windows per size (default: 3 up to 512 ranks, "
+                    "2 up to 4096, then 1)")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size in this process
+    ap.add_argument("--footprint", type=int, metavar="RANKS",
+                    help="instead: topic bytes and store rows/bytes of RANKS ranks' windows (sizing)")
+    args = ap.parse_args(argv)
+    if args.footprint:
+        print(json.dumps(footprint(args.footprint, args.windows or 2, args.functions)))
+        return 0
+    if args.one:
+        print(json.dumps(run_size(args.one, args.windows or windows_for(args.one), args.functions)))
+        return 0
+    machine = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
+    results: list[dict[str, Any]] = []
+    sizes = sizes_up_to(args.max_ranks)
+    for ranks in sizes:
+        if ranks > args.measure_max:
+            break
+        r = run_in_subprocess(ranks, args.windows or windows_for(ranks), args.functions)
+        results.append(r)
+        print(json.dumps(r) if args.json else json.dumps(r, indent=2), flush=True)
+    f = fit(results)
+    for ranks in sizes[len(results):]:
+        r = extrapolate(ranks, results, f)
+        results.append(r)
+        print(json.dumps(r) if args.json else json.dumps(r, indent=2), flush=True)
+    last = {**f, "sizes": [r["ranks"] for r in results], "extrapolated": any(r["extrapolated"] for r in results),
+            **machine}
+    print(json.dumps(last) if args.json else json.dumps(last, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The scaling benchmark's core at a tiny size (8 ranks, 1 window) and its fit arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+from perftracker.schemas import Codec
+from perftracker.schemas.rules import limits_for
+from perftracker.schemas.validate import validate
+from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker.streams.detect import DetectionPolicy
+
+from benchmarks.scale import SLOW_RANK, SyntheticRanks, extrapolate, fit, run_size, sizes_up_to
+
+
+def test_eight_ranks_one_window_has_the_json_shape_and_names_the_slow_rank() -> None:
+    # one window: raise a finding after one window (the default waits for two)
+    out = run_size(8, 1, policy=DetectionPolicy(persist_windows=1))
+    assert json.loads(json.dumps(out)) == out
+    for key in ("ranks", "windows", "functions", "batches", "events", "cpu_s", "cpu_s_per_window",
+                "cpu_us_per_rank_window", "cpu_s_per_window_by_stage", "peak_rss_mb", "incidents", "extrapolated"):
+        assert key in out, key
+    assert out["ranks"] == 8 and out["windows"] == 1 and out["extrapolated"] is False
+    assert out["batches"] == 8 * 5  # one batch per rank per second of a 5 s window
+    assert set(out["cpu_s_per_window_by_stage"]) == {"summarize", "compare", "diagnose"}
+    assert out["cpu_s"] >= 0 and out["peak_rss_mb"] >= 0
+    assert {"cause": "slow_function", "ranks": [SLOW_RANK]} in out["incidents"]
+    assert all(i["ranks"] == [SLOW_RANK] for i in out["incidents"])  # no victim named
+
+
+def test_synthetic_batches_are_valid_event_batches_with_realistic_function_counts() -> None:
+    sim = SyntheticRanks(64, functions=30)
+    rec = sim.batch(5, 0)
+    assert validate(EVENT_BATCH, rec, limits_for(3600.0)) is None
+    Codec(EVENT_BATCH).encode(rec)  # the collectors' schema takes it
+    spans_per_step = len(set(rec["spans"]["name"]))
+    assert spans_per_step == 30
+    assert {rec["names"][op] for op in rec["comms"]["op"]} == {"all_gather_into_tensor", "reduce_scatter_tensor",
+                                                               "all_reduce"}
+    assert [len(g["ranks"]) for g in rec["groups"]] == [8, 8]  # TP 8 x DP 8
+
+
+def test_fit_slopes_and_extrapolation() -> None:
+    measured = [{"ranks": n, "cpu_s_per_window": n * 0.001, "peak_rss_mb": 0.5 * n, "extrapolated": False,
+                 "cpu_s_per_window_by_stage": {"summarize": n * 0.0008, "diagnose": 1e-6 * n * n}}
+                for n in (8, 64, 512, 4096)]
+    f = fit(measured)
+    assert f["time_slope"] == 1.0 and f["memory_slope"] == 1.0 and f["fit_sizes"] == [64, 512, 4096]
+    e = extrapolate(100_000, measured, f)
+    assert e["extrapolated"] is True and e["from_ranks"] == 4096
+    assert f["stage_time_slopes"] == {"summarize": 1.0, "diagnose": 2.0}
+    assert abs(e["cpu_s_per_window"] - 100.0) < 0.01 and abs(e["peak_rss_mb"] - 50_000) < 0.1
+    assert abs(e["cpu_s_per_window_by_stage"]["diagnose"] - 1e-6 * 100_000**2) < 0.01
+    assert sizes_up_to(4096) == [8, 64, 512, 4096]
+    assert sizes_up_to(100_000) == [8, 64, 512, 4096, 32768, 100_000]
