@@ -58,8 +58,8 @@ WINDOW = {**JOB, "minutes": (int, 60)}
 QUERIES: dict[str, NamedQuery] = {
     "incidents": NamedQuery(
         "SELECT incident_id, job, status, kind, cause, ranks, hosts, gpus, function, score,"
-        " impact_ms_per_step, step_time_ms, first_seen, last_seen, windows, summary, evidence_json"
-        " FROM incidents FINAL WHERE job = {job:String}"
+        " impact_ms_per_step, step_time_ms, first_seen, last_seen, windows, summary, evidence_json,"
+        " resolved_reason FROM incidents FINAL WHERE job = {job:String}"
         " AND ({include_resolved:UInt8} = 1 OR status != 'RESOLVED')"
         " ORDER BY impact_ms_per_step DESC, last_seen DESC LIMIT {limit:UInt32}",
         {**JOB, "include_resolved": (bool, False), "limit": (int, 100)},
