@@ -7,7 +7,13 @@ from datetime import datetime, timezone
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
-from perftracker.schemas.vocabulary import ANOMALY, CONTROL, EVENT_BATCH, EVENT_BATCH_VERSION, RANK_WINDOW
+from perftracker.schemas.vocabulary import (
+    ANOMALY,
+    CONTROL,
+    EVENT_BATCH,
+    EVENT_BATCH_VERSION,
+    RANK_WINDOW,
+)
 
 
 def event_batch() -> dict:
