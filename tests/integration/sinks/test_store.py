@@ -140,3 +140,14 @@ def test_report_queries_late_wait_per_step_and_the_window_that_opened_an_inciden
                  for s, dt in (("OPEN", 10), ("UPDATED", 20), ("RESOLVED", 30))])
     (opened,) = run_query(store, "incident_opened", {"job": "j"}).dicts()
     assert opened["incident_id"] == "inc-1" and opened["opened"].timestamp() == t0 + 10
+
+
+def test_diagnose_names_what_the_job_end_resolved_but_not_what_cleared(store):
+    migrate(store)
+    load(store, [("Anomaly", {**samples.anomaly("ended", incident_id=i, status=s), "resolved_reason": why})
+                 for i, s, why in (("open", "OPEN", ""), ("cleared", "RESOLVED", "cleared"),
+                                   ("at-end", "RESOLVED", "job finished"), ("died", "RESOLVED", "job died"))])
+    shown = {r["incident_id"]: r["resolved_reason"] for r in run_query(store, "incidents", {"job": "ended"}).dicts()}
+    assert shown == {"open": "", "at-end": "job finished", "died": "job died"}
+    every = run_query(store, "incidents", {"job": "ended", "include_resolved": True}).dicts()
+    assert {r["incident_id"] for r in every} == {"open", "cleared", "at-end", "died"}
