@@ -95,11 +95,12 @@ class RankWindows:
 
     def close_all(self) -> list[tuple[int, WindowAcc]]:
         """The rank ended (its final batch came): remove and return every open window up to the
-        last one holding data, in order (empty ones between included); later data is late."""
+        last one holding data, in order (empty ones between included; at least one, the next,
+        so the end is always marked); later data is late."""
         out: list[tuple[int, WindowAcc]] = []
         if self.next_window is None:
             return out
-        last = max(self.windows, default=self.next_window - 1)
+        last = max(self.windows, default=self.next_window)  # none open: the next one, empty
         for wid in range(self.next_window, last + 1):
             out.append((wid, self.windows.pop(wid, WindowAcc())))
         self.next_window = max(self.next_window, last + 1)

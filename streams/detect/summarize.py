@@ -9,7 +9,8 @@ window of their wall time, :mod:`.rank_windows` decides when each window closes
 grace once the rank went quiet, so a silent rank still produces RankWindows with zero
 steps), and :mod:`.rank_records` closes it into FunctionPatterns and a RankWindow.
 A batch marked ``final`` (EventBatch v4: the collector's exit flush) ends the rank: the
-next poll closes every open window at once (counted in ``final_closed``), the last one
+batch closes every open window at once (counted in ``final_closed``; the next poll
+emits them), the last one
 marked ``ended_cleanly``, so the last partial window of a finished job is stored too.
 Batches of the same process after that are late (counted, dropped); a new process of
 the same rank (a restart) starts again.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...schemas.records import FunctionPattern, RankWindow
-from .accumulate import RankHealth, RankMeta, RankProgress
+from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
@@ -44,7 +45,7 @@ class RankSummarizer:
         self.collector_dropped = 0  # the batch header's cumulative count
         self.batches_since_close = 0  # sign of life, heartbeats included
         self.ended = False  # the rank's final batch came; its windows close at the next poll
-        self._end_pending = False  # ... and have not been closed yet
+        self._closed_at_end: list[tuple[int, WindowAcc]] = []  # closed by the final batch, not yet emitted
         self.final_closed = 0  # windows closed because the final batch came (not by time)
 
     # ---- input -------------------------------------------------------------------------
@@ -65,7 +66,9 @@ class RankSummarizer:
             self.collector_dropped = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
             if batch.get("final"):
-                self.ended = self._end_pending = True
+                self.ended = True
+                self._closed_at_end += self.windows.close_all()
+                self.final_closed += len(self._closed_at_end)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
         self._note_dropped()
@@ -110,16 +113,19 @@ class RankSummarizer:
         if now_wall_ms is not None:
             self.windows.last_input_ms = int(now_wall_ms)
 
+    def closed_at_end_pending(self) -> int:
+        """Windows the final batch closed that the next poll emits (for the worker's counters)."""
+        return len(self._closed_at_end)
+
     # ---- output ------------------------------------------------------------------------
     def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
         """Close every finished window, in order; ``flush`` closes all open ones, and so does a
         final batch (the last window closed then says the rank ended cleanly)."""
         out: list[tuple[str, FunctionPattern | RankWindow]] = []
         self._note_dropped()
-        ending, self._end_pending = self._end_pending, False
         due = self.windows.close_due(now_wall_ms, flush)
-        final = self.windows.close_all() if ending else []
-        self.final_closed += len(final)
+        final, self._closed_at_end = self._closed_at_end, []
+        ending = bool(final)
         closing = due + final
         for i, (wid, w) in enumerate(closing):
             out.extend(close_window(self.meta, wid, self.policy.window_s, w, self.progress, self.health,

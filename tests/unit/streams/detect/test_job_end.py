@@ -28,8 +28,9 @@ def test_final_batch_closes_every_open_window_at_once_and_marks_the_last():
     s.add_events(batch(iters=[(0, 1.0, 40), (1, 2.0, 40)]))
     # steps in the next window, then the final batch: nothing later will close that window
     s.add_events(batch(seq=2, iters=[(2, 6.0, 40), (3, 7.0, 40)], wall_at_s=7.5))
+    rws = rank_windows(s.poll(now_wall_ms=0))  # W0 closes: the rank's data is past its end
     s.add_events({**batch(seq=3, iters=[(4, 7.6, 40)], wall_at_s=7.7), "final": True})
-    rws = rank_windows(s.poll(now_wall_ms=0))  # no clock progress at all: only the final batch closes
+    rws += rank_windows(s.poll(now_wall_ms=0))  # no clock progress at all: only the final batch closes
     assert [rw["window_id"] for rw in rws] == [W0, W0 + 1]
     assert [rw["steps"] for rw in rws] == [2, 3]  # every step sent is in a closed window
     assert [rw["ended_cleanly"] for rw in rws] == [False, True]
@@ -132,3 +133,15 @@ def test_a_job_end_without_open_incidents_sends_nothing():
     d = JobDiagnoser("j", DPOL)
     assert feed(d, 1, T0, rw(0, 1, ended=True), rw(1, 1, ended=True)) == []
     assert d.end_reason == RESOLVED_JOB_FINISHED
+
+
+def test_a_final_batch_after_every_window_closed_still_marks_the_end():
+    """The rank idled (its windows closed on the clock), then exited: an empty final batch."""
+    s = RankSummarizer("job", 0, POL)
+    s.add_events(batch(iters=[(0, 1.0, 40)], wall_at_s=1.5))
+    before = rank_windows(s.poll(now_wall_ms=WALL0 // MS + 30_000))  # quiet: closed by the clock
+    assert before and not any(rw["ended_cleanly"] for rw in before)
+    s.add_events({**batch(seq=2, wall_at_s=31.0), "final": True})
+    after = rank_windows(s.poll(now_wall_ms=WALL0 // MS + 31_000))
+    assert after and after[-1]["ended_cleanly"] and after[-1]["steps"] == 0
+    assert [rw["window_id"] for rw in after] == [before[-1]["window_id"] + 1] and s.final_closed == 1
