@@ -10,6 +10,9 @@ the root cause it comes from can open first and explain it. A window counts as c
 ``full_progress_share`` of the steps a window usually holds; a job's first or last,
 partial windows and stalls are missing data (an incident must not resolve as a job ends).
 
+A window holding a rank's last, partial window (``ended_cleanly``) without full progress
+updates open incidents but opens none (the end of a job is missing data, not a fault).
+
 The job's end ends its incidents: every open one is RESOLVED once, with
 ``resolved_reason``:
 
@@ -95,8 +98,11 @@ class JobDiagnoser:
             findings.append(h)
         self.last_findings = findings
         wms = self.policy.window_ms
+        progress = self._full_progress(rws, job_step)
+        if not progress and any(rw.get("ended_cleanly") for rw in rws.values()):
+            findings = self._open_only(findings)
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=self._full_progress(rws, job_step))
+                         progress=progress)
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -106,6 +112,12 @@ class JobDiagnoser:
         if steps <= 0 or typical_ms <= 0:
             return False
         return steps >= self.policy.full_progress_share * self.policy.window_ms / typical_ms
+
+    def _open_only(self, findings: list[Finding]) -> list[Finding]:
+        """A rank's last, partial window (its final batch closed it: ranks stop at different
+        instants, the barrier and teardown) updates open incidents but opens none and moves
+        no candidate toward opening: before final batches it was never stored at all."""
+        return [f for f in findings if f.immediate or (f.identity in self.tracks and self.tracks[f.identity].open)]
 
     def _note_ends(self, rws: dict[int, RankWindow], now: int) -> None:
         """Which ranks ended cleanly, the world size, and the last sign of life."""

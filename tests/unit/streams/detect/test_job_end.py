@@ -145,3 +145,22 @@ def test_a_final_batch_after_every_window_closed_still_marks_the_end():
     after = rank_windows(s.poll(now_wall_ms=WALL0 // MS + 31_000))
     assert after and after[-1]["ended_cleanly"] and after[-1]["steps"] == 0
     assert [rw["window_id"] for rw in after] == [before[-1]["window_id"] + 1] and s.final_closed == 1
+
+
+def test_the_last_partial_windows_open_no_incident_but_keep_an_open_one():
+    from perftracker.schemas.causes import Cause
+    from perftracker.schemas.vocabulary import Kind
+    from perftracker.streams.detect.findings import Finding
+
+    def finding(identity):
+        return Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=identity, ranks=(0,), hosts=("h",),
+                       gpus=(-1,), function="f", score=5.0, impact_ms=5.0, summary="s", evidence={})
+
+    d = JobDiagnoser("j", DPOL)
+    open_incident(d)
+    d.tracks["new"] = Track(streak=1)  # one window more would open it
+    end = {0: rw(0, 7, steps=1, ended=True), 1: rw(1, 7, steps=1, ended=True)}
+    kept = d._open_only([finding("new"), finding("slow|1")])
+    assert [f.identity for f in kept] == ["slow|1"]
+    out = d._evaluate(7, end, [], T0)[0]
+    assert all(a["incident_id"] != "new" and a["status"] != "OPEN" for a in out)
