@@ -10,8 +10,8 @@ grace once the rank went quiet, so a silent rank still produces RankWindows with
 steps), and :mod:`.rank_records` closes it into FunctionPatterns and a RankWindow.
 A batch marked ``final`` (EventBatch v4: the collector's exit flush) ends the rank: the
 batch closes every open window at once (counted in ``final_closed``; the next poll
-emits them), the last one
-marked ``ended_cleanly``, so the last partial window of a finished job is stored too.
+emits them), the last one marked ``ended_cleanly``, so the last partial window of a
+finished job is stored too.
 Batches of the same process after that are late (counted, dropped); a new process of
 the same rank (a restart) starts again.
 Bad input is skipped and counted in ``skipped``; it never raises.
@@ -44,7 +44,7 @@ class RankSummarizer:
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self.collector_dropped = 0  # the batch header's cumulative count
         self.batches_since_close = 0  # sign of life, heartbeats included
-        self.ended = False  # the rank's final batch came; its windows close at the next poll
+        self.ended = False  # the rank's final batch came: its windows are closed
         self._closed_at_end: list[tuple[int, WindowAcc]] = []  # closed by the final batch, not yet emitted
         self.final_closed = 0  # windows closed because the final batch came (not by time)
 
@@ -67,8 +67,9 @@ class RankSummarizer:
             self.events.fold(batch)
             if batch.get("final"):
                 self.ended = True
-                self._closed_at_end += self.windows.close_all()
-                self.final_closed += len(self._closed_at_end)
+                closed = self.windows.close_all()
+                self._closed_at_end += closed
+                self.final_closed += len(closed)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
         self._note_dropped()
