@@ -10,8 +10,9 @@ the root cause it comes from can open first and explain it. A window counts as c
 ``full_progress_share`` of the steps a window usually holds; a job's first or last,
 partial windows and stalls are missing data (an incident must not resolve as a job ends).
 
-A window holding a rank's last, partial window (``ended_cleanly``) without full progress
-updates open incidents but opens none (the end of a job is missing data, not a fault).
+A window holding a rank's last window (``ended_cleanly``) updates open incidents but opens
+none (the end of a job, partial and skewed by teardown, is not evidence of a fault; before
+final batches these windows were never stored).
 
 The job's end ends its incidents: every open one is RESOLVED once, with
 ``resolved_reason``:
@@ -99,7 +100,7 @@ class JobDiagnoser:
         self.last_findings = findings
         wms = self.policy.window_ms
         progress = self._full_progress(rws, job_step)
-        if not progress and any(rw.get("ended_cleanly") for rw in rws.values()):
+        if any(rw.get("ended_cleanly") for rw in rws.values()):
             findings = self._open_only(findings)
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
                          progress=progress)
