@@ -23,7 +23,7 @@ KILLS = 3  # the sink is killed this many times while the stream runs, restarted
 
 
 def test_sink_killed_mid_flush_and_restarted_loses_and_duplicates_nothing(deployment, unique):
-    """A worker turns 2 jobs (8 ranks, 45 s of job time sent in 15 s) into the sink's input
+    """A worker turns 2 jobs (8 ranks, 45 s of job time sent in 30 s) into the sink's input
     while the sink flushes every 50 ms (so a flush is in progress most of the time); the sink
     is killed with SIGKILL 3 times, each time once it has flushed and holds rows taken but not
     confirmed written, and restarted at once on the same chDB directory.
@@ -42,7 +42,7 @@ def test_sink_killed_mid_flush_and_restarted_loses_and_duplicates_nothing(deploy
     wait_for(lambda: partitions_of(worker.stats().get("assigned", []), d.topics.events), 180, 0.5)
     jobs = [SyntheticJob(f"sinkkill-{unique}-{i}", ranks=8, seconds=45, slow_rank=3 + i, seed=i, final=True)
             for i in range(2)]
-    traffic = Traffic(d.kafka_conf, d.topics.events, jobs, speed=3.0)
+    traffic = Traffic(d.kafka_conf, d.topics.events, jobs, speed=1.5)
     traffic.start()
     pending, restarts = [], []
     for _ in range(KILLS):
