@@ -215,7 +215,8 @@ class Sender(threading.Thread):
             self.flush_once()
 
     def flush_once(self, final: bool = False) -> None:
-        """One send cycle; never raises."""
+        """One send cycle; never raises. ``final``: the exit flush: send even an empty batch,
+        and mark the last batch ``final`` (EventBatch v4: the rank ended cleanly)."""
         with self._lock:
             try:
                 for task in self._tasks:
@@ -229,19 +230,23 @@ class Sender(threading.Thread):
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
         markers = self.recorder.in_flight_markers(time.perf_counter_ns(), IN_FLIGHT_MARKER_AGE_NS)
+        closing = final
         while True:
             events = self.recorder.drain(limit)
+            more = len(events) >= limit  # the buffer may hold more: this is not the last batch
             if markers:  # after the completed calls: a call that completed meanwhile comes next batch
                 events += markers
                 markers = []
             kernels = self._kernels.popleft() if self._kernels else []
             now = time.monotonic()
-            if not events and not kernels and now - self._last_send < HEARTBEAT_S and not final:
+            if not events and not kernels and now - self._last_send < HEARTBEAT_S and not (final or closing):
                 return
             cpu, stacks = list(self._cpu), self._stacks
             self._cpu.clear()
             self._stacks = []
             record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
+            if closing and not more and not self._kernels:
+                record["final"] = True  # the last batch this process sends
             try:
                 payload = self.encode(record)
             except Exception:  # e.g. the schema registry away: these events are lost, and counted
@@ -250,7 +255,7 @@ class Sender(threading.Thread):
             self.sink.send(self.key, payload, event_count(record))
             self._last_send = now
             final = False
-            if len(events) < limit and not self._kernels:
+            if not more and not self._kernels:
                 return
 
     def close(self, timeout_s: float) -> None:

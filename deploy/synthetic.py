@@ -8,7 +8,9 @@ made slower; its peers then wait in the all_reduce (the victims), while the
 slow rank's own all_reduce gets shorter (the culprit arrives last).
 Times are generated, not slept: ``seconds`` of job time are produced at once,
 ending now, one batch per rank per simulated second. ``slow_until_s`` ends the
-fault part-way (the job goes on healthy, so its incident resolves).
+fault part-way (the job goes on healthy, so its incident resolves). ``final`` ends the
+job as real collectors do at a clean exit: each rank's last batch carries the steps left
+since its previous batch and is marked ``final`` (EventBatch v4).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class SyntheticJob:
     jitter: float = 0.03
     seed: int = 0
     ranks_per_host: int = 8
+    final: bool = False  # each rank's last batch is its exit flush (``final``): the job ends cleanly
 
 
 def _step_durations(cfg: SyntheticJob, rng: random.Random, t_s: float) -> list[dict[str, float]]:
@@ -97,6 +100,13 @@ def batches(cfg: SyntheticJob) -> Iterator[tuple[int, dict]]:
                 yield r, rec
                 pending[r] = _empty(cfg, r, names, group, seq=rec["seq"] + 1)
             next_flush += 1_000_000_000
+    if cfg.final:  # the exit flush: what is left, marked final
+        for r in range(cfg.ranks):
+            rec = pending[r]
+            rec["mono_ns"] = mono0[r] + t_ns
+            rec["wall_ns"] = wall0 + t_ns + skew[r // cfg.ranks_per_host]
+            rec["final"] = True
+            yield r, rec
 
 
 def _span(cols: dict, kind: int, name: int, step: int, start_ns: int, dur_ms: float) -> None:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 ROW_FIELDS = ("incident_id", "job", "status", "kind", "cause", "ranks", "hosts", "gpus", "function", "score",
-              "impact_ms_per_step", "step_time_ms", "first_seen", "last_seen", "windows", "summary", "evidence")
+              "impact_ms_per_step", "step_time_ms", "first_seen", "last_seen", "windows", "summary", "evidence",
+              "resolved_reason")
 
 
 def evidence_of(incident: Mapping[str, Any]) -> dict[str, Any]:
@@ -36,5 +37,5 @@ def diagnosis_row(incident: Mapping[str, Any], first_seen: Any, last_seen: Any) 
         "impact_ms_per_step": float(incident["impact_ms_per_step"]),
         "step_time_ms": float(incident.get("step_time_ms", 0.0)), "first_seen": first_seen,
         "last_seen": last_seen, "windows": int(incident.get("windows", 0)), "summary": incident["summary"],
-        "evidence": evidence_of(incident),
+        "evidence": evidence_of(incident), "resolved_reason": str(incident.get("resolved_reason") or ""),
     }

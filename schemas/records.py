@@ -102,6 +102,7 @@ class RankWindow(RankWindowHeader, RankHardware, RankCpu):
     lost_batches: int
     bytes_received: int
     batches: int  # batches (heartbeats included) since the previous window closed
+    ended_cleanly: bool  # the rank's last window: its collector sent its final batch (v3)
 
 
 class PeerGroupStat(TypedDict):
@@ -187,6 +188,7 @@ class Anomaly(TypedDict):
     windows: int
     summary: str
     evidence_json: str
+    resolved_reason: str  # RESOLVED only: "cleared", "job finished" or "job died" (v2)
 
 
 class Control(TypedDict):

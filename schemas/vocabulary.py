@@ -26,11 +26,11 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # --- schema versions a record's ``schema_version`` field is set to where it is built ----
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
-EVENT_BATCH_VERSION = 3  # EventBatch built by the trace importer (streams/traces/kineto.py)
+EVENT_BATCH_VERSION = 4  # EventBatch built by the trace importer (streams/traces/kineto.py)
 FUNCTION_PATTERN_VERSION = 1
-RANK_WINDOW_VERSION = 2
+RANK_WINDOW_VERSION = 3
 FUNCTION_COMPARISON_VERSION = 1
-ANOMALY_VERSION = 1
+ANOMALY_VERSION = 2
 CONTROL_VERSION = 1
 
 # --- framing (see schemas/codec.py and docs/schemas.md) ----------------------------------
@@ -53,6 +53,13 @@ DEADLETTER_TABLE = "table"  # sink: the table that refused the row (the value is
 # --- liveness -------------------------------------------------------------------------
 HEARTBEAT_S = 5.0  # collectors send a batch at least this often (empty ones included), so a
 # silent rank is told from a dead one
+
+
+# --- how an incident ended (Anomaly.resolved_reason, RESOLVED records only) --------------
+RESOLVED_CLEARED = "cleared"  # the finding was absent for clear_windows evaluated windows
+RESOLVED_JOB_FINISHED = "job finished"  # every rank sent its final batch (clean exits)
+RESOLVED_JOB_DIED = "job died"  # the ranks went silent past idle_after_s without a final batch
+RESOLVED_REASONS = (RESOLVED_CLEARED, RESOLVED_JOB_FINISHED, RESOLVED_JOB_DIED)
 
 
 class SpanKind(IntEnum):

@@ -76,7 +76,8 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
 
 
 def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict[str, Any]]:
-    """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON)."""
+    """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON): open
+    incidents, and those the job's end resolved (``resolved_reason`` says which)."""
     rows = query(settings, "incidents", job=job, include_resolved=include_resolved)
     return [incident_view(r) for r in rows]
 

@@ -58,12 +58,14 @@ WINDOW = {**JOB, "minutes": (int, 60)}
 QUERIES: dict[str, NamedQuery] = {
     "incidents": NamedQuery(
         "SELECT incident_id, job, status, kind, cause, ranks, hosts, gpus, function, score,"
-        " impact_ms_per_step, step_time_ms, first_seen, last_seen, windows, summary, evidence_json"
-        " FROM incidents FINAL WHERE job = {job:String}"
-        " AND ({include_resolved:UInt8} = 1 OR status != 'RESOLVED')"
+        " impact_ms_per_step, step_time_ms, first_seen, last_seen, windows, summary, evidence_json,"
+        " resolved_reason FROM incidents FINAL WHERE job = {job:String}"
+        " AND ({include_resolved:UInt8} = 1 OR status != 'RESOLVED'"
+        " OR resolved_reason IN ('job finished', 'job died'))"  # still there when the job ended
         " ORDER BY impact_ms_per_step DESC, last_seen DESC LIMIT {limit:UInt32}",
         {**JOB, "include_resolved": (bool, False), "limit": (int, 100)},
-        "incidents of a job, most costly first"),
+        "incidents of a job, most costly first: open ones and those the job's end resolved "
+        "(include_resolved: the cleared ones too)"),
     "active_incidents": NamedQuery(
         "SELECT job, incident_id, status, cause, ranks, hosts, function, impact_ms_per_step,"
         " first_seen, last_seen, summary FROM incidents FINAL WHERE status != 'RESOLVED'"

@@ -81,7 +81,8 @@ VIEWS = {
         " toUInt32(steps) AS steps, last_step,"
         " if(n = 0, 0, if(n % 2 = 1, s[intDiv(n, 2) + 1], (s[intDiv(n, 2)] + s[intDiv(n, 2) + 1]) / 2))"
         " AS step_time_ms_p50, if(n = 0, 0, s[n]) AS step_time_ms_max, last_event_ms AS last_event,"
-        " last_function, pending_group, pending_seq, dropped_events, lost_batches, bytes_received"
+        " last_function, pending_group, pending_seq, dropped_events, lost_batches, bytes_received,"
+        " toUInt8(ended_cleanly) AS ended_cleanly"
         f" FROM ({_SORTED})"),
     "mv_gpu_health": (
         "gpu_health",
@@ -97,6 +98,14 @@ def recreate_raw_tables() -> tuple[str, ...]:
     """Drop and create the raw tables again (with their constraints); the views stay attached."""
     return tuple(f"DROP TABLE IF EXISTS {table}" for table in RAW_TABLES.values()) + tuple(
         raw_table_sql(name) for name in RAW_TABLES)
+
+
+def recreate_view(view: str) -> tuple[str, ...]:
+    """Drop and create one materialized view again (its SELECT changed)."""
+    target, select = VIEWS[view]
+    name = ident(view)
+    return (f"DROP TABLE IF EXISTS {name}",
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {name} TO {ident(target)} AS {select}")
 
 
 def migration_statements() -> tuple[str, ...]:

@@ -58,7 +58,7 @@ def rank_window_rows(r: dict) -> Batches:
         r["world_size"], r["signature"], len(r["functions"]), r["steps"], r["last_step"],
         _median(steps_ms), max(steps_ms, default=0.0),
         _ms(r["last_event_ms"]), r["last_function"], r["pending_group"], r["pending_seq"],
-        r["dropped_events"], r["lost_batches"], r["bytes_received"])
+        r["dropped_events"], r["lost_batches"], r["bytes_received"], int(bool(r.get("ended_cleanly", False))))
     gpu = (
         r["job"], r["window_id"], start, r["rank"], r["host"], r["gpu"], r["hw_samples"],
         r["sm_clock_mhz"], r["sm_clock_max_mhz"], r["temp_c_max"], r["power_w_mean"],
@@ -106,7 +106,7 @@ def anomaly_row(r: dict) -> Row:
         r["job"], r["incident_id"], status, r["kind"], r["cause"], r["ranks"], r["hosts"],
         r.get("gpus") or [], r["function"], r["score"], r["impact_ms_per_step"],
         r.get("step_time_ms", 0.0), _ms(r["first_seen_ms"]), last_seen, r["windows"],
-        r["summary"], r["evidence_json"], incident_version(status, last_seen))
+        r["summary"], r["evidence_json"], incident_version(status, last_seen), r.get("resolved_reason", ""))
 
 
 def anomaly_rows(r: dict) -> Batches:

@@ -112,6 +112,7 @@ _INCIDENT_COLS = (
     ("function", "String"), ("score", "Float64"), ("impact_ms_per_step", "Float64"),
     ("step_time_ms", "Float64"), ("first_seen", DT), ("last_seen", DT), ("windows", "UInt32"),
     ("summary", "String"), ("evidence_json", "String"), ("version", "UInt64"),
+    ("resolved_reason", LC),  # RESOLVED only: "cleared", "job finished", "job died" (migration 4)
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in (
@@ -130,7 +131,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         ("world_size", "UInt32"), ("signature", LC), ("functions", "UInt32"), ("steps", "UInt32"),
         ("last_step", "Int64"), ("step_time_ms_p50", "Float64"), ("step_time_ms_max", "Float64"),
         ("last_event", DT), ("last_function", LC), ("pending_group", LC), ("pending_seq", "Int64"),
-        ("dropped_events", "Int64"), ("lost_batches", "Int64"), ("bytes_received", "Int64")),
+        ("dropped_events", "Int64"), ("lost_batches", "Int64"), ("bytes_received", "Int64"),
+        ("ended_cleanly", "UInt8")),  # the rank's last window, after its final batch (migration 4)
         "ReplacingMergeTree", "(job, window_id, rank)", "toYYYYMMDD(window_start)", "window_start",
         doc="RankWindow: liveness and collector health per window and rank"),
     Table("gpu_health", _WINDOW + _RANK + (
@@ -185,12 +187,25 @@ def _raw_constraint_statements() -> tuple[str, ...]:
     return recreate_raw_tables()
 
 
+def _job_end_statements() -> tuple[str, ...]:
+    """RankWindow v3 ``ended_cleanly`` and Anomaly v2 ``resolved_reason`` as columns; the raw
+    RankWindow table and its view again, with the new field (added columns default to 0 / '')."""
+    from .raw import recreate_view
+
+    adds = (f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS `{column}` {typ}" for table, column, typ in (
+        ("rank_windows", "ended_cleanly", "UInt8"), ("anomalies", "resolved_reason", LC),
+        ("incidents", "resolved_reason", LC)))
+    return (*adds, *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial tables", tables=tuple(TABLES)),
     Migration(2, "raw Avro ingestion: Null tables and materialized views",
               statements=_raw_ingest_statements()),
     Migration(3, "content rules as constraints on the raw Avro tables",
               statements=_raw_constraint_statements()),
+    Migration(4, "job end: rank_windows.ended_cleanly, anomalies/incidents.resolved_reason",
+              statements=_job_end_statements()),
 )
 
 

@@ -63,6 +63,9 @@ class StreamCounters(CounterSet):
                              "running totals in their batch headers)", labels=("job",))
     worst_rank_batches_lost = Counter("batches lost by the job's worst rank (one series per job: "
                                       "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
+    ranks_ended = Counter("ranks whose collector's final batch (clean exit) came")
+    windows_closed_at_end = Counter("windows closed by a rank's final batch instead of by later data "
+                                    "or the clock (a finished job's last, partial windows)")
     consumer_lag = Counter("messages in a partition not yet processed: the high watermark seen in the "
                            "consumer's fetches minus the next offset to process, at least 0",
                            labels=("topic", "partition"), kind=Kind.GAUGE)

@@ -83,11 +83,15 @@ class SummarizerGaps:
     when the worker drops it."""
 
     def __init__(self, counters: StreamCounters):
+        self.counters = counters
         self.metrics = GapMetrics(counters)
 
     def fed(self, s: RankSummarizer, name: str, record: Mapping) -> None:
         if name == EVENT_BATCH:
             self.metrics.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
+            if record.get("final") and s.ended:  # its windows were closed as it was folded in
+                self.counters.inc(StreamCounters.ranks_ended)
+                self.counters.inc(StreamCounters.windows_closed_at_end, by=s.closed_at_end_pending())
 
     def dropped(self, s: RankSummarizer) -> None:
         self.metrics.forget(s.job, s.rank)

@@ -40,6 +40,7 @@ class Incident:
     last_seen: datetime
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    resolved_reason: str = ""  # RESOLVED: "cleared", "job finished" or "job died"
 
     @classmethod
     def from_anomaly(cls, r: dict) -> Incident:
@@ -51,7 +52,8 @@ class Incident:
                    tuple(r["ranks"]), tuple(r["hosts"]), r["function"], float(r["score"]),
                    float(r["impact_ms_per_step"]), float(r.get("step_time_ms", 0.0)),
                    _dt(r["first_seen_ms"]), _dt(r["last_seen_ms"]), r["summary"],
-                   evidence if isinstance(evidence, dict) else {"value": evidence})
+                   evidence if isinstance(evidence, dict) else {"value": evidence},
+                   str(r.get("resolved_reason") or ""))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -60,8 +62,13 @@ class Incident:
             "function": self.function, "score": self.score,
             "impact_ms_per_step": self.impact_ms_per_step, "step_time_ms": self.step_time_ms,
             "first_seen": self.first_seen.isoformat(), "last_seen": self.last_seen.isoformat(),
-            "summary": self.summary, "evidence": self.evidence,
+            "summary": self.summary, "evidence": self.evidence, "resolved_reason": self.resolved_reason,
         }
+
+    @property
+    def dedup_key(self) -> str:
+        """The key every channel gives this incident (all its events): the incident id."""
+        return self.incident_id
 
     def who(self) -> str:
         ranks = ",".join(map(str, self.ranks[:8])) + ("…" if len(self.ranks) > 8 else "")

@@ -7,12 +7,15 @@ possibly replayed) the dispatcher decides what to tell people:
   opens it (sent as ``open``);
 * later records of an open incident are ``update`` s, at most one per
   ``update_interval_s`` per incident (rate limit; the rest are counted);
-* RESOLVED sends ``resolve`` (also for an incident this process never saw
-  open, e.g. after a restart, when it is costly enough to have paged);
+* RESOLVED sends ``resolve`` once per incident (also for an incident this process
+  never saw open, e.g. after a restart, when it is costly enough to have paged); a
+  later RESOLVED of an incident already resolved (a replay, another last_seen, the job
+  end after the incident cleared) is skipped until the incident opens again;
 * an exact repeat (same incident, status and last_seen) is ignored.
 
-Each notification goes to every channel's :class:`ChannelWorker`; ``submit``
-never blocks the sink.
+Each notification goes to every channel's :class:`ChannelWorker` (each keys the
+incident by its id: webhook ``dedup_key``, Slack metadata, PagerDuty ``dedup_key``);
+``submit`` never blocks the sink.
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ class AlertDispatcher:
             self.counters.inc(AlertCounters.skipped)
             return None
         if i.status == Status.RESOLVED:
+            if tracked and not tracked.opened:  # resolved already: once per incident
+                self.counters.inc(AlertCounters.skipped)
+                return None
             was_open = bool(tracked and tracked.opened)
             self._track(i.incident_id, _Tracked(False, key, now))
             if was_open or (tracked is None and i.impact_ms_per_step >= self.policy.min_impact_ms_per_step):

@@ -27,9 +27,9 @@ class PagerDutyChannel:
 
     def request(self, n: Notification) -> HttpRequest:
         i = n.incident
-        body: dict = {"routing_key": self._routing_key.reveal(), "dedup_key": i.incident_id}
+        body: dict = {"routing_key": self._routing_key.reveal(), "dedup_key": i.dedup_key}
         if n.event is Event.RESOLVE:
-            body["event_action"] = "resolve"
+            body["event_action"] = "resolve"  # Events API v2: a resolve carries no payload
         else:
             body["event_action"] = "trigger"
             body["payload"] = {

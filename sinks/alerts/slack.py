@@ -31,7 +31,10 @@ class SlackChannel:
             f"*What:* {_escape(i.kind)} in `{_escape(i.function)}`",
             f"*Why:* {_escape(i.summary)}",
             f"*Cost:* {i.impact_ms_per_step:.1f} ms per step (step {i.step_time_ms:.1f} ms)",
+            f"*Incident:* `{_escape(i.dedup_key)}`",
         ]
+        if n.event is Event.RESOLVE and i.resolved_reason:
+            fields.append(f"*Resolved:* {_escape(i.resolved_reason)}")
         blocks: list[dict] = [
             {"type": "section", "text": {"type": "mrkdwn", "text": title}},
             {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
@@ -41,5 +44,10 @@ class SlackChannel:
             blocks.append({"type": "actions", "elements": [{
                 "type": "button", "text": {"type": "plain_text", "text": "Open dashboard"}, "url": link}]})
         text = f"{_VERB[n.event]}: {i.job} {i.cause} on {i.who()}, {i.impact_ms_per_step:.1f} ms/step"
-        body = json.dumps({"text": text, "blocks": blocks}).encode()
+        if n.event is Event.RESOLVE and i.resolved_reason:
+            text += f" ({i.resolved_reason})"
+        # metadata: the incident id, the same dedup key as the webhook's and PagerDuty's
+        body = json.dumps({"text": text, "blocks": blocks, "metadata": {
+            "event_type": f"perftracker_incident_{n.event.value}",
+            "event_payload": {"dedup_key": i.dedup_key, "resolved_reason": i.resolved_reason}}}).encode()
         return HttpRequest(self._url.reveal(), body, {})

@@ -1,7 +1,8 @@
 """Generic JSON webhook with an HMAC-SHA256 signature.
 
 Headers: ``X-Perftracker-Timestamp`` (unix seconds), ``X-Perftracker-Delivery``
-(stable id of this incident event, for dedup) and ``X-Perftracker-Signature:
+(stable id of this incident event, for dedup), ``X-Perftracker-Dedup-Key`` (the incident
+id, the same on every channel: body ``dedup_key``) and ``X-Perftracker-Signature:
 v1=<hex>``, the HMAC-SHA256 of ``"<timestamp>.<body>"`` with the shared
 secret. Receivers verify with :func:`verify_signature`, rejecting timestamps
 older than a few minutes (replay) and delivery ids already seen.
@@ -21,6 +22,7 @@ TIMESTAMP_HEADER = "X-Perftracker-Timestamp"
 SIGNATURE_HEADER = "X-Perftracker-Signature"
 DELIVERY_HEADER = "X-Perftracker-Delivery"
 EVENT_HEADER = "X-Perftracker-Event"
+DEDUP_HEADER = "X-Perftracker-Dedup-Key"  # the incident id: the same on every channel and event
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -50,10 +52,12 @@ class WebhookChannel:
     def request(self, n: Notification) -> HttpRequest:
         body = json.dumps({
             "version": 1, "event": n.event.value, "delivery_id": n.delivery_id,
+            "dedup_key": n.incident.dedup_key,
             "dashboard_url": n.link(), "incident": n.incident.as_json(),
         }, sort_keys=True).encode()
         ts = str(int(time.time()))
-        headers = {TIMESTAMP_HEADER: ts, DELIVERY_HEADER: n.delivery_id, EVENT_HEADER: n.event.value}
+        headers = {TIMESTAMP_HEADER: ts, DELIVERY_HEADER: n.delivery_id, EVENT_HEADER: n.event.value,
+                   DEDUP_HEADER: n.incident.dedup_key}
         if self._secret:
             headers[SIGNATURE_HEADER] = sign(self._secret.reveal(), ts, body)
         return HttpRequest(self.url, body, headers)

@@ -9,6 +9,23 @@ the root cause it comes from can open first and explain it. A window counts as c
 (toward resolving incidents) only when the job ran most of it: the median rank completed
 ``full_progress_share`` of the steps a window usually holds; a job's first or last,
 partial windows and stalls are missing data (an incident must not resolve as a job ends).
+
+A window holding a rank's last window (``ended_cleanly``) updates open incidents but opens
+none (the end of a job, partial and skewed by teardown, is not evidence of a fault; before
+final batches these windows were never stored).
+
+The job's end ends its incidents: every open one is RESOLVED once, with
+``resolved_reason``:
+
+* ``job finished``: every rank of the job (0 .. world_size - 1) has sent its final batch
+  (its last RankWindow says ``ended_cleanly``), checked after each evaluated window;
+* ``job died``: no rank sent a batch (heartbeats included) for ``idle_after_s`` on the
+  caller's clock, no window waits, the last evaluation found no hang in progress, and not
+  every rank ended cleanly (ranks killed mid-step, a lost node, SIGKILL/SIGTERM).
+
+A hang in progress never ends the job: hung ranks keep heartbeating. After the end the
+tracks are gone, so the resolution is sent once; a restarted job of the same id starts
+new incidents.
 """
 
 from __future__ import annotations
@@ -18,8 +35,9 @@ from collections import Counter
 import numpy as np
 
 from ...schemas.records import Anomaly, Control, FunctionComparison, RankWindow
+from ...schemas.vocabulary import RESOLVED_JOB_DIED, RESOLVED_JOB_FINISHED
 from .findings import Finding
-from .incidents import Track, step
+from .incidents import Track, end_all, step
 from .job_checks import JobChecks
 from .job_windows import JobWindows
 from .policy import DetectionPolicy
@@ -38,9 +56,16 @@ class JobDiagnoser:
         self.tracks: dict[str, Track] = {}
         self.last_now = 0
         self.last_findings: list[Finding] = []
+        self.world = 0  # the job's world size (largest seen)
+        self.ended: set[int] = set()  # ranks whose final batch came
+        self.last_alive_ms: int | None = None  # caller clock of the last window with a batch
+        self.end_reason = ""  # set when the job ended ("job finished" / "job died")
+        self.ends: Counter[str] = Counter()  # job ends by reason
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job."""
+        if self.last_alive_ms is None and now_wall_ms is not None:
+            self.last_alive_ms = now_wall_ms  # silence counts from the first record
         self.windows.add(record_name, record, now_wall_ms)
 
     def poll(self, now_wall_ms: int) -> tuple[list[Anomaly], list[Control]]:
@@ -52,12 +77,17 @@ class JobDiagnoser:
             a, c = self._evaluate(ready.window_id, ready.rank_windows, ready.comparisons, now_wall_ms)
             anomalies += a
             controls += c
+            if self._finished():
+                anomalies += self._end(RESOLVED_JOB_FINISHED)
+        if self._died(now_wall_ms):
+            anomalies += self._end(RESOLVED_JOB_DIED)
         anomalies.sort(key=lambda r: -r["impact_ms_per_step"])
         return anomalies, controls
 
     def _evaluate(self, wid: int, rws: dict[int, RankWindow], cmps: list[FunctionComparison],
                   now: int) -> tuple[list[Anomaly], list[Control]]:
         self._count_silent(rws)
+        self._note_ends(rws, now)
         job_step = step_ms(rws)
         self.checks.observe(cmps)
         findings = diagnose_window(rws, cmps, self.policy)
@@ -69,8 +99,11 @@ class JobDiagnoser:
             findings.append(h)
         self.last_findings = findings
         wms = self.policy.window_ms
+        progress = self._full_progress(rws, job_step)
+        if any(rw.get("ended_cleanly") for rw in rws.values()):
+            findings = self._open_only(findings)
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=self._full_progress(rws, job_step), steps=int(_median_steps(rws)))
+                         progress=progress, steps=int(_median_steps(rws)))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -80,6 +113,45 @@ class JobDiagnoser:
         if steps <= 0 or typical_ms <= 0:
             return False
         return steps >= self.policy.full_progress_share * self.policy.window_ms / typical_ms
+
+    def _open_only(self, findings: list[Finding]) -> list[Finding]:
+        """A rank's last, partial window (its final batch closed it: ranks stop at different
+        instants, the barrier and teardown) updates open incidents but opens none and moves
+        no candidate toward opening: before final batches it was never stored at all."""
+        return [f for f in findings if f.immediate or (f.identity in self.tracks and self.tracks[f.identity].open)]
+
+    def _note_ends(self, rws: dict[int, RankWindow], now: int) -> None:
+        """Which ranks ended cleanly, the world size, and the last sign of life."""
+        for rank, rw in rws.items():
+            self.world = max(self.world, int(rw.get("world_size", 0)))
+            if rw.get("ended_cleanly"):
+                self.ended.add(int(rank))
+            elif int(rw.get("batches", 0)):
+                self.ended.discard(int(rank))  # a restarted process of that rank reports again
+            if int(rw.get("batches", 0)):
+                self.last_alive_ms = now
+
+    def _finished(self) -> bool:
+        """Every rank of the job sent its final batch."""
+        return self.world > 0 and self.ended >= set(range(self.world))
+
+    def _died(self, now: int) -> bool:
+        """Silent past the idle limit with windows evaluated, nothing waiting, no hang in progress."""
+        if self.last_alive_ms is None or not self.windows.empty() or not self.tracks:
+            return False
+        if any(f.identity == "hang" for f in self.last_findings):
+            return False
+        return now - self.last_alive_ms > self.policy.idle_after_s * 1000
+
+    def _end(self, reason: str) -> list[Anomaly]:
+        """The job ended: resolve every open incident once (see the module docstring)."""
+        out = end_all(self.tracks, reason)
+        self.end_reason = reason
+        self.ends[reason] += 1
+        self.ended.clear()
+        self.last_findings = []
+        self.checks = JobChecks(self.job, self.policy)  # a restart under the same id starts afresh
+        return out
 
     def _count_silent(self, rws: dict[int, RankWindow]) -> None:
         silent = sum(1 for rw in rws.values() if rw.get("steps", 0) == 0)

@@ -6,7 +6,9 @@ windows holding ``persist_steps`` steps in all (the job's median steps per windo
 job's slowdown so opens after its first window, a slow job's still needs
 ``persist_windows``); hangs open at once, and a finding that waits extra windows (a
 regression) still waits them; it is re-sent as UPDATED when its impact moves by more than ``update_change``
-(relative) or its ranks change; it resolves after ``clear_windows`` windows without it.
+(relative) or its ranks change; it resolves after ``clear_windows`` windows without it
+(``resolved_reason`` "cleared"), or when the job ends (:func:`end_all`, "job finished" or
+"job died", decided by :mod:`.diagnose`).
 The incident_id is a hash of job, cause, ranks and function at opening, so re-deliveries
 and restarts from the same inputs give the same id.
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.records import Anomaly
-from ...schemas.vocabulary import ANOMALY_VERSION, Status
+from ...schemas.vocabulary import ANOMALY_VERSION, RESOLVED_CLEARED, Status
 from .findings import Finding
 from .policy import DetectionPolicy
 
@@ -76,7 +78,7 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
         t.misses += 1
         if t.misses >= policy.clear_windows:
             if t.last is not None:  # always, for an open track: opening sent its first record
-                out.append(_resolved(t.last, t.last_seen_ms))
+                out.append(resolved(t.last, t.last_seen_ms, RESOLVED_CLEARED))
             del tracks[ident]
     return out
 
@@ -123,11 +125,18 @@ def _material(t: Track, f: Finding, policy: DetectionPolicy) -> bool:
     return abs(f.impact_ms - t.sent_impact) / base > policy.update_change or f.ranks != t.sent_ranks
 
 
-def _resolved(last: Anomaly, last_seen_ms: int) -> Anomaly:
-    """The incident's last record again, RESOLVED, seen last at ``last_seen_ms``."""
+def resolved(last: Anomaly, last_seen_ms: int, reason: str) -> Anomaly:
+    """The incident's last record again, RESOLVED for ``reason``, seen last at ``last_seen_ms``."""
     rec = last.copy()
-    rec["status"], rec["last_seen_ms"] = Status.RESOLVED.value, last_seen_ms
+    rec["status"], rec["last_seen_ms"], rec["resolved_reason"] = Status.RESOLVED.value, last_seen_ms, reason
     return rec
+
+
+def end_all(tracks: dict[str, Track], reason: str) -> list[Anomaly]:
+    """The job ended: every open incident RESOLVED once for ``reason``; every track dropped."""
+    out = [resolved(t.last, t.last_seen_ms, reason) for t in tracks.values() if t.open and t.last is not None]
+    tracks.clear()
+    return out
 
 
 def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float) -> Anomaly:
@@ -141,6 +150,6 @@ def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float)
         score=float(f.score), impact_ms_per_step=round(float(f.impact_ms), 3),
         step_time_ms=round(float(step_time_ms), 3), first_seen_ms=int(t.first_seen_ms),
         last_seen_ms=int(t.last_seen_ms), windows=int(t.streak), summary=f.summary,
-        evidence_json=json.dumps(_finite(evidence), sort_keys=True, default=str))
+        evidence_json=json.dumps(_finite(evidence), sort_keys=True, default=str), resolved_reason="")
     t.last = rec
     return rec

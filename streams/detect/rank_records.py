@@ -32,8 +32,9 @@ ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
 
 
 def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, progress: RankProgress,
-                 health: RankHealth, batches: int) -> list[tuple[str, FunctionPattern | RankWindow]]:
-    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted."""
+                 health: RankHealth, batches: int, ended: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
+    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted.
+    ``ended``: the rank's last window (its collector's final batch came): the RankWindow says so."""
     sig = signature_of(w.functions)
     steps = len(w.steps)
     if w.functions or steps:
@@ -42,7 +43,7 @@ def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, 
         (FUNCTION_PATTERN, pattern_record(meta, window_id, window_s, sig, name, acc, steps))
         for name, acc in sorted(w.functions.items())]
     out.append((RANK_WINDOW, rank_window_record(meta, window_id, window_s, sig, w, progress, health,
-                                                 batches=batches)))
+                                                 batches=batches, ended=ended)))
     return out
 
 
@@ -135,9 +136,10 @@ def _hardware_fields(w: WindowAcc) -> RankHardware:
 
 
 def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str, w: WindowAcc,
-                       progress: RankProgress, health: RankHealth, batches: int = 0) -> RankWindow:
+                       progress: RankProgress, health: RankHealth, batches: int = 0,
+                       ended: bool = False) -> RankWindow:
     """RankWindow for one closed window. ``batches``: batches that arrived since the
-    previous window closed (sign of life)."""
+    previous window closed (sign of life); ``ended``: the rank's last window (clean exit)."""
     return RankWindow(
         **_window_fields(RANK_WINDOW_VERSION, meta, window_id, window_s, signature),
         functions=sorted(n for n in w.functions if not n.startswith(KIND_PREFIX)),
@@ -151,7 +153,8 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         bytes_received=int(health.bytes_received),
         **_hardware_fields(w),
         batches=int(batches),
-        **cpu_fields(w.cpu, len(w.steps)))
+        **cpu_fields(w.cpu, len(w.steps)),
+        ended_cleanly=bool(ended))
 
 
 TOP_FRAMES = 8  # per kind

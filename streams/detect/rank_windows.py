@@ -34,6 +34,7 @@ class RankWindows:
         self.last_input_ms = 0  # caller clock of the latest input
         self.batch_wall_ms = 0  # wall time of the batch being folded in (plausibility reference)
         self.dropped = 0  # events dropped: late for their window, or too many windows open
+        self.ended = False  # every window was closed by the rank's final batch: emit no empty ones
 
     def in_range(self, wall_ms: int) -> bool:
         """Events happen before their batch is sent, and not hours before."""
@@ -73,7 +74,7 @@ class RankWindows:
     def close_due(self, now_wall_ms: int, flush: bool = False) -> list[tuple[int, WindowAcc]]:
         """Remove and return every finished window, in order; ``flush`` closes all open ones."""
         out: list[tuple[int, WindowAcc]] = []
-        if self.next_window is None:
+        if self.next_window is None or (self.ended and not self.windows):
             return out
         wms, lag, grace = self.policy.window_ms, self.policy.close_lag_ms, self.policy.grace_ms
         last_open = max(self.windows) if self.windows else self.next_window - 1
@@ -91,6 +92,24 @@ class RankWindows:
             out.append((wid, self.windows.pop(wid, WindowAcc())))
             self.next_window = wid + 1
         return out
+
+    def close_all(self) -> list[tuple[int, WindowAcc]]:
+        """The rank ended (its final batch came): remove and return every open window up to the
+        last one holding data, in order (empty ones between included; at least one, the next,
+        so the end is always marked); later data is late."""
+        out: list[tuple[int, WindowAcc]] = []
+        if self.next_window is None:
+            return out
+        last = max(self.windows, default=self.next_window)  # none open: the next one, empty
+        for wid in range(self.next_window, last + 1):
+            out.append((wid, self.windows.pop(wid, WindowAcc())))
+        self.next_window = max(self.next_window, last + 1)
+        self.ended = True
+        return out
+
+    def reopen(self) -> None:
+        """A new process of the rank reports after it ended: its windows close by time again."""
+        self.ended = False
 
     def _silent_too_long(self, end_ms: int) -> bool:
         """Stop emitting empty windows once the rank has been silent for idle_after_s."""

@@ -8,6 +8,12 @@ window of their wall time, :mod:`.rank_windows` decides when each window closes
 (the rank's data past its end by ``close_lag_ms``, or the caller's clock past end +
 grace once the rank went quiet, so a silent rank still produces RankWindows with zero
 steps), and :mod:`.rank_records` closes it into FunctionPatterns and a RankWindow.
+A batch marked ``final`` (EventBatch v4: the collector's exit flush) ends the rank: the
+batch closes every open window at once (counted in ``final_closed``; the next poll
+emits them), the last one marked ``ended_cleanly``, so the last partial window of a
+finished job is stored too.
+Batches of the same process after that are late (counted, dropped); a new process of
+the same rank (a restart) starts again.
 Bad input is skipped and counted in ``skipped``; it never raises.
 """
 
@@ -16,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...schemas.records import FunctionPattern, RankWindow
-from .accumulate import RankHealth, RankMeta, RankProgress
+from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
@@ -38,6 +44,9 @@ class RankSummarizer:
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self.collector_dropped = 0  # the batch header's cumulative count
         self.batches_since_close = 0  # sign of life, heartbeats included
+        self.ended = False  # the rank's final batch came: its windows are closed
+        self._closed_at_end: list[tuple[int, WindowAcc]] = []  # closed by the final batch, not yet emitted
+        self.final_closed = 0  # windows closed because the final batch came (not by time)
 
     # ---- input -------------------------------------------------------------------------
     def add_events(self, batch: dict, now_wall_ms: int | None = None) -> None:
@@ -48,11 +57,19 @@ class RankSummarizer:
                 return
             if not self._accept_seq(int(batch.get("pid", 0)), int(batch["seq"])):
                 return
+            if self.ended:  # a new process of this rank (another pid) after the final batch
+                self.ended = False
+                self.windows.reopen()
             self.batches_since_close += 1
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
                                  str(batch["host"]), int(batch["gpu"]))
             self.collector_dropped = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
+            if batch.get("final"):
+                self.ended = True
+                closed = self.windows.close_all()
+                self._closed_at_end += closed
+                self.final_closed += len(closed)
         except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
             self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
         self._note_dropped()
@@ -61,6 +78,9 @@ class RankSummarizer:
     def _accept_seq(self, pid: int, seq: int) -> bool:
         prev = self._batch_seq
         if prev is not None and prev[0] == pid:
+            if self.ended:
+                self.skipped["after_final"] += 1
+                return False
             if seq <= prev[1]:
                 self.skipped["duplicate_batch"] += 1
                 return False
@@ -73,6 +93,9 @@ class RankSummarizer:
         try:
             if int(hw["rank"]) != self.rank:
                 self.skipped["wrong_rank_or_job"] += 1
+                return
+            if self.ended:  # its windows are closed: samples that came after the final batch
+                self.skipped["after_final"] += 1
                 return
             for i, wall in enumerate(list(hw["wall_ns"])):
                 w = self.windows.slot(int(wall) // 1_000_000)
@@ -91,14 +114,23 @@ class RankSummarizer:
         if now_wall_ms is not None:
             self.windows.last_input_ms = int(now_wall_ms)
 
+    def closed_at_end_pending(self) -> int:
+        """Windows the final batch closed that the next poll emits (for the worker's counters)."""
+        return len(self._closed_at_end)
+
     # ---- output ------------------------------------------------------------------------
     def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
-        """Close every finished window, in order; ``flush`` closes all open ones."""
+        """Close every finished window, in order; ``flush`` closes all open ones, and so does a
+        final batch (the last window closed then says the rank ended cleanly)."""
         out: list[tuple[str, FunctionPattern | RankWindow]] = []
         self._note_dropped()
-        for wid, w in self.windows.close_due(now_wall_ms, flush):
+        due = self.windows.close_due(now_wall_ms, flush)
+        final, self._closed_at_end = self._closed_at_end, []
+        ending = bool(final)
+        closing = due + final
+        for i, (wid, w) in enumerate(closing):
             out.extend(close_window(self.meta, wid, self.policy.window_s, w, self.progress, self.health,
-                                    batches=self.batches_since_close))
+                                    batches=self.batches_since_close, ended=ending and i == len(closing) - 1))
             self.batches_since_close = 0
         return out
 

@@ -82,3 +82,9 @@ def test_every_rank_sends_cpu_evidence_and_stack_samples_of_the_script(run_recor
         frames = {r["names"][f] for r in records
                   for f, k in zip(r["stacks"]["frame"], r["stacks"]["kind"], strict=True) if k == 1}
         assert any("train_ddp.py" in f for f in frames), frames
+
+
+def test_each_rank_ends_with_one_final_batch(run_records):
+    """The exit flush marks the rank's last batch, and only it (EventBatch v4 ``final``)."""
+    for records in run_records.values():
+        assert [r["final"] for r in records] == [False] * (len(records) - 1) + [True]

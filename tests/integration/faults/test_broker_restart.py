@@ -38,7 +38,8 @@ def test_broker_restart_everyone_reconnects_and_every_lost_batch_is_counted(tmp_
     write again by themselves (same processes, none died); every rank has steps stored from
     after the restart; the broker kept batches the worker never read, and every rank counts
     them (``lost_batches``, from gaps in the batch sequence numbers); the steps missing from
-    the store are no more than the lost batches held plus the events counted as dropped
+    the store (every step sent, the job's last window included: it ends with final batches)
+    are no more than the lost batches held plus the events counted as dropped
     (``dropped_events`` includes what came too late for its window, which a paused pipeline
     causes) plus the steps of the RankWindows missing between the worker and the store (a
     restarted tansu acknowledges what arrives before its topics exist again and keeps none of
@@ -60,7 +61,7 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
     sink = d.start_sink()
     worker = d.start_worker()
     wait_for(lambda: partitions_of(worker.stats().get("assigned", []), d.topics.events), 180, 0.5)
-    job = SyntheticJob(f"restart-{unique}", ranks=RANKS, seconds=SECONDS, slow_rank=5)
+    job = SyntheticJob(f"restart-{unique}", ranks=RANKS, seconds=SECONDS, slow_rank=5, final=True)
     traffic = Traffic(d.kafka_conf, d.topics.events, [job])
     traffic.start()
 
@@ -82,6 +83,7 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
     wait_for(lambda: sink.stats().get("consumed", 0) > sink_seen, 120, 0.2)
     sink_s = time.monotonic() - back_at
     traffic.join(SECONDS + 120)
+    wait_for(lambda: worker.stats().get("counters", {}).get("ranks_ended", 0) >= RANKS, 120, 0.5)  # final batches in
     received = consumed()
     stop_workers(d)
     assert sink.stop() == 0 and worker.proc.returncode == 0, "a process died instead of reconnecting"
@@ -106,9 +108,9 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
     assert {int(r[0]) for r in after_rows} == set(range(RANKS)), "a rank stored nothing after the restart"
     per_batch = max(len(steps) for steps in traffic.steps.values())
     missing, gaps = {}, {}
-    for rank in range(RANKS):  # up to the rank's last stored step (a job's last window is not stored)
+    for rank in range(RANKS):  # every step sent: the final batches closed the last windows too
         sent = {s for (_j, r, _q), steps in traffic.steps.items() if r == rank for s in steps}
-        gone = sorted({s for s in sent if s <= max(stored[rank])} - stored[rank])
+        gone = sorted(sent - stored[rank])
         missing[rank] = len(gone)
         gaps[rank] = _ranges(gone)
     print(f"\nbroker restart: {traffic.sent} batches sent ({traffic.failed} failed at the producer), "

@@ -86,3 +86,23 @@ def test_the_slow_rank_stands_out_in_the_matrix_panels(loaded):
     rows = loaded.query(sql).dicts()
     worst = max(rows, key=lambda r: r["late_arrivals"])
     assert worst["rank_name"] == "rank 5"
+
+
+def test_job_silent_rule_fires_only_for_a_job_that_stopped_without_a_clean_exit(loaded):
+    """Two jobs went silent 10 minutes ago: the one whose ranks all sent their final batch
+    (last RankWindow ended_cleanly) is done, the one with a rank that vanished is silent."""
+    rule = next(r for g in load_provisioning()["alerting/rules.yaml"]["groups"] for r in g["rules"]
+                if r["uid"] == "pt-job-silent")
+    now = datetime.now(timezone.utc)
+    last = int((now - timedelta(minutes=10)).timestamp()) // 5  # a window 10 minutes ago
+    records = []
+    for job, vanished in (("finished-job", None), ("died-job", 1)):
+        for rank in range(4):
+            for wid in range(last - 3, last + 1):
+                rw = samples.rank_window(job, wid, rank, world=4)
+                rw["ended_cleanly"] = wid == last and rank != vanished
+                records.append(("RankWindow", rw))
+    load(loaded, records)
+    sql = rule["data"][0]["model"]["rawSql"].replace("$$", "$")
+    res = {r["job"]: r["silent_s"] for r in loaded.query(render_sql(sql, {}, now - timedelta(minutes=15), now)).dicts()}
+    assert "finished-job" not in res and res["died-job"] >= 300, res

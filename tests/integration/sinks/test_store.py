@@ -47,6 +47,42 @@ def test_migration_twice_is_a_no_op(store):
     assert {n for n, _ in after} >= set(TABLES)
 
 
+def test_migration_4_adds_the_job_end_columns_to_a_store_that_has_data(store):
+    """A store at migration 3 (no ended_cleanly, no resolved_reason, the view without the
+    field) with rows in it: migration 4 adds the columns (old rows read 0 / ''), and the raw
+    path and the Python path both store the new fields afterwards."""
+    import time
+
+    from perftracker.schemas import MultiCodec
+    from perftracker.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
+
+    migrate(store)
+    old_view = VIEWS["mv_rank_windows"][1].replace(", toUInt8(ended_cleanly) AS ended_cleanly", "")
+    assert old_view != VIEWS["mv_rank_windows"][1]
+    for sql in ("DROP TABLE mv_rank_windows", "ALTER TABLE rank_windows DROP COLUMN ended_cleanly",
+                "ALTER TABLE anomalies DROP COLUMN resolved_reason", "ALTER TABLE incidents DROP COLUMN resolved_reason",
+                f"CREATE MATERIALIZED VIEW mv_rank_windows TO rank_windows AS {old_view}",
+                f"ALTER TABLE {MIGRATIONS_TABLE} DELETE WHERE version = 4 SETTINGS mutations_sync = 2"):
+        store.command(sql)
+    w = int(time.time() // 5)
+    old_rw = samples.rank_window("mig4", w, 0, steps=2)
+    old_cols = [c for c in TABLES["rank_windows"].column_names if c != "ended_cleanly"]
+    row = dict(zip(TABLES["rank_windows"].column_names, next(r for t, r in flat_rows("RankWindow", old_rw)
+                                                             if t == "rank_windows"), strict=True))
+    store.insert("rank_windows", old_cols, [[row[c]] for c in old_cols])
+
+    assert migrate(store) == [4]
+    codec = MultiCodec(["RankWindow"])
+    new_rw = {**samples.rank_window("mig4", w + 1, 0, steps=2), "ended_cleanly": True}
+    store.raw_insert(RAW_TABLES["RankWindow"], container(
+        "RankWindow", [RawMessage(codec.encode("RankWindow", new_rw), "t", 0, 0)]), "Avro")
+    load(store, [("Anomaly", {**samples.anomaly("mig4", status="RESOLVED"), "resolved_reason": "job finished"})])
+    assert store.query("SELECT window_id, ended_cleanly FROM rank_windows FINAL WHERE job = 'mig4'"
+                       " ORDER BY window_id").rows == [(w, 0), (w + 1, 1)]
+    assert store.query("SELECT resolved_reason FROM incidents FINAL WHERE job = 'mig4'").rows == [("job finished",)]
+    assert migrate(store) == []
+
+
 def test_retention_change_is_applied_once(store):
     migrate(store, retention_days=30)
     migrate(store, retention_days=7, incident_retention_days=90)
@@ -104,3 +140,14 @@ def test_report_queries_late_wait_per_step_and_the_window_that_opened_an_inciden
                  for s, dt in (("OPEN", 10), ("UPDATED", 20), ("RESOLVED", 30))])
     (opened,) = run_query(store, "incident_opened", {"job": "j"}).dicts()
     assert opened["incident_id"] == "inc-1" and opened["opened"].timestamp() == t0 + 10
+
+
+def test_diagnose_names_what_the_job_end_resolved_but_not_what_cleared(store):
+    migrate(store)
+    load(store, [("Anomaly", {**samples.anomaly("ended", incident_id=i, status=s), "resolved_reason": why})
+                 for i, s, why in (("open", "OPEN", ""), ("cleared", "RESOLVED", "cleared"),
+                                   ("at-end", "RESOLVED", "job finished"), ("died", "RESOLVED", "job died"))])
+    shown = {r["incident_id"]: r["resolved_reason"] for r in run_query(store, "incidents", {"job": "ended"}).dicts()}
+    assert shown == {"open": "", "at-end": "job finished", "died": "job died"}
+    every = run_query(store, "incidents", {"job": "ended", "include_resolved": True}).dicts()
+    assert {r["incident_id"] for r in every} == {"open", "cleared", "at-end", "died"}

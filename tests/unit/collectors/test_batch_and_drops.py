@@ -109,3 +109,41 @@ def test_every_loss_is_counted_by_the_recorder_with_its_reason():
     assert rec.dropped == 5
     assert rec.counters.series(CollectorCounters.events_dropped) == {
         ("buffer_full",): 1, ("undelivered",): 3, ("cuda_queue_full",): 1}
+
+
+class _Keep(NullSink):
+    """Delivers every batch (decoded, kept) instead of losing it."""
+
+    def __init__(self) -> None:
+        super().__init__(CollectorCounters(), lambda n: None)
+        self.sent: list[dict] = []
+
+    def send(self, key, payload, n_events):
+        self.sent.append(Codec(EVENT_BATCH).decode(payload))
+
+
+def test_only_the_last_batch_of_the_exit_flush_is_final():
+    from dataclasses import replace
+
+    rec = recorder(capacity=1000)
+    sink = _Keep()
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink,
+                    replace(CollectorSettings(), max_batch_events=4), b"j|2")
+    for i in range(3):
+        rec.span(SpanKind.USER, "x", i, 1)
+    sender.flush_once()  # a periodic flush is never final
+    for i in range(8):  # two full batches left at exit: the buffer is drained in three sends
+        rec.span(SpanKind.USER, "x", 10 + i, 1)
+    sender.close(timeout_s=1.0)
+    assert [b["final"] for b in sink.sent] == [False, False, False, True]
+    assert [len(b["spans"]["kind"]) for b in sink.sent] == [3, 4, 4, 0]  # an empty final batch ends it
+    assert sum(len(b["spans"]["kind"]) for b in sink.sent) == 11
+
+
+def test_exit_flush_with_nothing_left_still_sends_a_final_batch():
+    rec = recorder()
+    sink = _Keep()
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorSettings(), b"j|2")
+    rec.span(SpanKind.USER, "x", 0, 1)
+    sender.close(timeout_s=1.0)
+    assert [(b["final"], len(b["spans"]["kind"])) for b in sink.sent] == [(True, 1)]

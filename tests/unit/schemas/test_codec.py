@@ -7,7 +7,13 @@ from datetime import datetime, timezone
 import pytest
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
-from perftracker.schemas.vocabulary import ANOMALY, CONTROL, EVENT_BATCH
+from perftracker.schemas.vocabulary import (
+    ANOMALY,
+    CONTROL,
+    EVENT_BATCH,
+    EVENT_BATCH_VERSION,
+    RANK_WINDOW,
+)
 
 
 def event_batch() -> dict:
@@ -64,7 +70,7 @@ def _with_cpu(record: dict) -> dict:
 
 @pytest.mark.parametrize("old_version", [1, 2])
 def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version):
-    new = Codec(EVENT_BATCH)
+    new = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 3))
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
     assert new.version == 3
     record = _with_cpu(event_batch())
@@ -74,6 +80,36 @@ def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version
     assert "cpu" not in by_old and "stacks" not in by_old and by_old["spans"] == record["spans"]
     from_old = new.decode(old.encode(event_batch()))
     assert from_old["cpu"] == [] and from_old["stacks"] == {"frame": [], "line": [], "kind": [], "count": [], "code": []}
+
+
+@pytest.mark.parametrize("old_version", [1, 2, 3])
+def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
+    assert new.version == EVENT_BATCH_VERSION == 4
+    record = {**_with_cpu(event_batch()), "final": True}
+    assert new.decode(new.encode(record))["final"] is True
+    assert new.decode(new.encode(event_batch()))["final"] is False  # the default when left out
+    by_old = old.decode(new.encode(record))
+    assert "final" not in by_old and by_old["spans"] == record["spans"] and by_old["seq"] == record["seq"]
+    from_old = new.decode(old.encode(event_batch()))
+    assert from_old["final"] is False and from_old["iterations"] == event_batch()["iterations"]
+
+
+@pytest.mark.parametrize("name, field, value, default, old_version", [
+    (RANK_WINDOW, "ended_cleanly", True, False, 2),
+    (ANOMALY, "resolved_reason", "job finished", "", 1),
+])
+def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
+    from perftracker.sinks.samples import anomaly, rank_window
+
+    base = rank_window("j", 3, 1) if name == RANK_WINDOW else anomaly("j", "i1")
+    base = {k: v for k, v in base.items() if k not in (field, "schema_version")}
+    new = Codec(name)
+    old = Codec(name, bundled_schemas().restricted(name, old_version))
+    assert new.decode(new.encode({**base, field: value}))[field] == value
+    assert field not in old.decode(new.encode({**base, field: value}))
+    assert new.decode(old.encode(base))[field] == default
 
 
 @pytest.mark.parametrize("data, fragment", [

@@ -93,3 +93,15 @@ def test_worker_lag_from_the_fetched_high_watermark_clamped_at_zero():
     lag = consumer_lag(FakeFaustConsumer())
     assert lag == {("pt.events", "0"): 5, ("pt.events", "1"): 0}  # unread and unfetched: no series
     assert consumer_lag(None) == {}
+
+
+def test_final_batches_and_the_windows_they_close_are_counted():
+    from .detect.test_summarize import POL, batch
+
+    c = StreamCounters()
+    obs, s = SummarizerGaps(c), RankSummarizer("job", 0, POL)
+    for b in (batch(iters=[(0, 1.0, 40)]), {**batch(seq=2, iters=[(1, 6.0, 40)], wall_at_s=6.5), "final": True}):
+        s.add_events(b)
+        obs.fed(s, "EventBatch", b)
+    assert c.value(StreamCounters.ranks_ended) == 1 and c.value(StreamCounters.windows_closed_at_end) == 2
+    assert s.final_closed == 2 and len([n for n, _ in s.poll(0) if n == "RankWindow"]) == 2

@@ -69,3 +69,17 @@ def test_pagerduty_trigger_and_resolve_share_the_dedup_key():
 def test_severity_follows_share_of_step():
     assert severity(60, 100) == "critical" and severity(15, 100) == "error"
     assert severity(1, 100) == "warning"
+
+
+def test_every_channel_keys_the_resolution_by_the_incident_id_and_says_why():
+    rec = {**samples.anomaly("j", incident_id="inc-42", status="RESOLVED"), "resolved_reason": "job finished"}
+    n = Notification(Incident.from_anomaly(rec), Event.RESOLVE)
+    hook = WebhookChannel("http://x", Secret("s")).request(n)
+    body = json.loads(hook.body)
+    assert body["dedup_key"] == hook.headers["X-Perftracker-Dedup-Key"] == "inc-42"
+    assert body["incident"]["resolved_reason"] == "job finished"
+    slack = json.loads(SlackChannel(Secret("https://hooks.example/x")).request(n).body)
+    assert slack["metadata"]["event_payload"] == {"dedup_key": "inc-42", "resolved_reason": "job finished"}
+    assert "(job finished)" in slack["text"] and any("inc-42" in f["text"] for f in slack["blocks"][1]["fields"])
+    pd = json.loads(PagerDutyChannel(Secret("rk"), "http://pd").request(n).body)
+    assert pd == {"routing_key": "rk", "dedup_key": "inc-42", "event_action": "resolve"}

@@ -47,3 +47,14 @@ def test_update_of_unknown_incident_opens_it():
 
 def test_no_channels_means_nothing_to_do():
     assert AlertDispatcher([]).submit(samples.anomaly("j")) is None
+
+
+def test_resolution_goes_out_once_whatever_follows():
+    """A job's end after the incident resolved, or a replay with another last_seen: once."""
+    d = dispatcher()
+    assert decide(d, 0, status="OPEN", last_seen_s=1000) is Event.OPEN
+    assert decide(d, 1, status="RESOLVED", last_seen_s=1005) is Event.RESOLVE
+    assert decide(d, 2, status="RESOLVED", last_seen_s=1010) is None
+    assert decide(d, 3, status="RESOLVED", last_seen_s=1005) is None
+    assert decide(d, 4, status="OPEN", last_seen_s=2000) is Event.OPEN  # it came back: resolvable again
+    assert decide(d, 5, status="RESOLVED", last_seen_s=2005) is Event.RESOLVE

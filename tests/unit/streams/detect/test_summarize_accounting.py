@@ -27,6 +27,24 @@ def test_iterations_are_numbered_with_their_own_steps():
     assert stored == sent[:len(stored)]
 
 
+def test_a_job_that_ends_cleanly_has_every_step_sent_stored_without_waiting_for_the_clock():
+    """The final batch closes the last, partial window: nothing sent stays behind."""
+    s = RankSummarizer("j", 0, DetectionPolicy(window_s=5.0, window_grace_s=2.0))
+    sent, stored, ended = [], [], []
+    now = time.time_ns() // MS
+    for rank, rec in batches(SyntheticJob("j", ranks=2, seconds=23, final=True)):
+        if rank:
+            continue
+        sent += rec["iterations"]["step"]
+        s.add_events(rec, now)  # the clock never moves: only data and the final batch close windows
+        for name, out in s.poll(now):
+            if name == "RankWindow":
+                ended.append(out["ended_cleanly"])
+                stored += [row[2] for table, rows in rank_window_rows(out) if table == "iterations" for row in rows]
+    assert stored == sent and len(sent) > 300
+    assert ended[-1] and not any(ended[:-1]) and s.final_closed >= 1
+
+
 def test_events_too_late_for_their_window_are_counted_as_dropped():
     s = RankSummarizer("job", 0, POL)
     s.add_events(batch(spans=[(1, 0, 1.0, 10)], iters=[(5, 1.0, 40)]))
