@@ -103,6 +103,7 @@ class RankWindow(RankWindowHeader, RankHardware, RankCpu):
     bytes_received: int
     batches: int  # batches (heartbeats included) since the previous window closed
     ended_cleanly: bool  # the rank's last window: its collector sent its final batch (v3)
+    restarts: int  # times the rank's process was replaced under the same job id (new pid, v3)
 
 
 class PeerGroupStat(TypedDict):

@@ -121,7 +121,8 @@ QUERIES: dict[str, NamedQuery] = {
     "rank_health": NamedQuery(
         "SELECT rank, any(host) AS host, max(last_event) AS last_event, max(last_step) AS last_step,"
         " max(dropped_events) AS dropped_events, max(lost_batches) AS lost_batches,"
-        " toInt64(max(window_id) - min(window_id) + 1 - count()) AS missing_windows"
+        " toInt64(max(window_id) - min(window_id) + 1 - count()) AS missing_windows,"
+        " max(restarts) AS restarts"
         " FROM rank_windows FINAL WHERE job = {job:String} AND window_start >= " + _since("rank_windows") +
         " GROUP BY rank ORDER BY rank",
         WINDOW, "liveness and collector health per rank (drop and loss counters are cumulative: max)"),

@@ -82,7 +82,7 @@ VIEWS = {
         " if(n = 0, 0, if(n % 2 = 1, s[intDiv(n, 2) + 1], (s[intDiv(n, 2)] + s[intDiv(n, 2) + 1]) / 2))"
         " AS step_time_ms_p50, if(n = 0, 0, s[n]) AS step_time_ms_max, last_event_ms AS last_event,"
         " last_function, pending_group, pending_seq, dropped_events, lost_batches, bytes_received,"
-        " toUInt8(ended_cleanly) AS ended_cleanly"
+        " toUInt8(ended_cleanly) AS ended_cleanly, toUInt32(restarts) AS restarts"
         f" FROM ({_SORTED})"),
     "mv_gpu_health": (
         "gpu_health",

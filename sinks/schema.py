@@ -132,7 +132,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         ("last_step", "Int64"), ("step_time_ms_p50", "Float64"), ("step_time_ms_max", "Float64"),
         ("last_event", DT), ("last_function", LC), ("pending_group", LC), ("pending_seq", "Int64"),
         ("dropped_events", "Int64"), ("lost_batches", "Int64"), ("bytes_received", "Int64"),
-        ("ended_cleanly", "UInt8")),  # the rank's last window, after its final batch (migration 4)
+        ("ended_cleanly", "UInt8"),  # the rank's last window, after its final batch (migration 4)
+        ("restarts", "UInt32")),  # processes of the rank replaced under the job id (migration 4)
         "ReplacingMergeTree", "(job, window_id, rank)", "toYYYYMMDD(window_start)", "window_start",
         doc="RankWindow: liveness and collector health per window and rank"),
     Table("gpu_health", _WINDOW + _RANK + (
@@ -193,7 +194,8 @@ def _job_end_statements() -> tuple[str, ...]:
     from .raw import recreate_view
 
     adds = (f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS `{column}` {typ}" for table, column, typ in (
-        ("rank_windows", "ended_cleanly", "UInt8"), ("anomalies", "resolved_reason", LC),
+        ("rank_windows", "ended_cleanly", "UInt8"), ("rank_windows", "restarts", "UInt32"),
+        ("anomalies", "resolved_reason", LC),
         ("incidents", "resolved_reason", LC)))
     return (*adds, *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
 
@@ -204,7 +206,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               statements=_raw_ingest_statements()),
     Migration(3, "content rules as constraints on the raw Avro tables",
               statements=_raw_constraint_statements()),
-    Migration(4, "job end: rank_windows.ended_cleanly, anomalies/incidents.resolved_reason",
+    Migration(4, "job end: rank_windows.ended_cleanly and .restarts, anomalies/incidents.resolved_reason",
               statements=_job_end_statements()),
 )
 

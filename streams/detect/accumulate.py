@@ -169,3 +169,4 @@ class RankHealth:
     dropped_events: int = 0
     lost_batches: int = 0
     bytes_received: int = 0
+    restarts: int = 0  # new processes (pids) of the rank under the same job id

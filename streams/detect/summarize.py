@@ -85,6 +85,8 @@ class RankSummarizer:
                 self.skipped["duplicate_batch"] += 1
                 return False
             self.health.lost_batches += max(0, seq - prev[1] - 1)
+        elif prev is not None:  # another process of this rank under the same job id: a restart
+            self.health.restarts += 1
         self._batch_seq = (pid, seq)
         return True
 

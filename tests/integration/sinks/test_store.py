@@ -57,28 +57,30 @@ def test_migration_4_adds_the_job_end_columns_to_a_store_that_has_data(store):
     from perftracker.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
 
     migrate(store)
-    old_view = VIEWS["mv_rank_windows"][1].replace(", toUInt8(ended_cleanly) AS ended_cleanly", "")
+    old_view = VIEWS["mv_rank_windows"][1].replace(
+        ", toUInt8(ended_cleanly) AS ended_cleanly, toUInt32(restarts) AS restarts", "")
     assert old_view != VIEWS["mv_rank_windows"][1]
     for sql in ("DROP TABLE mv_rank_windows", "ALTER TABLE rank_windows DROP COLUMN ended_cleanly",
+                "ALTER TABLE rank_windows DROP COLUMN restarts",
                 "ALTER TABLE anomalies DROP COLUMN resolved_reason", "ALTER TABLE incidents DROP COLUMN resolved_reason",
                 f"CREATE MATERIALIZED VIEW mv_rank_windows TO rank_windows AS {old_view}",
                 f"ALTER TABLE {MIGRATIONS_TABLE} DELETE WHERE version = 4 SETTINGS mutations_sync = 2"):
         store.command(sql)
     w = int(time.time() // 5)
     old_rw = samples.rank_window("mig4", w, 0, steps=2)
-    old_cols = [c for c in TABLES["rank_windows"].column_names if c != "ended_cleanly"]
+    old_cols = [c for c in TABLES["rank_windows"].column_names if c not in ("ended_cleanly", "restarts")]
     row = dict(zip(TABLES["rank_windows"].column_names, next(r for t, r in flat_rows("RankWindow", old_rw)
                                                              if t == "rank_windows"), strict=True))
     store.insert("rank_windows", old_cols, [[row[c]] for c in old_cols])
 
     assert migrate(store) == [4]
     codec = MultiCodec(["RankWindow"])
-    new_rw = {**samples.rank_window("mig4", w + 1, 0, steps=2), "ended_cleanly": True}
+    new_rw = {**samples.rank_window("mig4", w + 1, 0, steps=2), "ended_cleanly": True, "restarts": 1}
     store.raw_insert(RAW_TABLES["RankWindow"], container(
         "RankWindow", [RawMessage(codec.encode("RankWindow", new_rw), "t", 0, 0)]), "Avro")
     load(store, [("Anomaly", {**samples.anomaly("mig4", status="RESOLVED"), "resolved_reason": "job finished"})])
-    assert store.query("SELECT window_id, ended_cleanly FROM rank_windows FINAL WHERE job = 'mig4'"
-                       " ORDER BY window_id").rows == [(w, 0), (w + 1, 1)]
+    assert store.query("SELECT window_id, ended_cleanly, restarts FROM rank_windows FINAL WHERE job = 'mig4'"
+                       " ORDER BY window_id").rows == [(w, 0, 0), (w + 1, 1, 1)]
     assert store.query("SELECT resolved_reason FROM incidents FINAL WHERE job = 'mig4'").rows == [("job finished",)]
     assert migrate(store) == []
 

@@ -98,6 +98,7 @@ def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
 
 @pytest.mark.parametrize("name, field, value, default, old_version", [
     (RANK_WINDOW, "ended_cleanly", True, False, 2),
+    (RANK_WINDOW, "restarts", 2, 0, 2),
     (ANOMALY, "resolved_reason", "job finished", "", 1),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):

@@ -56,6 +56,7 @@ def test_a_new_process_of_an_ended_rank_reports_again():
     s.add_events({**batch(seq=1, iters=[(1, 12.0, 40)], wall_at_s=12.5), "pid": 8, "final": True})
     rws = rank_windows(s.poll(now_wall_ms=0))
     assert rws[-1]["ended_cleanly"] and sum(rw["steps"] for rw in rws) == 2
+    assert rws[-1]["restarts"] == 1  # the new process is marked, under the same job id
 
 
 # ---- the diagnoser's end rules ---------------------------------------------------------
