@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-from perftracker.deploy.demo.runner import EXPECTED_CAUSE, FAULTS, TRAIN_SCRIPT
+from perftracker.deploy.demo.runner import EXPECTED_CAUSE, FAULTS, TRAIN_SCRIPT, stop_process_group
 from perftracker.deploy.stack import down, up
 from perftracker.schemas.settings import Settings
 from perftracker.schemas.settings_loader import load_settings
@@ -153,7 +152,7 @@ def one_run(settings: Settings, rx: WebhookReceiver, i: int, fault: str, rank: i
             tail = (work / f"{run.job}.log").read_text(errors="replace")[-2000:]
             raise SystemExit(f"training of {run.job} exited with {proc.returncode}:\n{tail}")
     finally:
-        _stop(proc)
+        stop_process_group(proc, interrupt_wait_s=15)
     return run
 
 
@@ -167,20 +166,6 @@ def _wall(value: object) -> float | None:
     if not isinstance(value, datetime):
         return None
     return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, 15), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def pct(xs: list[float], q: float) -> float | None:

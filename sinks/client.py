@@ -46,13 +46,18 @@ def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list
     return [dict(zip(body["columns"], row, strict=True)) for row in body["rows"]]
 
 
-def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
-    target = store_target(settings)
+def _open_store(settings: Settings) -> Store:
+    """The data dir's store, opened directly (no sink runs); :class:`NoStore` when it cannot be."""
+    target = store_target(settings)  # a malformed URL is the caller's usage error, not "no store"
     try:
-        store = Store.open(target)
+        return Store.open(target)
     except SinkError as exc:
         raise NoStore(f"no running sink found in {settings.data_dir} (start it with `perftracker up`) "
                       f"and the store could not be opened: {exc}") from None
+
+
+def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:
+    store = _open_store(settings)
     try:
         res = run_query(store, name, params)
     finally:
@@ -65,13 +70,13 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
     if name not in QUERIES:
         raise UnknownQuery(f"no query named {name!r}; known: {sorted(QUERIES)}")
     QUERIES[name].bind(params)  # fail early on bad parameters
-    state = read_state(settings.data_dir)
-    if state and state.query_url and pid_alive(state.sink_pid):
+    sink = _live_sink(settings)
+    if sink is not None:
+        url, pid = sink
         try:
-            return _via_api(state.query_url, name, params, settings.http_token)
+            return _via_api(url, name, params, settings.http_token)
         except (urllib.error.URLError, OSError) as exc:
-            raise NoStore(f"the sink (pid {state.sink_pid}) did not answer at {state.query_url}: "
-                          f"{exc}; is it still starting?") from None
+            raise NoStore(f"the sink (pid {pid}) did not answer at {url}: {exc}; is it still starting?") from None
     return _direct(settings, name, params)
 
 
@@ -104,16 +109,11 @@ def keep(settings: Settings, records: list[tuple[str, dict]]) -> Kept:
     body = encode_records(records)  # both paths store what went through Avro, as the sink does
     sink = _live_sink(settings)
     if sink is None:
-        target = store_target(settings)
-        try:
-            store = Store.open(target)
-        except SinkError as exc:
-            raise NoStore(f"no running sink found in {settings.data_dir} and the store could not "
-                          f"be opened: {exc}") from None
+        store = _open_store(settings)
         try:
             return write_records(store, settings.store, decode_records(body), setup=True)
         except StoreUnavailable as exc:
-            raise NoStore(f"could not write into {target.describe()}: {exc}") from None
+            raise NoStore(f"could not write into {store_target(settings).describe()}: {exc}") from None
         finally:
             store.close()
     url, pid = sink

@@ -118,7 +118,7 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
     try:
         _watch(settings, proc, result, onset_file, log_path, echo, phase)
     except KeyboardInterrupt:
-        _stop(proc)
+        stop_process_group(proc)
         raise DemoError(f"interrupted: the ranks of {result.job} were stopped; the stack is still up "
                         "(`perftracker down` stops it)") from None
     if proc.returncode != 0:
@@ -200,8 +200,10 @@ def _settle(settings: Settings, result: DemoResult, echo: Callable[[str], None],
     echo(f"training finished; {len(result.rows)} root cause(s) for {result.job}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+def stop_process_group(proc: subprocess.Popen, interrupt_wait_s: float = 10) -> None:
+    """Stop the process group ``proc`` leads: SIGINT, then SIGTERM, then SIGKILL, each given
+    its wait (``interrupt_wait_s`` for SIGINT, 5 s for the others)."""
+    for sig, wait in ((signal.SIGINT, interrupt_wait_s), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         if proc.poll() is not None:
             return
         try:

@@ -251,16 +251,16 @@ def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindo
         host = parts[0].hosts[0] if len(parts[0].hosts) == 1 and parts[0].hosts[0] else None  # known, one
         impact = max(p.impact_ms for p in parts)
         have = {r for p in parts for r in p.ranks}
-        joined = sorted(r for r, rw in rank_windows.items() if host is not None and rw.get("host") == host
-                        and r not in have and r not in named
-                        and cpu_verdict(r, rank_windows, impact, policy).verdict == CONTENDED)
-        merged.append(parts[0] if len(parts) == 1 and not joined else _join_host(parts, joined, rank_windows, policy))
+        verdicts = {r: cpu_verdict(r, rank_windows, impact, policy) for r, rw in sorted(rank_windows.items())
+                    if host is not None and rw.get("host") == host and r not in have and r not in named}
+        joined = {r: v for r, v in verdicts.items() if v.verdict == CONTENDED}
+        merged.append(parts[0] if len(parts) == 1 and not joined else _join_host(parts, joined))
     return rest + merged
 
 
-def _join_host(parts: list[Finding], joined: list[int], rank_windows: dict[int, RankWindow],
-               policy: DetectionPolicy) -> Finding:
-    """``parts`` (findings of one host and cause) and the ``joined`` ranks as one finding."""
+def _join_host(parts: list[Finding], joined: dict[int, CpuVerdict]) -> Finding:
+    """``parts`` (findings of one host and cause) and the ``joined`` ranks (with the CPU verdict
+    that joined them, rank order) as one finding."""
     top = max(parts, key=lambda p: p.impact_ms)
     ranks = tuple(sorted({r for p in parts for r in p.ranks} | set(joined)))
     evidence: dict[str, Any] = dict(top.evidence)
@@ -268,15 +268,14 @@ def _join_host(parts: list[Finding], joined: list[int], rank_windows: dict[int, 
     for p in parts:
         cpu.update(p.evidence.get("cpu", {}))
     notes = []
-    for r in joined:
-        v = cpu_verdict(r, rank_windows, top.impact_ms, policy)
+    for r, v in joined.items():
         cpu[str(r)] = {"verdict": v.verdict, **v.evidence}
         notes.append(f"rank {r}: {v.note}")
     evidence["cpu"] = cpu
     evidence["merged"] = [{"ranks": list(p.ranks), "kind": p.kind.value, "function": p.function,
                            "impact_ms": round(p.impact_ms, 3)} for p in parts]
     if joined:
-        evidence["joined_ranks"] = joined
+        evidence["joined_ranks"] = list(joined)
     host = ", ".join(sorted({h for p in parts for h in p.hosts}))
     summary = (f"ranks {_short(ranks)} on {host}: {CAUSES[top.cause].title} - "
                + "; ".join(p.summary for p in sorted(parts, key=lambda p: -p.impact_ms))
