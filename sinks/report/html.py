@@ -188,10 +188,17 @@ def render_card(inc: dict[str, Any]) -> str:
     return (f'<div class="card incident {"resolved" if status == Status.RESOLVED else ""}" '
             f'data-cause="{escape(str(inc.get("cause", "")))}" data-ranks="{escape(",".join(map(str, inc.get("ranks", []))))}">'
             f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), known_hosts(inc)))}'
-            f'<span class="badge {status.lower()}">{escape(status)}</span></h3>'
+            f'<span class="badge {status.lower()}">{escape(status_text(inc))}</span></h3>'
             f'<p class="summary">{escape(str(inc.get("summary", "")))}</p>'
             f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{evidence_blocks(inc.get("evidence"))}'
             f'<dl>{dl}</dl></div>')
+
+
+def status_text(inc: dict[str, Any]) -> str:
+    """The badge: the status, and for a resolved incident why it ended ("RESOLVED · job finished")."""
+    status = str(inc.get("status", Status.OPEN.value))
+    reason = str(inc.get("resolved_reason") or "")
+    return f"{status} · {reason}" if status == Status.RESOLVED and reason else status
 
 
 def _advice_line(inc: dict[str, Any]) -> str:

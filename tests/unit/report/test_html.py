@@ -9,6 +9,7 @@ from html import escape
 from perftracker.schemas.causes import CAUSES, Cause
 from perftracker.sinks.report import json_path_for, render_html, write_report_files
 from perftracker.sinks.report.data import epoch_s, normalize_step_times
+from perftracker.sinks.report.html import render_card
 from perftracker.sinks.report.svg import nice_max, slowdown_color
 
 from .sample import FAULT_S, incident, report_data
@@ -178,3 +179,11 @@ def test_card_cpu_evidence_includes_host_load_and_faults_and_escapes_frames() ->
     assert "major page faults" not in page  # -1: not measured
     assert "<evil>" not in page and escape("<evil>.py:3 f `a<b`") in page
     assert "12 ms/step more than its peers" in page  # a late arriver's location (one frame, not per rank)
+
+
+def test_resolved_card_says_why_it_ended_and_open_card_does_not() -> None:
+    ended = dict(incident(), status="RESOLVED", resolved_reason="job finished")
+    assert "RESOLVED · job finished" in render_card(ended)
+    assert 'class="card incident resolved"' in render_card(ended)
+    still = dict(incident(), status="OPEN", resolved_reason="")
+    assert ">OPEN</span>" in render_card(still) and "job finished" not in render_card(still)
