@@ -16,6 +16,10 @@ Algorithm (PerfTracker, see docs/background.md):
   matcher re-synchronises on the next ``FETCH`` that can start a cycle.
   ``repeats`` clean cycles in a row forget the misses; ``relearn_after``
   misses unlock the pattern and learning starts again (the loop changed).
+* A loop that never goes through a ``DataLoader`` (batches from its own iterator or
+  generator, common in LLM training) feeds only ``OPT`` tokens: after ``repeats + 1`` of
+  them with no ``FETCH`` the pattern ``OPT`` alone is locked, and an iteration runs from the
+  end of one optimizer step to the end of the next.
 * Iteration numbers continue across re-learning, so every rank that sees the
   same token sequence numbers its iterations identically.
 """
@@ -62,6 +66,11 @@ class IterationDetector:
         self._misses = 0
         self._clean = 0
         self._cycle_missed = False
+        self._prev_end_ns = 0  # end of the last optimizer step (OPT-only pattern: where a cycle starts)
+
+    @property
+    def opt_only(self) -> bool:
+        return self.pattern == (Token.OPT,)
 
     @property
     def locked(self) -> bool:
@@ -92,12 +101,15 @@ class IterationDetector:
         return self._miss(token, start_ns, end_ns)
 
     def _begin_cycle(self, start_ns: int) -> None:
+        if self._prev_end_ns and self.opt_only:
+            start_ns = self._prev_end_ns
         self._cycle_start_ns = start_ns
         self._cycle_missed = False
         self.step = self._next_step
 
     def _end_cycle(self, end_ns: int) -> Iteration:
         self._pos = 0
+        self._prev_end_ns = end_ns
         self._next_step += 1
         if self._cycle_missed:
             self._clean = 0
@@ -137,7 +149,7 @@ class IterationDetector:
             return _NONE
         period = self._find_period()
         if period == 0:
-            return _NONE
+            return self._learn_opt_only()
         tokens = [h[0] for h in hist]
         self.pattern = tuple(Token(t) for t in tokens[-period:])
         learned = []
@@ -146,6 +158,23 @@ class IterationDetector:
             last = hist[len(hist) - (k - 1) * period - 1]
             learned.append(Iteration(self._next_step, first[1], last[2] - first[1]))
             self._next_step += 1
+        self._pos = 0
+        self.step = -1
+        hist.clear()
+        return tuple(learned)
+
+    def _learn_opt_only(self) -> tuple[Iteration, ...]:
+        """Lock the ``OPT`` pattern once ``repeats + 1`` tokens came and none was a fetch."""
+        hist = self._hist
+        if len(hist) < self.repeats + 1 or any(h[0] != Token.OPT for h in hist):
+            return _NONE
+        self.pattern = (Token.OPT,)
+        ends = [h[2] for h in hist][-(self.repeats + 1):]
+        learned = []
+        for prev_end, end in zip(ends, ends[1:], strict=False):
+            learned.append(Iteration(self._next_step, prev_end, end - prev_end))
+            self._next_step += 1
+        self._prev_end_ns = ends[-1]
         self._pos = 0
         self.step = -1
         hist.clear()

@@ -68,3 +68,31 @@ def test_explicit_steps():
     assert steps.mark(100) is None and steps.step == 0
     it = steps.mark(250)
     assert it.step == 0 and it.start_ns == 100 and it.dur_ns == 150 and steps.step == 1
+
+
+def test_loop_without_a_dataloader_locks_on_optimizer_steps_alone():
+    det = IterationDetector(repeats=4)
+    its, _ = feed(det, [P] * 4)  # repeats tokens: one short of repeats + 1
+    assert its == [] and not det.locked
+    its, t = feed(det, [P], t0=40)
+    assert det.pattern == (P,)
+    # an iteration runs from one optimizer step's end to the next one's: 10 ns apart here
+    assert [(i.step, i.start_ns, i.dur_ns) for i in its] == [(0, 1, 10), (1, 11, 10), (2, 21, 10), (3, 31, 10)]
+    more = det.feed(P, 60, 63)
+    assert more == (more[0],) and more[0].step == 4 and more[0].start_ns == 41 and more[0].dur_ns == 22
+
+
+def test_a_fetch_before_the_first_step_keeps_the_fetch_pattern():
+    det = IterationDetector(repeats=3)
+    its, _ = feed(det, [F] + [P] * 6)  # a fetch seen: not a loop without a data loader
+    assert its == [] and not det.locked
+    its, _ = feed(det, [F, P] * 3, t0=100)
+    assert det.pattern == (F, P)
+
+
+def test_optimizer_only_pattern_relearns_when_a_dataloader_appears():
+    det = IterationDetector(repeats=3, relearn_after=4)
+    feed(det, [P] * 4)
+    assert det.pattern == (P,)
+    feed(det, [F, P] * 8, t0=100)
+    assert det.pattern == (F, P)
