@@ -52,11 +52,32 @@ def _install_comms(collector: Collector, torch: ModuleType) -> None:
     cuda = CudaCommTimer(torch, rec) if CudaCommTimer.available(torch) else None
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
+    _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
+    _guarded(collector, "device mesh", lambda: collector.imports.when_imported(
+        "torch.distributed.device_mesh", lambda module: _install_mesh(collector, module)))
     if cuda is not None:
         collector.sender.add_task(cuda.poll)
     if collector.settings.collector.ddp_hook:
         from .ddp import install_ddp
         install_ddp(torch, collector.patches, collector.errors, timer.ddp_allreduce_hook())
+
+
+def _install_functional(collector: Collector, torch: ModuleType, timer: object) -> None:
+    from .comm import CommTimer
+    from .functional import FunctionalTimer
+    assert isinstance(timer, CommTimer)
+    functional = FunctionalTimer(torch, collector.recorder, timer.registry)
+    collector.add_remover(functional.remove)
+    functional.install()
+
+
+def _install_mesh(collector: Collector, module: ModuleType) -> None:
+    from .mesh import install_mesh
+
+    def publish(coords: dict[str, int]) -> None:
+        collector.sender.builder.mesh_coords = {**collector.sender.builder.mesh_coords, **coords}
+
+    _guarded(collector, "device mesh", lambda: install_mesh(module, collector.patches, collector.errors, publish))
 
 
 def _retry_at_first_step(collector: Collector, pending: list[str]) -> None:
