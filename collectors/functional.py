@@ -88,7 +88,10 @@ class FunctionalTimer:
         self.rec = rec
         self.registry = registry
         self._lib: Any = None
-        self._pending: dict[int, _Pending] = {}  # output TensorImpl address -> its collective
+        # the address of an output's storage -> its collective: the wait may come on a view of
+        # the output (an AsyncCollectiveTensor viewed before use waits on the view), as c10d's
+        # own registry of functional collectives keys their works by storage too
+        self._pending: dict[int, _Pending] = {}
         self.installed: list[str] = []
 
     def install(self) -> list[str]:
@@ -148,9 +151,9 @@ class FunctionalTimer:
                     _forget_oldest(pending, rec)
                 if isinstance(out, (list, tuple)):
                     for t in out:
-                        pending[t._cdata] = entry
+                        pending[t.untyped_storage().data_ptr()] = entry
                 else:
-                    pending[out._cdata] = entry
+                    pending[out.untyped_storage().data_ptr()] = entry
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(recorded, exc)
             return out
@@ -166,7 +169,7 @@ class FunctionalTimer:
             if type(tensor) is not plain or not pending:
                 return out
             try:
-                entry = pending.pop(tensor._cdata, None)
+                entry = pending.pop(tensor.untyped_storage().data_ptr(), None)
                 if entry is not None and not entry.done:
                     entry.done = True
                     rec.in_flight.pop(entry.key, None)
