@@ -7,7 +7,7 @@ TRAIN_MODE picks the style:
   over ``dp`` of a 2 x 2 DeviceMesh (the layout of issue 16);
 * ``pp``: pipeline parallel, one stage per rank (``torch.distributed.pipelining``,
   GPipe, 4 micro-batches) over a 1-D ``pp`` mesh;
-* ``compile``: ``torch.compile`` of a DDP model, and a compiled function averaging the
+* ``compile``: a ``torch.compile``d model under DDP, and a compiled function averaging the
   loss with ``dist.all_reduce`` (Dynamo rewrites it into a functional collective).
 
 TRAIN_STEPS (default 12), TRAIN_DEVICE (``cpu``, gloo; ``cuda``: NCCL, one GPU per
@@ -115,7 +115,7 @@ def pipeline(loader: DataLoader, device: str, rank: int, world: int) -> float:
 def compiled(loader: DataLoader, device: str, rank: int, world: int) -> float:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    model = torch.compile(DDP(mlp().to(device)))
+    model = DDP(torch.compile(mlp().to(device)))  # the compiled model under DDP (no DDP code traced)
 
     @torch.compile
     def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
