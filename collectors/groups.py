@@ -79,10 +79,10 @@ class GroupRegistry:
         name their group; a ProcessGroup object is accepted too)."""
         state = self._names.get(group_name)
         if state is None:
-            group = group_name
+            group: Any = group_name
             if isinstance(group_name, str):
-                from torch.distributed.distributed_c10d import _resolve_process_group
-                group = _resolve_process_group(group_name)
+                from torch.distributed import distributed_c10d
+                group = distributed_c10d._resolve_process_group(group_name)  # type: ignore[arg-type]
             state = self._names[group_name] = self.resolve(group)
         return state
 

@@ -79,7 +79,11 @@ def fsdp2(loader: DataLoader, device: str, rank: int, world: int) -> float:
 def tensor_parallel(loader: DataLoader, device: str, rank: int, world: int) -> float:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh(device, (world // 2, 2), mesh_dim_names=("dp", "tp"))
     model = mlp().to(device)
