@@ -52,7 +52,8 @@ def _install_comms(collector: Collector, torch: ModuleType) -> None:
     cuda = CudaCommTimer(torch, rec) if CudaCommTimer.available(torch) else None
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
-    _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
+    if collector.settings.collector.functional:
+        _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
     _guarded(collector, "device mesh", lambda: collector.imports.when_imported(
         "torch.distributed.device_mesh", lambda module: _install_mesh(collector, module)))
     if cuda is not None:
