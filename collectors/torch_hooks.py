@@ -10,6 +10,7 @@ from .hooks_python import (
     ForwardTimer,
     OptimizerTimer,
     install_dataloader,
+    install_distributed_checkpoint,
     install_extra_functions,
     install_torch_functions,
 )
@@ -31,6 +32,10 @@ def install_torch_hooks(collector: Collector, torch: ModuleType) -> None:
         _guarded(collector, "forward", lambda: fwd.install(torch, patches))
         collector.add_remover(fwd.remove)
     _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
+    _guarded(collector, "distributed checkpoint", lambda: collector.imports.when_imported(
+        "torch.distributed.checkpoint",
+        lambda dcp: _guarded(collector, "distributed checkpoint",
+                             lambda: install_distributed_checkpoint(dcp, rec, patches))))
     if cfg.comms:
         _guarded(collector, "collectives", lambda: _install_comms(collector, torch))
     if cfg.functions:

@@ -46,6 +46,9 @@ def test_functional_collective_recorded_at_its_wait_in_the_group_sequence(world_
         funcol.wait_tensor(gathered)
         funcol.wait_tensor(gathered)  # a second wait records nothing
         assert [(e[1], e[3], e[4]) for e in _comms(rec)] == [("all_gather_into_tensor", 2, 12)]
+        funcol.wait_tensor(funcol.all_to_all_single(torch.ones(4), None, None, dist.group.WORLD))  # MoE
+        dist.all_to_all_single(torch.empty(4), torch.ones(4))
+        assert [(e[1], e[3]) for e in _comms(rec)] == [("all_to_all_single", 3), ("all_to_all_single", 4)]
     finally:
         functional.remove()
         patches.undo()
@@ -126,3 +129,28 @@ def test_device_mesh_coordinates_are_published(world_of_one):
         patches.undo()
     assert dm.DeviceMesh.__init__.__name__ == "__init__" and not hasattr(dm.DeviceMesh.__init__,
                                                                          "__perftracker_original__")
+
+
+def test_distributed_checkpoint_save_and_load_are_checkpoint_spans(world_of_one, tmp_path):
+    import torch.distributed.checkpoint as dcp
+    from perftracker.collectors.events import SPAN
+    from perftracker.collectors.hooks_python import install_distributed_checkpoint
+    from perftracker.schemas.vocabulary import SpanKind
+
+    rec, patches, functional = _timers()
+    try:
+        assert install_distributed_checkpoint(dcp, rec, patches)[:2] == ["save", "load"]
+        state = {"w": torch.arange(4.0)}
+        dcp.save(state, checkpoint_id=str(tmp_path))
+        loaded = {"w": torch.zeros(4)}
+        dcp.load(loaded, checkpoint_id=str(tmp_path))
+        assert torch.equal(loaded["w"], state["w"])
+        events = rec.drain(1000)
+        spans = [(e[1], e[2]) for e in events if e[0] == SPAN]
+        assert spans == [(SpanKind.CHECKPOINT, "torch.distributed.checkpoint.save"),
+                         (SpanKind.CHECKPOINT, "torch.distributed.checkpoint.load")]
+        assert rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+    assert not hasattr(dcp.save, "__perftracker_original__")
