@@ -154,3 +154,32 @@ def test_compiled_ddp_model(kafka_broker, tmp_path):
         all_reduces = per_step(events, "all_reduce")
         assert len(all_reduces) >= STEPS - 4 and min(all_reduces.values()) >= 2, all_reduces
         assert last_mesh_coords(records[rank]) == {}
+
+
+def _gpus() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+gpu = pytest.mark.skipif(_gpus() < 4, reason="NCCL variants need 4 GPUs (one per rank)")
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["fsdp2", "tp", "pp", "compile"])
+def test_nccl_variants(kafka_broker, tmp_path, mode):
+    """The same trainings on NCCL, one GPU per rank: sequences line up, the style's per-step
+    collectives arrive (CUDA-event or wait timed), the mesh coordinates too."""
+    records, reports = run(kafka_broker.bootstrap, tmp_path, mode, device="cuda")
+    per_rank = {rank: comm_events(rs) for rank, rs in records.items()}
+    assert_sequences_line_up(per_rank)
+    expected_op = {"fsdp2": "all_gather_into_tensor", "tp": "all_reduce", "pp": "isend", "compile": "all_reduce"}
+    coords = {"fsdp2": lambda r: {"dp": r}, "tp": lambda r: {"dp": r // 2, "tp": r % 2},
+              "pp": lambda r: {"pp": r}, "compile": lambda r: {}}
+    for rank, events in per_rank.items():
+        if mode == "pp" and rank == 3:
+            assert per_step(events, "irecv"), "the last stage receives activations"
+        else:
+            assert len(per_step(events, expected_op[mode])) >= STEPS - 4, (rank, mode)
+        assert last_mesh_coords(records[rank]) == coords[mode](rank)
+        if mode == "compile":
+            assert reports[rank]["graph_breaks"] == 0, reports[rank]["break_reasons"]
