@@ -21,7 +21,10 @@ runs. Each collective:
   time; it is entered (``Recorder.in_flight``) until waited for;
 * at ``wait_tensor`` on its output: one comm event, duration = issue to the end of
   the wait (the host's view: the collective plus whatever the thread did before
-  waiting, which is how the training thread experiences it).
+  waiting, which is how the training thread experiences it). On a GPU (NCCL) the
+  wait only makes the current stream wait: a CUDA event pair (start recorded at
+  issue, stop after the wait) gives the device time instead, read back by the
+  sender thread without synchronizing (:mod:`.cuda_timing`).
 
 A collective whose output is never waited for stays entered; the table of
 pending outputs is bounded (``MAX_PENDING``), the oldest forgotten and counted
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
+from .cuda_timing import CudaCommTimer
 from .events import COMM, GroupRef
 from .groups import GroupRegistry
 from .recorder import Recorder
@@ -63,12 +67,13 @@ MAX_PENDING = 4096
 class _Pending:
     """One issued functional collective, until its first output is waited for."""
 
-    __slots__ = ("meta", "key", "done")
+    __slots__ = ("meta", "key", "done", "cuda_start")
 
-    def __init__(self, meta: tuple, key: tuple[GroupRef, int]):
+    def __init__(self, meta: tuple, key: tuple[GroupRef, int], cuda_start: Any = None):
         self.meta = meta  # (op, group, seq, bytes, step, t0)
         self.key = key
         self.done = False
+        self.cuda_start = cuda_start  # a CUDA start event (NCCL): device time, not host time
 
 
 def _nbytes(value: Any) -> int:
@@ -83,10 +88,11 @@ def _nbytes(value: Any) -> int:
 class FunctionalTimer:
     """Registers the recording kernels; one instance per collector."""
 
-    def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry):
+    def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry, cuda: CudaCommTimer | None = None):
         self.torch = torch
         self.rec = rec
         self.registry = registry
+        self.cuda = cuda
         self._lib: Any = None
         # the address of an output's storage -> its collective: the wait may come on a view of
         # the output (an AsyncCollectiveTensor viewed before use waits on the view), as c10d's
@@ -121,7 +127,7 @@ class FunctionalTimer:
 
     # -- kernels ----------------------------------------------------------------------------
     def _issue_kernel(self, overload: Any, recorded: str, below: Any) -> Callable[..., Any]:
-        rec, pending, plain = self.rec, self._pending, self.torch.Tensor
+        rec, pending, plain, cuda = self.rec, self._pending, self.torch.Tensor, self.cuda
         state_of = self.registry.resolve_name
         args_schema = overload._schema.arguments
         names = [a.name for a in args_schema]
@@ -139,6 +145,7 @@ class FunctionalTimer:
                 seq = state.seq = state.seq + 1
                 t0 = perf_counter_ns()
                 meta = (recorded, state.ref, seq, _nbytes(first), rec.step, t0)
+                start = cuda.begin(probe) if cuda is not None else None
             except Exception as exc:  # noqa: BLE001 - never into the training loop
                 rec.errors.caught(recorded, exc)
                 return redispatch(keyset.remove(below), *args, **kwargs)
@@ -146,7 +153,7 @@ class FunctionalTimer:
             try:
                 key = (state.ref, seq)
                 rec.in_flight[key] = meta  # entered until waited for
-                entry = _Pending(meta, key)
+                entry = _Pending(meta, key, start)
                 if len(pending) >= MAX_PENDING:
                     _forget_oldest(pending, rec)
                 if isinstance(out, (list, tuple)):
@@ -161,7 +168,7 @@ class FunctionalTimer:
         return kernel
 
     def _wait_kernel(self, overload: Any, below: Any) -> Callable[..., Any]:
-        rec, pending, plain = self.rec, self._pending, self.torch.Tensor
+        rec, pending, plain, cuda = self.rec, self._pending, self.torch.Tensor, self.cuda
         redispatch = overload.redispatch
 
         def wait_tensor(keyset: Any, tensor: Any) -> Any:
@@ -173,6 +180,10 @@ class FunctionalTimer:
                 if entry is not None and not entry.done:
                     entry.done = True
                     rec.in_flight.pop(entry.key, None)
+                    if entry.cuda_start is not None and cuda is not None:
+                        # the current stream now waits for the collective: its stop event
+                        cuda.end(entry.cuda_start, entry.meta)
+                        return out
                     op, ref, seq, nbytes, step, t0 = entry.meta
                     events = rec.events
                     if len(events) >= rec.capacity:

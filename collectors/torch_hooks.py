@@ -72,7 +72,7 @@ def _install_functional(collector: Collector, torch: ModuleType, timer: object) 
     from .comm import CommTimer
     from .functional import FunctionalTimer
     assert isinstance(timer, CommTimer)
-    functional = FunctionalTimer(torch, collector.recorder, timer.registry)
+    functional = FunctionalTimer(torch, collector.recorder, timer.registry, timer.cuda)
     collector.add_remover(functional.remove)
     functional.install()
 
