@@ -183,3 +183,43 @@ def test_nccl_variants(kafka_broker, tmp_path, mode):
         assert last_mesh_coords(records[rank]) == coords[mode](rank)
         if mode == "compile":
             assert reports[rank]["graph_breaks"] == 0, reports[rank]["break_reasons"]
+
+
+def test_mesh_coords_reach_the_store(tmp_path_factory):
+    """TP x FSDP2 on the real stack (`perftracker up`: tansu, Faust worker, chDB sink): every
+    rank's coordinates are stored with its windows (rank_windows.mesh_coords)."""
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.integration.faults.harness import chdb_reader
+    from tests.integration.stack.conftest import Stack, stack_env
+
+    from .helpers import SCRIPTS
+
+    data_dir = tmp_path_factory.mktemp("meshstore")
+    stack = Stack(data_dir, stack_env(data_dir))
+    stack.cli("up", timeout=180)
+    job = f"mesh-{uuid.uuid4().hex[:6]}"
+    try:
+        env = {**stack.env, "TRAIN_MODE": "tp", "TRAIN_STEPS": str(STEPS), "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
+        cmd = [sys.executable, "-m", "perftracker.deploy.cli", "launch", "--job", job, "--", sys.executable, "-m",
+               "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(SCRIPTS / "train_parallel.py")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        from tests.integration.waiting import wait_for
+
+        def stored() -> list:  # the ranks' final batches close their windows at once
+            from perftracker.schemas.settings_loader import load_settings
+            from perftracker.sinks.client import query
+            rows = query(load_settings(env=stack.env), "rank_health", job=job)
+            return rows if len(rows) == 4 else []
+
+        wait_for(stored, 120, 1.0, lambda: "no rank_health rows yet")
+    finally:
+        stack.cli("down", check=False)
+    rows, = chdb_reader(data_dir / "chdb")([
+        f"SELECT rank, toJSONString(argMax(mesh_coords, window_id)) FROM rank_windows FINAL WHERE job = '{job}'"
+        " GROUP BY rank ORDER BY rank"])
+    import json as _json
+    assert [(int(r), _json.loads(m)) for r, m in rows] == [(r, {"dp": r // 2, "tp": r % 2}) for r in range(4)], rows
