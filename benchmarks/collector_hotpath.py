@@ -134,7 +134,7 @@ def in_processes(processes: int, calls: int, rounds: int) -> dict:
 
 
 def summarize(runs: list[dict]) -> dict:
-    keys = ("python_event_ns", "collective_event_ns", "functional_event_ns")
+    keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns") if k in runs[0])
     return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys},
             "goal_ns": GOAL_NS, "processes": len(runs),
             **{k.replace("_ns", "_ns_per_process"): [r[k] for r in runs] for k in keys},

@@ -228,12 +228,11 @@ def install_distributed_checkpoint(dcp: Any, rec: Recorder, patches: Patches) ->
     """Checkpoint spans (kind 6) around ``torch.distributed.checkpoint``'s save and load
     (``async_save``: its synchronous part, staging and planning). The collectives DCP
     issues inside (gathers and broadcasts of the plans) are recorded by the wrappers."""
-    done = []
-    for name in DCP_FUNCTIONS:
-        full = f"torch.distributed.checkpoint.{name}"
-        if patches.replace(dcp, name, lambda orig, full=full: timed_callable(orig, full, SpanKind.CHECKPOINT, rec)):
-            done.append(name)
-    return done
+    def wrap(full: str) -> Callable[[Callable], Callable]:
+        return lambda orig: timed_callable(orig, full, SpanKind.CHECKPOINT, rec)
+
+    return [name for name in DCP_FUNCTIONS
+            if patches.replace(dcp, name, wrap(f"torch.distributed.checkpoint.{name}"))]
 
 
 class GcTimer:
