@@ -8,6 +8,13 @@ is reported, so a burst of load from other processes on a shared machine moves
 both sides of a round alike (thread CPU time, unlike wall time, does not count
 the time the thread is descheduled). Goal: <= 1500 ns each.
 
+``functional_event_ns`` is the added cost of one functional collective (what DTensor,
+tensor parallel and compiled graphs issue: ``_c10d_functional.all_reduce`` then its
+``wait_tensor``, a real one-rank gloo all-reduce) with the collector's two dispatcher
+kernels registered, against the same pair without them (installed and removed
+between the halves of each round). It is reported, not held to the goal: each of
+the two ops passes through a Python kernel of the dispatcher (docs/collectors.md).
+
 The measurement runs in ``--processes`` fresh interpreters (5) one after the
 other and the median of their results is reported, with each process's value:
 one process's memory layout (address-space randomization) can make the same
@@ -81,10 +88,38 @@ def measure(n: int = 2_000, rounds: int = 101) -> dict[str, float]:
         wrapped = CommTimer(dist, rec, None).wrap(spec, all_reduce)
         comm_ns = _overhead_ns(lambda: all_reduce(tensor), lambda: wrapped(tensor), n, rounds,
                                 lambda: rec.drain(1 << 30))
+        functional_ns = _functional_ns(torch, dist, rec, max(n // 4, 50), rounds)
     finally:
         dist.destroy_process_group()
     return {"python_event_ns": round(python_ns, 1), "collective_event_ns": round(comm_ns, 1),
+            "functional_event_ns": round(functional_ns, 1),
             "goal_ns": GOAL_NS, "calls_per_round": n, "rounds": rounds}
+
+
+def _functional_ns(torch: object, dist: object, rec: object, n: int, rounds: int) -> float:
+    """Median over rounds of (with kernels - without) per functional all_reduce + wait."""
+    from perftracker.collectors.functional import FunctionalTimer
+    from perftracker.collectors.groups import GroupRegistry
+
+    ops = torch.ops._c10d_functional  # type: ignore[attr-defined]
+    name = dist.group.WORLD.group_name  # type: ignore[attr-defined]
+    tensor = torch.ones(1024)  # type: ignore[attr-defined]
+
+    def pair() -> None:
+        ops.wait_tensor(ops.all_reduce(tensor, "sum", name))
+
+    registry = GroupRegistry(dist)
+    diffs = []
+    for _ in range(rounds):
+        base = _per_call_ns(pair, n)
+        timer = FunctionalTimer(torch, rec, registry)  # type: ignore[arg-type]
+        timer.install()
+        try:
+            diffs.append(_per_call_ns(pair, n) - base)
+        finally:
+            timer.remove()
+        rec.drain(1 << 30)  # type: ignore[attr-defined]
+    return statistics.median(diffs)
 
 
 def in_processes(processes: int, calls: int, rounds: int) -> dict:
@@ -99,7 +134,7 @@ def in_processes(processes: int, calls: int, rounds: int) -> dict:
 
 
 def summarize(runs: list[dict]) -> dict:
-    keys = ("python_event_ns", "collective_event_ns")
+    keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns") if k in runs[0])
     return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys},
             "goal_ns": GOAL_NS, "processes": len(runs),
             **{k.replace("_ns", "_ns_per_process"): [r[k] for r in runs] for k in keys},

@@ -36,6 +36,7 @@ class BatchBuilder:
     def __init__(self, identity: RankIdentity):
         self.identity = identity
         self.seq = 0
+        self.mesh_coords: dict[str, int] = {}  # replaced whole, never mutated (read by the sender)
 
     def build(self, events: Iterable[tuple], dropped: int, kernels: Sequence[OpSummary] = (),
               cpu: Sequence[dict] = (), stacks: Sequence[StackRow] = ()) -> dict[str, Any]:
@@ -95,6 +96,7 @@ class BatchBuilder:
             "world_size": ident.world_size, "host": ident.host, "gpu": ident.gpu,
             "gpu_uuid": ident.gpu_uuid, "pid": ident.pid, "seq": self.seq,
             "dropped_events": dropped, "wall_ns": time.time_ns(), "mono_ns": time.perf_counter_ns(),
+            "mesh_coords": self.mesh_coords,
         }
 
 

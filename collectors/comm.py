@@ -46,16 +46,31 @@ class OpSpec:
     byte_params: tuple[str, ...] = ()
     p2p: P2P = P2P.NONE
     always_async: bool = False
+    recorded: str = ""  # the op name events carry; empty: ``name``
+    delegates_to: str = ""  # an alias that calls this c10d function itself: not wrapped when it does
+
+    @property
+    def op(self) -> str:
+        return self.recorded or self.name
 
 
 OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("all_reduce", ("tensor",)),
     OpSpec("all_reduce_coalesced", ("tensors",)),
     OpSpec("all_gather", ("tensor",)),
-    OpSpec("all_gather_into_tensor", ("input_tensor",)),
+    # torch 2.13: all_gather_single / reduce_scatter_single do the work (FSDP2 calls them);
+    # all_gather_into_tensor, _all_gather_base and their reduce-scatter twins call them.
+    # Events are named after the long-standing names, as the functional collectives are.
+    OpSpec("all_gather_single", ("input_tensor",), recorded="all_gather_into_tensor"),
+    OpSpec("all_gather_into_tensor", ("input_tensor",), delegates_to="all_gather_single"),
+    OpSpec("_all_gather_base", ("input_tensor",), recorded="all_gather_into_tensor",
+           delegates_to="all_gather_single"),
     OpSpec("all_gather_coalesced", ("input_tensor_list",)),
     OpSpec("reduce_scatter", ("input_list",)),
-    OpSpec("reduce_scatter_tensor", ("input",)),
+    OpSpec("reduce_scatter_single", ("input",), recorded="reduce_scatter_tensor"),
+    OpSpec("reduce_scatter_tensor", ("input",), delegates_to="reduce_scatter_single"),
+    OpSpec("_reduce_scatter_base", ("input",), recorded="reduce_scatter_tensor",
+           delegates_to="reduce_scatter_single"),
     OpSpec("all_to_all", ("input_tensor_list",)),
     OpSpec("all_to_all_single", ("input",)),
     OpSpec("broadcast", ("tensor",)),
@@ -126,9 +141,14 @@ class CommTimer:
 
         done = []
         for spec in OP_SPECS:
+            if _delegates(c10d, spec):
+                continue  # its call of the other function is recorded
+            original = getattr(c10d, spec.name, None)
             if patches.replace(c10d, spec.name, functools.partial(self._wrap_for, spec)):
                 done.append(spec.name)
-            if getattr(self.dist, spec.name, None) is not getattr(c10d, spec.name, None):
+                _remap_for_dynamo(original, getattr(c10d, spec.name), patches)
+            if hasattr(self.dist, spec.name) and \
+                    getattr(self.dist, spec.name, None) is not getattr(c10d, spec.name, None):
                 patches.add_undo(self.dist, spec.name, getattr(self.dist, spec.name, None))
                 setattr(self.dist, spec.name, getattr(c10d, spec.name))
         patches.replace(c10d, "destroy_process_group", self._wrap_destroy)
@@ -158,6 +178,7 @@ class CommTimer:
         rec = self.rec
         errors, enter, record = rec.errors, self._enter, self._record
         cuda_begin = self._cuda_begin
+        op_name = spec.op
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -165,13 +186,13 @@ class CommTimer:
             try:
                 call = enter(spec, params, args, kwargs)
             except Exception as exc:  # noqa: BLE001
-                errors.caught(spec.name, exc)
+                errors.caught(op_name, exc)
                 return orig(*args, **kwargs)
             t0 = perf_counter_ns()
             if call[3]:
                 result = orig(*args, **kwargs)
             else:  # entered until it returns: the sender reports it if it does not
-                rec.blocking = (spec.name, call[0].ref, call[1], call[2], rec.step, t0)
+                rec.blocking = (op_name, call[0].ref, call[1], call[2], rec.step, t0)
                 try:
                     result = orig(*args, **kwargs)
                 finally:
@@ -180,7 +201,7 @@ class CommTimer:
             try:
                 record(spec, call, result, t0, t1, ev)
             except Exception as exc:  # noqa: BLE001
-                errors.caught(spec.name, exc)
+                errors.caught(op_name, exc)
             return result
 
         return wrapper
@@ -198,7 +219,7 @@ class CommTimer:
         times it until its Work completes.
         """
         rec, registry, general = self.rec, self.registry, self._record
-        name, group_idx, async_idx = spec.name, params.group, params.async_op
+        name, group_idx, async_idx = spec.op, params.group, params.async_op
         (tensor_idx, tensor_name), = params.byte_params
 
         @functools.wraps(orig)
@@ -331,14 +352,14 @@ class CommTimer:
         """One event: at completion for an async call (entered until then), from CUDA events, or now."""
         state, seq, nbytes, is_async = call
         rec = self.rec
-        if is_async and result is not None and _on_completion(result, spec.name, state, seq, nbytes,
+        if is_async and result is not None and _on_completion(result, spec.op, state, seq, nbytes,
                                                               rec.step, t0, rec, self.cuda, cuda_ev):
             return
         if cuda_ev is not None:
             assert self.cuda is not None
-            self.cuda.end(cuda_ev, (spec.name, state.ref, seq, nbytes, rec.step, t0))
+            self.cuda.end(cuda_ev, (spec.op, state.ref, seq, nbytes, rec.step, t0))
             return
-        rec.comm(spec.name, state.ref, seq, nbytes, rec.step, t0, t1 - t0)
+        rec.comm(spec.op, state.ref, seq, nbytes, rec.step, t0, t1 - t0)
 
     def _state(self, spec: OpSpec, params: _Params, args: tuple, kwargs: dict) -> GroupState:
         group = _arg(args, kwargs, params.group, "group")
@@ -351,6 +372,32 @@ class CommTimer:
             if group_peer is not None:
                 peer = self.dist.get_global_rank(group, group_peer)
         return self.registry.pair(group, peer, spec.p2p is P2P.SEND)
+
+
+def _delegates(c10d: Any, spec: OpSpec) -> bool:
+    """True if ``spec``'s function only calls ``spec.delegates_to`` of the same module
+    (torch 2.13's aliases), which is wrapped instead: one event per call, not two."""
+    if not spec.delegates_to or getattr(c10d, spec.delegates_to, None) is None:
+        return False
+    fn = inspect.unwrap(getattr(c10d, spec.name, None) or (lambda: None))
+    code = getattr(fn, "__code__", None)
+    return code is not None and spec.delegates_to in code.co_names
+
+
+def _remap_for_dynamo(original: Any, wrapper: Any, patches: Patches) -> None:
+    """Dynamo rewrites c10d's collectives into traceable functional ones by looking the
+    function up in ``traceable_collective_remaps``: the wrapper gets its original's entry,
+    so a compiled region calling ``dist.all_reduce`` is rewritten as before (no graph
+    break of ours); its functional collective is then recorded by :mod:`.functional`."""
+    try:
+        from torch.distributed._functional_collectives import traceable_collective_remaps as remaps
+    except Exception:  # noqa: BLE001 - no functional collectives in this torch
+        return
+    target = remaps.get(original)
+    if target is None or wrapper in remaps:
+        return
+    remaps[wrapper] = target
+    patches.add_callback(lambda: remaps.pop(wrapper, None))
 
 
 def _first_tensor(completed: Any) -> Any:

@@ -23,10 +23,23 @@ class GroupState:
     seq: int = -1  # last sequence number handed out
 
 
-def group_ref(group_name: str, ranks: list[int]) -> GroupRef:
+def group_ref(group_name: str, ranks: list[int], mesh_dim: str = "") -> GroupRef:
+    """``pg<name>-<size>-<crc of the ranks>``, plus ``.<dim>`` for a DeviceMesh dimension's group."""
     ordered = tuple(sorted(ranks))
     crc = zlib.crc32(",".join(map(str, ordered)).encode())
-    return GroupRef(f"pg{group_name}-{len(ordered)}-{crc:08x}", ordered)
+    suffix = f".{mesh_dim}" if mesh_dim else ""
+    return GroupRef(f"pg{group_name}-{len(ordered)}-{crc:08x}{suffix}", ordered)
+
+
+MESH_DESC_PREFIX = "mesh_"  # DeviceMesh describes a dimension's groups as mesh_<dim name>
+
+
+def mesh_dim_of(group: Any) -> str:
+    """The DeviceMesh dimension a group was created for (its ``group_desc``), or ''."""
+    desc = getattr(group, "group_desc", "") or ""
+    if isinstance(desc, str) and desc.startswith(MESH_DESC_PREFIX) and desc != "mesh_default":
+        return desc[len(MESH_DESC_PREFIX):]
+    return ""
 
 
 def pair_ref(parent: GroupRef, src: int, dst: int) -> GroupRef:
@@ -40,6 +53,7 @@ class GroupRegistry:
         self._dist = dist
         self._groups: dict[Any, GroupState] = {}
         self._pairs: dict[tuple[str, int, int], GroupState] = {}
+        self._names: dict[Any, GroupState] = {}  # c10d group name -> state (functional collectives)
         self._rank = -1
         self.default: GroupState | None = None  # the default group's state, once resolved
 
@@ -58,7 +72,19 @@ class GroupRegistry:
     def _describe(self, group: Any) -> GroupRef:
         ranks = list(self._dist.get_process_group_ranks(group))
         name = getattr(group, "group_name", "") or "?"
-        return group_ref(str(name), ranks)
+        return group_ref(str(name), ranks, mesh_dim_of(group))
+
+    def resolve_name(self, group_name: Any) -> GroupState:
+        """The state of the group c10d registered as ``group_name`` (functional collectives
+        name their group; a ProcessGroup object is accepted too)."""
+        state = self._names.get(group_name)
+        if state is None:
+            group: Any = group_name
+            if isinstance(group_name, str):
+                from torch.distributed import distributed_c10d
+                group = distributed_c10d._resolve_process_group(group_name)  # type: ignore[arg-type]
+            state = self._names[group_name] = self.resolve(group)
+        return state
 
     def next_seq(self, state: GroupState) -> int:
         state.seq += 1
@@ -85,5 +111,6 @@ class GroupRegistry:
         """After ``destroy_process_group``: groups and counters start afresh."""
         self._groups.clear()
         self._pairs.clear()
+        self._names.clear()
         self._rank = -1
         self.default = None

@@ -221,6 +221,20 @@ def install_torch_functions(torch: Any, rec: Recorder, patches: Patches) -> None
     patches.replace(torch.cuda, "synchronize", wrap("torch.cuda.synchronize", SpanKind.SYNCHRONIZE))
 
 
+DCP_FUNCTIONS = ("save", "load", "async_save", "save_state_dict", "load_state_dict")
+
+
+def install_distributed_checkpoint(dcp: Any, rec: Recorder, patches: Patches) -> list[str]:
+    """Checkpoint spans (kind 6) around ``torch.distributed.checkpoint``'s save and load
+    (``async_save``: its synchronous part, staging and planning). The collectives DCP
+    issues inside (gathers and broadcasts of the plans) are recorded by the wrappers."""
+    def wrap(full: str) -> Callable[[Callable], Callable]:
+        return lambda orig: timed_callable(orig, full, SpanKind.CHECKPOINT, rec)
+
+    return [name for name in DCP_FUNCTIONS
+            if patches.replace(dcp, name, wrap(f"torch.distributed.checkpoint.{name}"))]
+
+
 class GcTimer:
     """GC pauses through ``gc.callbacks``; pauses under ``min_ns`` are only counted."""
 

@@ -17,7 +17,7 @@ class Patches:
     """Records every attribute replaced so :meth:`undo` restores them (tests, detach)."""
 
     def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, Any]] = []
+        self._undo: list[tuple[Any, str, Any] | Callable[[], Any]] = []
 
     def replace(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> bool:
         """Replace ``owner.attr`` by ``make(original)``; skip if missing or already patched."""
@@ -36,9 +36,17 @@ class Patches:
     def add_undo(self, owner: Any, attr: str, original: Any) -> None:
         self._undo.append((owner, attr, original))
 
+    def add_callback(self, undo: Callable[[], Any]) -> None:
+        """Run ``undo()`` at :meth:`undo`, in reverse order with the replaced attributes."""
+        self._undo.append(undo)
+
     def undo(self) -> None:
         while self._undo:
-            owner, attr, original = self._undo.pop()
+            item = self._undo.pop()
+            if callable(item):
+                item()
+                continue
+            owner, attr, original = item
             setattr(owner, attr, original)
 
 

@@ -10,6 +10,7 @@ from .hooks_python import (
     ForwardTimer,
     OptimizerTimer,
     install_dataloader,
+    install_distributed_checkpoint,
     install_extra_functions,
     install_torch_functions,
 )
@@ -31,6 +32,10 @@ def install_torch_hooks(collector: Collector, torch: ModuleType) -> None:
         _guarded(collector, "forward", lambda: fwd.install(torch, patches))
         collector.add_remover(fwd.remove)
     _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
+    _guarded(collector, "distributed checkpoint", lambda: collector.imports.when_imported(
+        "torch.distributed.checkpoint",
+        lambda dcp: _guarded(collector, "distributed checkpoint",
+                             lambda: install_distributed_checkpoint(dcp, rec, patches))))
     if cfg.comms:
         _guarded(collector, "collectives", lambda: _install_comms(collector, torch))
     if cfg.functions:
@@ -52,11 +57,33 @@ def _install_comms(collector: Collector, torch: ModuleType) -> None:
     cuda = CudaCommTimer(torch, rec) if CudaCommTimer.available(torch) else None
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
+    if collector.settings.collector.functional:
+        _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
+    _guarded(collector, "device mesh", lambda: collector.imports.when_imported(
+        "torch.distributed.device_mesh", lambda module: _install_mesh(collector, module)))
     if cuda is not None:
         collector.sender.add_task(cuda.poll)
     if collector.settings.collector.ddp_hook:
         from .ddp import install_ddp
         install_ddp(torch, collector.patches, collector.errors, timer.ddp_allreduce_hook())
+
+
+def _install_functional(collector: Collector, torch: ModuleType, timer: object) -> None:
+    from .comm import CommTimer
+    from .functional import FunctionalTimer
+    assert isinstance(timer, CommTimer)
+    functional = FunctionalTimer(torch, collector.recorder, timer.registry, timer.cuda)
+    collector.add_remover(functional.remove)
+    functional.install()
+
+
+def _install_mesh(collector: Collector, module: ModuleType) -> None:
+    from .mesh import install_mesh
+
+    def publish(coords: dict[str, int]) -> None:
+        collector.sender.builder.mesh_coords = {**collector.sender.builder.mesh_coords, **coords}
+
+    _guarded(collector, "device mesh", lambda: install_mesh(module, collector.patches, collector.errors, publish))
 
 
 def _retry_at_first_step(collector: Collector, pending: list[str]) -> None:

@@ -104,6 +104,7 @@ class RankWindow(RankWindowHeader, RankHardware, RankCpu):
     batches: int  # batches (heartbeats included) since the previous window closed
     ended_cleanly: bool  # the rank's last window: its collector sent its final batch (v3)
     restarts: int  # times the rank's process was replaced under the same job id (new pid, v3)
+    mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v4)
 
 
 class PeerGroupStat(TypedDict):

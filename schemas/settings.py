@@ -199,6 +199,8 @@ class CollectorSettings:
     functions: str = field(default="", metadata={"doc": "extra functions to time, 'module:qualname' comma-separated"})
     comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})
+    functional: bool = field(default=True, metadata={
+        "doc": "time functional collectives (DTensor, tensor parallel, compiled graphs; ~10 us each)"})
     forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
     gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
     gc_min_us: float = field(default=50.0, metadata={"doc": "GC pauses shorter than this are counted in stats, not sent"})

@@ -49,6 +49,8 @@ def _ch_type(avro_type: object) -> str:
         return "DateTime64(3, 'UTC')"
     if avro_type["type"] == "array":
         return f"Array({_ch_type(avro_type['items'])})"
+    if avro_type["type"] == "map":
+        return f"Map(String, {_ch_type(avro_type['values'])})"
     return _ch_type(avro_type["type"])
 
 
@@ -82,7 +84,7 @@ VIEWS = {
         " if(n = 0, 0, if(n % 2 = 1, s[intDiv(n, 2) + 1], (s[intDiv(n, 2)] + s[intDiv(n, 2) + 1]) / 2))"
         " AS step_time_ms_p50, if(n = 0, 0, s[n]) AS step_time_ms_max, last_event_ms AS last_event,"
         " last_function, pending_group, pending_seq, dropped_events, lost_batches, bytes_received,"
-        " toUInt8(ended_cleanly) AS ended_cleanly, toUInt32(restarts) AS restarts"
+        " toUInt8(ended_cleanly) AS ended_cleanly, toUInt32(restarts) AS restarts, mesh_coords"
         f" FROM ({_SORTED})"),
     "mv_gpu_health": (
         "gpu_health",

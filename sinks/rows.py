@@ -59,7 +59,7 @@ def rank_window_rows(r: dict) -> Batches:
         _median(steps_ms), max(steps_ms, default=0.0),
         _ms(r["last_event_ms"]), r["last_function"], r["pending_group"], r["pending_seq"],
         r["dropped_events"], r["lost_batches"], r["bytes_received"], int(bool(r.get("ended_cleanly", False))),
-        int(r.get("restarts", 0)))
+        int(r.get("restarts", 0)), dict(r.get("mesh_coords") or {}))
     gpu = (
         r["job"], r["window_id"], start, r["rank"], r["host"], r["gpu"], r["hw_samples"],
         r["sm_clock_mhz"], r["sm_clock_max_mhz"], r["temp_c_max"], r["power_w_mean"],

@@ -133,7 +133,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         ("last_event", DT), ("last_function", LC), ("pending_group", LC), ("pending_seq", "Int64"),
         ("dropped_events", "Int64"), ("lost_batches", "Int64"), ("bytes_received", "Int64"),
         ("ended_cleanly", "UInt8"),  # the rank's last window, after its final batch (migration 4)
-        ("restarts", "UInt32")),  # processes of the rank replaced under the job id (migration 4)
+        ("restarts", "UInt32"),  # processes of the rank replaced under the job id (migration 4)
+        ("mesh_coords", "Map(String, Int32)")),  # DeviceMesh coordinate per dim name (migration 5)
         "ReplacingMergeTree", "(job, window_id, rank)", "toYYYYMMDD(window_start)", "window_start",
         doc="RankWindow: liveness and collector health per window and rank"),
     Table("gpu_health", _WINDOW + _RANK + (
@@ -200,6 +201,14 @@ def _job_end_statements() -> tuple[str, ...]:
     return (*adds, *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
 
 
+def _mesh_statements() -> tuple[str, ...]:
+    """RankWindow v4 ``mesh_coords`` as a column; the raw RankWindow table and its view again."""
+    from .raw import recreate_view
+
+    return ("ALTER TABLE rank_windows ADD COLUMN IF NOT EXISTS `mesh_coords` Map(String, Int32)",
+            *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial tables", tables=tuple(TABLES)),
     Migration(2, "raw Avro ingestion: Null tables and materialized views",
@@ -208,6 +217,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               statements=_raw_constraint_statements()),
     Migration(4, "job end: rank_windows.ended_cleanly and .restarts, anomalies/incidents.resolved_reason",
               statements=_job_end_statements()),
+    Migration(5, "parallel layout: rank_windows.mesh_coords", statements=_mesh_statements()),
 )
 
 

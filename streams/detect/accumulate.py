@@ -128,6 +128,7 @@ class RankMeta:
     world_size: int
     host: str
     gpu: int
+    mesh_coords: dict[str, int] = field(default_factory=dict)  # DeviceMesh coordinates (EventBatch v5)
 
 
 @dataclass

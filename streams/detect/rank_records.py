@@ -154,7 +154,8 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         **_hardware_fields(w),
         batches=int(batches),
         **cpu_fields(w.cpu, len(w.steps)),
-        ended_cleanly=bool(ended), restarts=int(health.restarts))
+        ended_cleanly=bool(ended), restarts=int(health.restarts),
+        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()})
 
 
 TOP_FRAMES = 8  # per kind

@@ -62,7 +62,8 @@ class RankSummarizer:
                 self.windows.reopen()
             self.batches_since_close += 1
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
-                                 str(batch["host"]), int(batch["gpu"]))
+                                 str(batch["host"]), int(batch["gpu"]),
+                                 _mesh_coords(batch.get("mesh_coords")) or self.meta.mesh_coords)
             self.collector_dropped = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
             if batch.get("final"):
@@ -139,3 +140,13 @@ class RankSummarizer:
     def idle(self, now_wall_ms: int) -> bool:
         """True when nothing is open and no input came for idle_after_s (caller may drop us)."""
         return self.windows.idle(now_wall_ms)
+
+
+MAX_MESH_DIMS = 16
+
+
+def _mesh_coords(value: object) -> dict[str, int]:
+    """A batch's ``mesh_coords`` (EventBatch v5) as {dim name: coordinate}; {} when absent."""
+    if not isinstance(value, dict) or not value:
+        return {}
+    return {str(k): int(v) for k, v in list(value.items())[:MAX_MESH_DIMS]}

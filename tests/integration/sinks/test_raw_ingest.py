@@ -30,7 +30,8 @@ def records() -> list[tuple[str, dict]]:
     odd = samples.rank_window("raw-job", w, 1, steps=3)  # odd count: median is the middle one
     even = samples.rank_window("raw-job", w, 2, steps=4)  # even count: mean of the middle two
     empty = {**samples.rank_window("raw-job", w, 3, steps=0), "steps": 0}
-    ended = {**samples.rank_window("raw-job", w, 0, steps=2), "ended_cleanly": True, "restarts": 2}  # RankWindow v3
+    ended = {**samples.rank_window("raw-job", w, 0, steps=2), "ended_cleanly": True, "restarts": 2,
+             "mesh_coords": {"dp": 1, "tp": 0}}  # RankWindow v3, v4
     hostile = {**samples.pattern("raw-job", w, 0, "it's \"odd\" \\ ${x}"), "host": "h'; DROP"}
     return out + [("RankWindow", odd), ("RankWindow", even), ("RankWindow", empty), ("RankWindow", ended),
                   ("FunctionPattern", hostile)]
@@ -71,6 +72,8 @@ def test_raw_path_gives_the_same_rows_as_the_python_path(tmp_path: Path):
     assert sum(row[ended_col] for row in got["rank_windows"]) == 1
     restarts_col = TABLES["rank_windows"].column_names.index("restarts")
     assert sum(row[restarts_col] for row in got["rank_windows"]) == 2
+    mesh_col = TABLES["rank_windows"].column_names.index("mesh_coords")
+    assert sorted(dict(row[mesh_col]) for row in got["rank_windows"] if row[mesh_col]) == [{"dp": 1, "tp": 0}]
 
 
 def test_a_bad_record_in_a_container_is_dead_lettered_alone(tmp_path: Path):

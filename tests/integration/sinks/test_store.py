@@ -47,6 +47,40 @@ def test_migration_twice_is_a_no_op(store):
     assert {n for n, _ in after} >= set(TABLES)
 
 
+def test_migration_5_adds_mesh_coords_to_a_store_that_has_data(store):
+    """A store at migration 4 (no mesh_coords, the view without it) with a row in it:
+    migration 5 adds the column (the old row reads {}), and both paths store it afterwards."""
+    import time
+
+    from perftracker.schemas import MultiCodec
+    from perftracker.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
+
+    migrate(store)
+    old_view = VIEWS["mv_rank_windows"][1].replace(", mesh_coords", "")
+    assert old_view != VIEWS["mv_rank_windows"][1]
+    for sql in ("DROP TABLE mv_rank_windows", "ALTER TABLE rank_windows DROP COLUMN mesh_coords",
+                f"CREATE MATERIALIZED VIEW mv_rank_windows TO rank_windows AS {old_view}",
+                f"ALTER TABLE {MIGRATIONS_TABLE} DELETE WHERE version = 5 SETTINGS mutations_sync = 2"):
+        store.command(sql)
+    w = int(time.time() // 5)
+    names = TABLES["rank_windows"].column_names
+    old_cols = [c for c in names if c != "mesh_coords"]
+    row = dict(zip(names, next(r for t, r in flat_rows("RankWindow", samples.rank_window("mig5", w, 0, steps=2))
+                               if t == "rank_windows"), strict=True))
+    store.insert("rank_windows", old_cols, [[row[c]] for c in old_cols])
+
+    assert migrate(store) == [5]
+    codec = MultiCodec(["RankWindow"])
+    raw_rw = {**samples.rank_window("mig5", w + 1, 0, steps=2), "mesh_coords": {"dp": 1, "tp": 0}}
+    store.raw_insert(RAW_TABLES["RankWindow"], container(
+        "RankWindow", [RawMessage(codec.encode("RankWindow", raw_rw), "t", 0, 0)]), "Avro")
+    load(store, [("RankWindow", {**samples.rank_window("mig5", w + 2, 0, steps=2), "mesh_coords": {"pp": 3}})])
+    got = store.query("SELECT window_id, mesh_coords FROM rank_windows FINAL WHERE job = 'mig5'"
+                      " ORDER BY window_id").rows
+    assert [(wid, dict(m)) for wid, m in got] == [(w, {}), (w + 1, {"dp": 1, "tp": 0}), (w + 2, {"pp": 3})]
+    assert migrate(store) == []
+
+
 def test_migration_4_adds_the_job_end_columns_to_a_store_that_has_data(store):
     """A store at migration 3 (no ended_cleanly, no resolved_reason, the view without the
     field) with rows in it: migration 4 adds the columns (old rows read 0 / ''), and the raw

@@ -123,3 +123,40 @@ def test_profiling_window_summarizes_cuda_kernels():
     windows.on_step(2)
     windows.summarize_finished()
     assert any(op.kind is OpKind.CUDA_KERNEL for op in emitted[0])
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_functional_collectives_on_nccl_eager_and_compiled():
+    """DTensor's and compiled graphs' collectives on CUDA tensors (NCCL): recorded at their
+    wait, the compiled ones too, no synchronizing call of ours."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from perftracker.collectors.cuda_timing import CudaCommTimer
+    from perftracker.collectors.functional import FunctionalTimer
+    from perftracker.collectors.groups import GroupRegistry
+
+    _world_of_one("nccl")
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    cuda = CudaCommTimer(torch, rec)
+    timer = FunctionalTimer(torch, rec, GroupRegistry(dist), cuda)
+    timer.install()
+    try:
+        x = torch.ones(1024, device="cuda")
+        torch.cuda.set_sync_debug_mode("error")
+        funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))
+        torch.cuda.set_sync_debug_mode("default")
+        compiled = torch.compile(lambda t: funcol.all_reduce(t * 2, "sum", dist.group.WORLD) + 1)
+        compiled(x)
+        torch.cuda.synchronize()
+        assert cuda.poll() == 2  # the eager collective's and the first compiled call's
+        rec.drain(1000)
+        assert torch.equal(compiled(x), torch.full((1024,), 3.0, device="cuda"))
+        torch.cuda.synchronize()
+        assert cuda.poll() == 1 and rec.errors.count == 0
+        events = [e for e in rec.drain(1000) if e[0] == 1]
+        assert [e[1] for e in events] == ["all_reduce"] and events[0][7] > 0
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        timer.remove()
+        dist.destroy_process_group()

@@ -86,7 +86,7 @@ def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version
 def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
     new = Codec(EVENT_BATCH)
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
-    assert new.version == EVENT_BATCH_VERSION == 4
+    assert new.version == EVENT_BATCH_VERSION >= 4
     record = {**_with_cpu(event_batch()), "final": True}
     assert new.decode(new.encode(record))["final"] is True
     assert new.decode(new.encode(event_batch()))["final"] is False  # the default when left out
@@ -99,6 +99,7 @@ def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
 @pytest.mark.parametrize("name, field, value, default, old_version", [
     (RANK_WINDOW, "ended_cleanly", True, False, 2),
     (RANK_WINDOW, "restarts", 2, 0, 2),
+    (RANK_WINDOW, "mesh_coords", {"dp": 1, "tp": 0}, {}, 3),
     (ANOMALY, "resolved_reason", "job finished", "", 1),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
@@ -111,6 +112,19 @@ def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, defa
     assert new.decode(new.encode({**base, field: value}))[field] == value
     assert field not in old.decode(new.encode({**base, field: value}))
     assert new.decode(old.encode(base))[field] == default
+
+
+@pytest.mark.parametrize("old_version", [3, 4])
+def test_v5_mesh_coords_read_by_old_readers_and_defaulted_for_new(old_version):
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
+    assert new.version == EVENT_BATCH_VERSION == 5
+    record = {**_with_cpu(event_batch()), "mesh_coords": {"dp": 1, "tp": 0}}
+    assert new.decode(new.encode(record))["mesh_coords"] == {"dp": 1, "tp": 0}
+    assert new.decode(new.encode(event_batch()))["mesh_coords"] == {}  # the default when left out
+    by_old = old.decode(new.encode(record))
+    assert "mesh_coords" not in by_old and by_old["spans"] == record["spans"]
+    assert new.decode(old.encode(event_batch()))["mesh_coords"] == {}
 
 
 @pytest.mark.parametrize("data, fragment", [
