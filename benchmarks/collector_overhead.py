@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
 
 def measure(pairs: int, steps: int, base_env: dict[str, str] | None = None,
             with_env: dict[str, str] | None = None, model: str = "mlp",
-            until_half_width_pct: float = 0.0, max_pairs: int = 0) -> dict:
+            until_half_width_pct: float = 0.0, max_pairs: int = 0, max_seconds: float = 0.0) -> dict:
     """``pairs`` interleaved pairs; with ``until_half_width_pct``, more (up to ``max_pairs``)
     until the step-time ratio's 95% interval is that narrow."""
     from perftracker.deploy.tansu import start_broker
@@ -106,13 +107,16 @@ def measure(pairs: int, steps: int, base_env: dict[str, str] | None = None,
         with tempfile.TemporaryDirectory() as tmp:
             plain: list[dict] = []
             instrumented: list[dict] = []
-            i = 0
+            i, started = 0, time.monotonic()
             while i < pairs or (until_half_width_pct > 0 and i < max_pairs
-                                and _half_width_pct(plain, instrumented) > until_half_width_pct):
+                                and _half_width_pct(plain, instrumented) > until_half_width_pct
+                                and not (max_seconds and time.monotonic() - started > max_seconds)):
                 order = (False, True) if i % 2 == 0 else (True, False)
                 for flag in order:
                     (instrumented if flag else plain).append(_run(flag, Path(tmp), i, env, with_env or {}, model))
                 i += 1
+                print(f"pair {i}: ratio {instrumented[-1]['step_ms'] / plain[-1]['step_ms']:.4f}, "
+                      f"half-width {_half_width_pct(plain, instrumented):.2f}%", file=sys.stderr, flush=True)
     finally:
         broker.stop()
     return {**_summarize(plain, instrumented, steps), "model": model}
@@ -219,6 +223,8 @@ def main() -> None:
     parser.add_argument("--until-half-width", type=float, default=0.0, metavar="PCT",
                         help="add pairs until the ratio's 95%% interval half-width is <= PCT %% (or --max-pairs)")
     parser.add_argument("--max-pairs", type=int, default=40)
+    parser.add_argument("--max-seconds", type=float, default=0.0,
+                        help="with --until-half-width: start no new pair after this many seconds")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="environment of every run (e.g. CUDA_VISIBLE_DEVICES= for a CPU host)")
     parser.add_argument("--with-env", action="append", default=[], metavar="KEY=VALUE",
@@ -226,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     steps = args.steps or (120 if args.model == "transformer" else 400)
     result = measure(args.pairs, steps, _env_pairs(args.env), _env_pairs(args.with_env), args.model,
-                     args.until_half_width, args.max_pairs)
+                     args.until_half_width, args.max_pairs, args.max_seconds)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 
