@@ -201,7 +201,7 @@ def make_loader(a: argparse.Namespace, dp_rank: int, dp_size: int, steps: int) -
     n = max(64, min(steps, 256) * a.batch_size * dp_size)
     tokens = torch.randint(0, a.vocab, (n, a.seq + 1), generator=g)
     data = TensorDataset(tokens[:, :-1], tokens[:, 1:])
-    sampler = DistributedSampler(data, num_replicas=dp_size, rank=dp_rank, shuffle=True, seed=0)
+    sampler: DistributedSampler = DistributedSampler(data, num_replicas=dp_size, rank=dp_rank, shuffle=True, seed=0)
     return DataLoader(data, batch_size=a.batch_size, sampler=sampler, drop_last=True,
                       collate_fn=inject_fault.collate(default_collate))
 
@@ -230,7 +230,7 @@ def main() -> None:
         with torch.device(device):
             model = tp_fsdp(GPT(a), mesh)
         params = list(model.parameters())
-    dp_rank, dp_size = mesh.get_local_rank("dp"), mesh.size(mesh.mesh_dim_names.index("dp"))
+    dp_rank, dp_size = mesh.get_local_rank("dp"), mesh.size((mesh.mesh_dim_names or ()).index("dp"))
     optimizer = torch.optim.AdamW(params, lr=3e-4)
     loss_ranks = dp_size if a.parallel == "pp" else world  # ranks whose loss is not zero
     loader = make_loader(a, dp_rank, dp_size, a.steps)
