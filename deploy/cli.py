@@ -22,7 +22,7 @@ from ..schemas.logs import setup_logging
 from ..schemas.redact import install_redaction, redact_configured
 from ..schemas.settings import Settings
 from ..schemas.settings_loader import describe_settings, load_settings
-from .demo.runner import FAULTS
+from .demo.runner import FAULTS, MODELS
 from .extras import GRAFANA, STACK, WORKER, needs_server
 from .output import format_diagnosis, format_status, printable
 
@@ -189,16 +189,19 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
               help="Fault injected on one rank ('none' for a clean run).")
 @click.option("--ranks", type=int, default=4, show_default=True)
 @click.option("--steps", type=int, default=600, show_default=True)
+@click.option("--model", type=click.Choice(list(MODELS)), default="mlp", show_default=True,
+              help="mlp: a small MLP under DDP; transformer: a GPT-style model, tensor parallel x FSDP2 "
+                   "over a (dp, tp) mesh; transformer-pp: two pipeline stages x data parallel.")
 @click.pass_context
 @needs_server(*STACK, "rich")
-def demo(ctx: click.Context, fault: str, ranks: int, steps: int) -> None:
+def demo(ctx: click.Context, fault: str, ranks: int, steps: int, model: str) -> None:
     """Train for real (torchrun, gloo) with a fault injected on rank 2, and watch it diagnosed."""
     from .demo.runner import run_demo
     from .progress import progress_for
 
     with progress_for() as progress:
         result = run_demo(_settings(ctx), fault=fault, ranks=ranks, steps=steps, echo=progress.echo,
-                          phase=progress.phase)
+                          phase=progress.phase, model=model)
     click.echo(format_diagnosis(result.job, result.rows))
     verdict = "correct" if result.culprit_correct else "NOT the injected fault"
     detect = f" in {result.seconds_to_detect:.1f} s" if result.seconds_to_detect is not None else ""

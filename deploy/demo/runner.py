@@ -24,6 +24,14 @@ from ...schemas.errors import PerftrackerError
 from ...schemas.settings import Settings
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
+# --model: the training script and its arguments. ``transformer``: a GPT-style model, 2-way
+# tensor parallel x FSDP2 over a (dp, tp) DeviceMesh; ``transformer-pp``: two pipeline stages
+# x data parallel (deploy/demo/train_transformer.py)
+MODELS: dict[str, tuple[Path, tuple[str, ...]]] = {
+    "mlp": (TRAIN_SCRIPT, ()),
+    "transformer": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "tp-fsdp")),
+    "transformer-pp": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "pp")),
+}
 FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none")
 EXPECTED_CAUSE = {"slow-dataloader": "slow_dataloader", "cpu-contention": "host_cpu_contention",
                   "slow-collective": "slow_function", "gc-storm": "gc_pause", "none": None}
@@ -45,6 +53,7 @@ class DemoResult:
     job: str
     fault: str
     fault_rank: int
+    model: str = "mlp"
     rows: list[dict] = field(default_factory=list)
     onset_wall: float | None = None
     detected_wall: float | None = None
@@ -72,9 +81,14 @@ class DemoResult:
         return bool(self.naming_fault(self.rows)) and not wrong
 
 
-def validate(fault: str, ranks: int, steps: int) -> None:
+def validate(fault: str, ranks: int, steps: int, model: str = "mlp") -> None:
     if fault not in FAULTS:
         raise DemoError(f"unknown fault {fault!r}: choose one of {', '.join(FAULTS)}")
+    if model not in MODELS:
+        raise DemoError(f"unknown model {model!r}: choose one of {', '.join(MODELS)}")
+    if model != "mlp" and ranks % 2:
+        raise DemoError(f"--ranks {ranks}: the {model} model splits the ranks in two (tensor parallel or "
+                        "pipeline stages): use an even number")
     limit = max(4, 4 * (os.cpu_count() or 1))
     if not 2 <= ranks <= limit:
         raise DemoError(f"--ranks {ranks}: this machine ({os.cpu_count()} cores) runs 2..{limit} ranks")
@@ -92,28 +106,29 @@ def _no_phase(text: str) -> None:
 
 def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 600,
              echo: Callable[[str], None] = print, fault_rank: int = 2,
-             phase: Callable[[str], None] = _no_phase) -> DemoResult:
+             phase: Callable[[str], None] = _no_phase, model: str = "mlp") -> DemoResult:
     """Start the stack if needed, train with the fault injected a third of the way in, show the
     live diagnosis, write the report. Ctrl-C stops the ranks and leaves the stack running.
     ``phase`` hears what it is doing now (the CLI's progress display): stack up, training
-    (step, ms/step, root causes so far), waiting for the diagnosis, writing the report."""
+    (step, ms/step, root causes so far), waiting for the diagnosis, writing the report.
+    ``model``: one of :data:`MODELS` (the MLP under DDP by default)."""
     from ..stack import up
 
-    validate(fault, ranks, steps)
+    validate(fault, ranks, steps, model)
     fault_rank = min(fault_rank, ranks - 1)
     started = time.time()
     phase("starting the stack (broker, sink, workers)")
     state = up(settings, extra_env=DEMO_STREAM_ENV)
     echo(f"stack {'already running' if state.already_running else 'started'}: broker "
          f"{state.state.bootstrap}, query API {state.state.query_url}")
-    result = DemoResult(job=f"demo-{fault}-{int(started)}", fault=fault, fault_rank=fault_rank)
+    result = DemoResult(job=f"demo-{fault}-{int(started)}", fault=fault, fault_rank=fault_rank, model=model)
     work = settings.data_dir.resolve() / "demo"
     work.mkdir(parents=True, exist_ok=True)
     onset_file = work / f"{result.job}.onset.json"
     log_path = work / f"{result.job}.log"
     phase(f"starting {ranks} training ranks (torchrun)")
     proc = _start_training(settings, result, ranks, steps, onset_file, log_path)
-    echo(f"job {result.job}: {ranks} ranks, {steps} steps, fault {fault!r} on rank {fault_rank} "
+    echo(f"job {result.job}: {model} model, {ranks} ranks, {steps} steps, fault {fault!r} on rank {fault_rank} "
          f"from step {steps // 3}; training log {log_path}")
     try:
         _watch(settings, proc, result, onset_file, log_path, echo, phase)
@@ -137,10 +152,11 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
     env = {**os.environ, "PERFTRACKER_DEMO_FAULT": result.fault, "PERFTRACKER_DEMO_RANK": str(result.fault_rank),
            "PERFTRACKER_DEMO_AT_STEP": str(steps // 3), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    script, args = MODELS[result.model]
     cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
            "launch", "--job", result.job, "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-           str(TRAIN_SCRIPT), "--steps", str(steps)]
+           str(script), "--steps", str(steps), *args]
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -22,6 +22,7 @@ import numpy as np
 from ...schemas.records import FunctionComparison, FunctionPattern
 from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
 from .late_arrival import score_collective
+from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
 from .peers import score_peers
 from .policy import DetectionPolicy
@@ -36,6 +37,7 @@ class FunctionComparator:
         self.job, self.function = job, function
         self.policy = policy or DetectionPolicy()
         self.peer_map = self.policy.peer_group_map()
+        self.coords: dict[int, dict[str, int]] = {}  # rank -> mesh coordinates its patterns carried
         self.skipped: Counter[str] = Counter()
         self.pending: dict[int, dict[int, FunctionPattern]] = {}  # window -> rank -> pattern
         self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
@@ -62,6 +64,9 @@ class FunctionComparator:
             self.first_seen.pop(oldest, None)
             self.expected.pop(oldest, None)
         self.pending.setdefault(wid, {})[rank] = pattern
+        coords = coords_of(pattern)
+        if coords:
+            self.coords[rank] = coords
         self.expected[wid] = max(self.expected.get(wid, 0), expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
@@ -106,10 +111,16 @@ class FunctionComparator:
         if rec["kind"] == SpanKind.COLLECTIVE:
             score_collective(rec, good, self.policy, min_cost_ms(self.policy, good), skipped)
         elif good:
-            score_peers(rec, good, self.peer_map, self.policy, min_cost_ms(self.policy, good), skipped)
+            score_peers(rec, good, self.peers(), self.policy, min_cost_ms(self.policy, good), skipped)
         rec["skipped"] = dict(skipped)
         self.skipped.update(skipped)
         return rec
+
+    def peers(self) -> dict[int, str]:
+        """{rank: peer key}: the configured ``peer_groups``, else the parallel layout of the ranks
+        whose mesh coordinates are known (:func:`.layout.layout_peer_map`), else empty (every
+        rank's structural signature is its key)."""
+        return self.peer_map or layout_peer_map(self.coords, self.policy.min_peers)
 
     def _valid(self, p: FunctionPattern, skipped: Counter[str]) -> bool:
         try:

@@ -28,6 +28,7 @@ Order of reasoning (each step only sees what the earlier ones left):
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +42,8 @@ from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .late_arrival import is_late_culprit
+from .layout import PREFIX as LAYOUT_PREFIX
+from .layout import coords_of, stage_of
 from .model import KIND_PREFIX, comm_op
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
@@ -70,6 +73,7 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
             continue
         for o in c["outliers"]:
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
+    _drop_stage_outliers(by_rank, comparisons, rank_windows)
     stragglers, victims = _stragglers(comparisons, step_ms(rank_windows), policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
@@ -78,7 +82,45 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
     findings += link_findings
     findings += _stage_imbalance(comparisons, policy)
     findings += _expectations(comparisons, step_ms(rank_windows), policy)
-    return sorted(findings, key=lambda f: -f.impact_ms)
+    return sorted((_with_layout(f, rank_windows) for f in findings), key=lambda f: -f.impact_ms)
+
+
+def _drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[FunctionComparison],
+                         rank_windows: dict[int, RankWindow]) -> None:
+    """Stage imbalance is not a faulty rank: an outlier scored against peers that were not
+    grouped by the layout (no coordinates reached the comparator) is dropped when every rank of
+    its pipeline stage (``mesh_coords`` of the RankWindows) that ran the function is an outlier
+    of it too, and ranks of other stages ran it: the whole stage is slower, not one rank."""
+    stages = {r: stage_of(coords_of(rw)) for r, rw in rank_windows.items()}
+    if not any(s is not None for s in stages.values()):
+        return
+    for c in comparisons:
+        if c["kind"] == SpanKind.COLLECTIVE or not c["outliers"]:
+            continue
+        flagged = {o["rank"] for o in c["outliers"] if not str(o["peer_group"]).startswith(LAYOUT_PREFIX)}
+        ran = {r for r, rw in rank_windows.items() if c["function"] in (rw.get("functions") or [c["function"]])}
+        drop = set()
+        for r in flagged:
+            stage = stages.get(r)
+            members = {m for m in ran if stages.get(m) == stage}
+            if stage is not None and members <= flagged and ran - members:
+                drop |= members
+        for r in drop:
+            by_rank[r] = [o for o in by_rank.get(r, []) if o["function"] != c["function"]]
+            if not by_rank[r]:
+                del by_rank[r]
+
+
+def _with_layout(f: Finding, rank_windows: dict[int, RankWindow]) -> Finding:
+    """A finding about one rank names that rank's mesh coordinates (summary and evidence)."""
+    coords = coords_of(rank_windows.get(f.ranks[0])) if len(f.ranks) == 1 else {}
+    if not coords:
+        return f
+    where = ", ".join(f"{d}={i}" for d, i in coords.items())
+    who = f"rank {f.ranks[0]}"
+    summary, n = re.subn(rf"\b{who}\b", f"{who} ({where})", f.summary, count=1)
+    summary = summary if n else f"{who} ({where}): {f.summary}"
+    return dataclasses.replace(f, summary=summary, evidence={**f.evidence, "mesh_coords": coords})
 
 
 def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,

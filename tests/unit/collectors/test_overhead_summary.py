@@ -35,6 +35,11 @@ def test_summary_ratios_and_background_share():
     assert out["background_cpu_share"] == 0.01  # the run without /proc is left out
     assert out["background_share_by_thread"] == {"perftracker-sender": 0.005}  # median of 0.01, 0
     assert out["step_p50_ratio"] == round(11.5 / 11.0, 4) and out["step_p99_ms_with"] == 23.0
+    assert out["fixed_us_per_step"] == 200.0  # 0.2 ms more training-thread CPU per step, both pairs
+    assert out["thread_cpu_ratio_ci95"] == [1.1, 1.1]
+    lo, hi = out["step_time_ratio_ci95"]
+    assert out["step_time_ratio_half_width_pct"] == pytest.approx(100 * (hi - lo) / 2 / out["step_time_ratio_geomean"],
+                                                                  rel=1e-2)
 
 
 def test_env_pairs_need_a_key_and_an_equals_sign():

@@ -51,6 +51,17 @@ def test_demo_fault_is_one_of_the_known_faults(clean_env, capsys):
     assert "Invalid value for '--fault'" in err and "gc-storm" in err
 
 
+def test_demo_model_is_one_of_the_known_models_and_splits_the_ranks_evenly(clean_env, capsys):
+    from perftracker.deploy.demo.runner import DemoError, validate
+
+    assert run(["demo", "--model", "gpt-5"]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value for '--model'" in err and "transformer-pp" in err
+    with pytest.raises(DemoError, match="even number"):
+        validate("none", 3, 150, "transformer")
+    validate("none", 3, 150, "mlp")
+
+
 # ---- issue 15 item 5: a CLI that behaves --------------------------------------------------
 
 def test_version_exits_0(clean_env, capsys):

@@ -49,7 +49,7 @@ def test_demo_reports_its_phases_to_the_display(monkeypatch, tmp_path, capsys):
         def phase(self, text: str) -> None:
             seen.append(text)
 
-    def fake_demo(settings, fault, ranks, steps, echo, phase):
+    def fake_demo(settings, fault, ranks, steps, echo, phase, model="mlp"):
         phase("starting the stack (broker, sink, workers)")
         echo("stack started")
         phase("training demo-x: step 10/200")
