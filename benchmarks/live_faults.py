@@ -207,6 +207,13 @@ def _launch(data_dir: Path, job: str, scenario: Scenario, env: dict[str, str], l
     return procs
 
 
+def _note(seen: dict[tuple, dict], rows: list[dict]) -> None:
+    """Keep every distinct version of each incident (an UPDATE that names other ranks, or a wrong
+    cause shown for a while, counts in the score as much as the last version)."""
+    for row in rows:
+        seen.setdefault((row["incident_id"], row["status"], row["cause"], tuple(row["ranks"]), row["summary"]), row)
+
+
 def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, budget_s: float,
                  poll_s: float, linger_s: float, delay_ms: float) -> dict[str, Any]:
     from perftracker.deploy.demo.runner import stop_process_group
@@ -224,7 +231,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
     budget = budget_s + (45.0 if scenario.hang else 0.0)
     started = time.time()
     procs = _launch(settings.data_dir.resolve(), job, scenario, env, work / job)
-    seen: dict[str, dict] = {}
+    seen: dict[tuple, dict] = {}  # every version of every incident, in the order first seen
     onset = detected_at = None
     info: dict[str, Any] = {}
     try:
@@ -237,8 +244,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
                 elif time.time() - started > onset_s + 180:
                     break  # never started
                 continue
-            for row in diagnose(settings, job):
-                seen[row["incident_id"]] = row
+            _note(seen, diagnose(settings, job))
             now = time.time()
             if detected_at is None and score(scenario.expect, seen.values(), location)["detected"]:
                 detected_at = now
@@ -260,12 +266,12 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
         for p in procs:
             stop_process_group(p, interrupt_wait_s=10)
     try:
-        for row in diagnose(settings, job, include_resolved=True):
-            seen[row["incident_id"]] = row
+        _note(seen, diagnose(settings, job, include_resolved=True))
     except Exception as exc:  # noqa: BLE001 - a job that never reached the store
         info["diagnose_error"] = str(exc)
-    rows = sorted(seen.values(), key=lambda r: str(r.get("first_seen")))
-    result = score(scenario.expect, rows, location)
+    result = score(scenario.expect, seen.values(), location)  # every version of every incident seen
+    last = {r["incident_id"]: r for r in seen.values()}
+    rows = sorted(last.values(), key=lambda r: str(r.get("first_seen")))
     detected = result.pop("detected")
     return {"scenario": scenario.name, **result,
             "seconds_to_detect": round(detected_at - onset, 1) if detected and detected_at and onset else None,
@@ -275,6 +281,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
             "found": [{"cause": r["cause"], "ranks": r["ranks"], "hosts": r["hosts"], "status": r["status"],
                        "summary": r["summary"], "location": (r.get("evidence") or {}).get("location")}
                       for r in rows],
+            "versions": len(seen),
             "job": job, "onset_step": info.get("step"), "exit_codes": [p.returncode for p in procs],
             "seconds_total": round(time.time() - started, 1)}
 
