@@ -278,7 +278,7 @@ def main() -> None:
     batches = endless(loader)
     try:
         while not stop:
-            micro = 2 if FAULT.active("data-imbalance") else 1  # LF:data-imbalance
+            micro = 4 if FAULT.active("data-imbalance") else 1  # LF:data-imbalance
             for i in range(micro):
                 x, y = load_batch(batches)
                 if i < micro - 1:
