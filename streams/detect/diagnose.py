@@ -18,7 +18,7 @@ process-group and DDP set-up, the first garbage collections of all that): its st
 count toward ``persist_steps``, so what it shows opens only when the next window shows it
 too (``persist_windows``; a one-window analysis such as a trace import, persist_windows 1,
 is unchanged). Seen in the live fault suite (benchmarks/live_faults.py, 2026-11-25): the
-first window of 4 of 9 jobs opened ``shared_inefficiency`` "all 4 ranks spend 75-80 % of
+first window of 4 of its 16 jobs opened ``shared_inefficiency`` "all 4 ranks spend 75-80 % of
 each 10 ms step in kind:gc", or a ``gc_pause`` on one rank, before any fault was injected.
 
 The job's end ends its incidents: every open one is RESOLVED once, with
