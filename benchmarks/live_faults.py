@@ -10,6 +10,11 @@ or, for ``two-nodes-*``, two launchers of ``torchrun --nnodes 2 --node-rank {0,1
 --nproc-per-node 2`` with the hosts node-0 and node-1 (as tests/e2e/test_two_nodes_diagnosis.py).
 The training script (its own, not the demo's) injects the scenario's fault from
 ``--onset-s`` seconds after its start on the culprit rank(s) and writes the onset's wall time.
+``killed`` freezes the culprit's process (SIGSTOP, all its threads, the collector's
+included): under torchrun a SIGKILLed worker makes the agent stop every other worker at
+once (and gloo peers fail on the closed socket), so nothing would be left to wait; a frozen
+process is, to the pipeline, a rank that stopped reporting while its peers wait for it,
+which is what a lost node looks like to the peers of a multi-node job.
 The store is polled (``perftracker diagnose``'s rows) every ``--poll-s`` until the expected
 diagnosis is there (plus ``--linger-s`` to catch what comes with it) or the scenario's
 budget after the onset is spent; scenarios that expect no alert watch the whole budget.
@@ -71,6 +76,7 @@ class Scenario:
     ranks: tuple[int, ...] = ()  # culprit ranks given to the script (default: the expected culprits)
     nodes: int = 1
     hang: bool = False  # needs hang_floor_s (30 s) + a window before it can be named
+    extra_budget_s: float = 0.0  # watched this much longer (a regression needs 4+ windows by design)
 
     @property
     def culprit_ranks(self) -> tuple[int, ...]:
@@ -92,7 +98,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("data-imbalance", "data-imbalance", Expect({0: "data_imbalance"})),
     Scenario("gradual-creep", "gradual-creep", Expect({1: DL})),
     Scenario("one-off-spike", "one-off-spike", Expect(), ranks=(2,)),
-    Scenario("job-wide-slowdown", "job-wide-slowdown", Expect(job_cause="regression")),
+    Scenario("job-wide-slowdown", "job-wide-slowdown", Expect(job_cause="regression"), extra_budget_s=30.0),
     Scenario("none", "none", Expect()),
     Scenario("two-nodes-slow-backward-hook", "slow-backward-hook", Expect({3: SF}), nodes=2),
 )}
@@ -228,7 +234,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
                 "LF_RUN_FILE": str(run_file), "LF_MAX_S": str(onset_s + budget_s + 120),
                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     location = marker_lines().get(scenario.expect.location or "", None)
-    budget = budget_s + (45.0 if scenario.hang else 0.0)
+    budget = budget_s + (45.0 if scenario.hang else 0.0) + scenario.extra_budget_s
     started = time.time()
     procs = _launch(settings.data_dir.resolve(), job, scenario, env, work / job)
     seen: dict[tuple, dict] = {}  # every version of every incident, in the order first seen
