@@ -13,7 +13,7 @@ partial windows and stalls are missing data (an incident must not resolve as a j
 A window holding a rank's last window (``ended_cleanly``) updates open incidents but opens
 none (the end of a job, partial and skewed by teardown, is not evidence of a fault; before
 final batches these windows were never stored). A window holding a rank's first window with
-data is partial too (the rank started inside it) and skewed by start-up (imports,
+completed steps is partial too (the rank started inside it) and skewed by start-up (imports,
 process-group and DDP set-up, the first garbage collections of all that): its steps do not
 count toward ``persist_steps``, so what it shows opens only when the next window shows it
 too (``persist_windows``; a one-window analysis such as a trace import, persist_windows 1,
@@ -124,8 +124,9 @@ class JobDiagnoser:
         return steps >= self.policy.full_progress_share * self.policy.window_ms / typical_ms
 
     def _starts(self, rws: dict[int, RankWindow]) -> bool:
-        """Whether this window is some rank's first with data (its start-up: partial, skewed)."""
-        new = {int(r) for r, rw in rws.items() if int(rw.get("batches", 0)) and int(r) not in self.started}
+        """Whether this window is some rank's first with completed steps (its start-up: partial,
+        skewed; windows of heartbeats only, while the script imports and sets up, come before)."""
+        new = {int(r) for r, rw in rws.items() if int(rw.get("steps", 0)) > 0 and int(r) not in self.started}
         self.started |= new
         return bool(new)
 
