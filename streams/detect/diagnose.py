@@ -12,7 +12,14 @@ partial windows and stalls are missing data (an incident must not resolve as a j
 
 A window holding a rank's last window (``ended_cleanly``) updates open incidents but opens
 none (the end of a job, partial and skewed by teardown, is not evidence of a fault; before
-final batches these windows were never stored).
+final batches these windows were never stored). A window holding a rank's first window with
+completed steps is partial too (the rank started inside it) and skewed by start-up (imports,
+process-group and DDP set-up, the first garbage collections of all that): its steps do not
+count toward ``persist_steps``, so what it shows opens only when the next window shows it
+too (``persist_windows``; a one-window analysis such as a trace import, persist_windows 1,
+is unchanged). Seen in the live fault suite (benchmarks/live_faults.py, 2026-11-25): the
+first window of 4 of its 16 jobs opened ``shared_inefficiency`` "all 4 ranks spend 75-80 % of
+each 10 ms step in kind:gc", or a ``gc_pause`` on one rank, before any fault was injected.
 
 The job's end ends its incidents: every open one is RESOLVED once, with
 ``resolved_reason``:
@@ -61,6 +68,7 @@ class JobDiagnoser:
         self.last_alive_ms: int | None = None  # caller clock of the last window with a batch
         self.end_reason = ""  # set when the job ended ("job finished" / "job died")
         self.ends: Counter[str] = Counter()  # job ends by reason
+        self.started: set[int] = set()  # ranks whose first window with data was evaluated
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job."""
@@ -102,8 +110,9 @@ class JobDiagnoser:
         progress = self._full_progress(rws, job_step)
         if any(rw.get("ended_cleanly") for rw in rws.values()):
             findings = self._open_only(findings)
+        steps = 0 if self._starts(rws) else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=progress, steps=int(_median_steps(rws)))
+                         progress=progress, steps=steps)
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -113,6 +122,13 @@ class JobDiagnoser:
         if steps <= 0 or typical_ms <= 0:
             return False
         return steps >= self.policy.full_progress_share * self.policy.window_ms / typical_ms
+
+    def _starts(self, rws: dict[int, RankWindow]) -> bool:
+        """Whether this window is some rank's first with completed steps (its start-up: partial,
+        skewed; windows of heartbeats only, while the script imports and sets up, come before)."""
+        new = {int(r) for r, rw in rws.items() if int(rw.get("steps", 0)) > 0 and int(r) not in self.started}
+        self.started |= new
+        return bool(new)
 
     def _open_only(self, findings: list[Finding]) -> list[Finding]:
         """A rank's last, partial window (its final batch closed it: ranks stop at different
@@ -149,6 +165,7 @@ class JobDiagnoser:
         self.end_reason = reason
         self.ends[reason] += 1
         self.ended.clear()
+        self.started.clear()
         self.last_findings = []
         self.checks = JobChecks(self.job, self.policy)  # a restart under the same id starts afresh
         return out

@@ -120,7 +120,17 @@ class HangVerdict:
 
 
 def waiting_ranks(state: HangState, dead: set[int], members: dict[str, set[int]]) -> dict[int, tuple[str, int]]:
-    """Alive ranks inside a collective: rank -> (group, seq) it is in."""
+    """Alive ranks inside a collective: rank -> (group, seq) it is in.
+
+    A rank is inside when its pending call is in flight (an entry marker). Being *ahead* of a
+    member of its pending group stands in for the marker only when no rank of the job sent
+    one (collectors without entry markers): a member's highest seq in a group it has left
+    for another group is known only from the last comparison, often a few calls behind, so a
+    rank that completed its calls looked "ahead" of it and was taken for a waiting one. Seen
+    in the live fault suite (benchmarks/live_faults.py, subgroup-hang, 2 runs of 2): the
+    stalled rank 1 (its pg0 calls done) was "ahead" of rank 0, which waited in their 2-rank
+    sub-group, and the hang said "every rank is inside a collective" and named nobody."""
+    markers = any(s.in_flight for r, s in state.ranks.items() if r not in dead)
     lowest: dict[str, list[tuple[int, int]]] = {}  # group -> its two lowest (highest seq, rank)
     for g, ranks in members.items():
         lowest[g] = sorted((state.highest(m, g), m) for m in ranks)[:2]
@@ -129,7 +139,7 @@ def waiting_ranks(state: HangState, dead: set[int], members: dict[str, set[int]]
         if r in dead or not s.pending_group:
             continue
         g, seq = s.pending_group, s.pending_seq
-        ahead = any(h < seq for h, m in lowest[g] if m != r)
+        ahead = not markers and any(h < seq for h, m in lowest[g] if m != r)
         if s.in_flight or ahead:
             out[r] = (g, seq)
     return out

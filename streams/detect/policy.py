@@ -91,6 +91,9 @@ class DetectionPolicy:
     switch_ratio: float = 2.0  # or its involuntary switches per step are this many times the peers'
     switch_min_per_step: float = 5.0  # ... and at least this many more per step
     steal_excess_pct: float = 5.0  # or its host's steal share exceeds the peers' by this many points
+    # ... unless its own extra CPU time per step (vs the peers' median) is this share of its excess
+    # step time: then the wait comes with work it does itself (a slow phase), not a competitor
+    cpu_work_share: float = 0.25
     location_min_ms: float = 1.0  # a sampled frame names where a rank's extra time goes from this many ms/step
 
     @property

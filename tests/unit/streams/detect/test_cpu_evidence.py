@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from perftracker.schemas.causes import Cause
 from perftracker.schemas.vocabulary import SpanKind
@@ -69,11 +71,45 @@ def busy_host(**culprit):
     ({"wait": 6.0}, CONTENDED),
 ])
 def test_wait_is_judged_per_cpu_ms_so_more_own_work_is_not_contention(culprit, verdict):
-    v = cpu_verdict(2, busy_host(**culprit), 10.0, POL)
+    # the linear baseline alone: the own-work rule (tested below) switched off
+    v = cpu_verdict(2, busy_host(**culprit), 10.0, replace(POL, cpu_work_share=1e9, cpu_wait_min_ms=0.5))
     assert v.verdict == verdict, v.note
     if culprit.get("cpu") == 0.9:
         assert v.evidence["expected_runqueue_wait_ms_per_step"] == 6.0
         assert "expected" in v.note
+
+
+def loaded_host(**culprit):
+    """100 steps per 5 s window (50 ms/step); peers use 15 ms of CPU and wait 2 ms per step."""
+    return {r: cpu_rw(r, **{"steps": 100, "wait": 2.0, "inv": 3.0, "cpu": 0.3, **(culprit if r == 2 else {})})
+            for r in range(4)}
+
+
+@pytest.mark.parametrize("culprit, verdict", [
+    # 20 ms excess; waited 18 ms/step more than expected. Its own extra CPU per step against
+    # max(cpu_wait_min_ms 0.5, cpu_work_share 0.25 x 20 = 5 ms):
+    ({"cpu": 0.41, "wait": 20.0}, NOT_CONTENDED),   # 20.5 ms of CPU/step: +5.5 ms, its own work
+    ({"cpu": 0.39, "wait": 20.0}, CONTENDED),       # 19.5 ms: +4.5 ms, the wait is more than its work
+    ({"cpu": 0.3, "wait": 8.0}, CONTENDED),         # a competitor: its peers' CPU, 4x their wait
+    ({"cpu": 0.41, "inv": 40.0}, NOT_CONTENDED),    # the switch test too
+    ({"cpu": 0.41, "steal": 9.0}, CONTENDED),       # steal is the hypervisor's, never its own work
+])
+def test_a_rank_whose_own_extra_cpu_work_explains_its_wait_is_not_contended(culprit, verdict):
+    v = cpu_verdict(2, loaded_host(**culprit), 20.0, POL)
+    assert v.verdict == verdict, v.note
+    if verdict == NOT_CONTENDED and "wait" in culprit:
+        assert "with work of its own: 20.5 ms of CPU/step vs 15.0 ms" in v.note
+        assert v.evidence["cpu_ms_per_step"] == 20.5 and v.evidence["peer_cpu_ms_per_step"] == 15.0
+
+
+def test_one_slow_cpu_phase_on_a_loaded_host_is_slow_function_not_contention():
+    """The live suite's slow optimizer step (load 16 on 2 cores): 5x its peers' CPU per step,
+    waited 25 ms/step against 12.7 expected; classed by its phase."""
+    rws = {r: cpu_rw(r, steps=85, wait=2.3, inv=3.0, cpu=0.039) for r in range(4)}
+    rws[1].update(cpu_ratio=0.215, runqueue_wait_ms_per_step=25.0, involuntary_switches_per_step=11.8)
+    v = cpu_verdict(1, rws, 29.1, POL)
+    assert v.verdict == NOT_CONTENDED, v.note
+    assert classify(ONE_PHASE, -1, {}, POL, v.verdict) == Cause.SLOW_FUNCTION
 
 
 def test_cpu_verdict_unavailable_without_readings_or_peers():

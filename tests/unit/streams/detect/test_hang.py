@@ -126,6 +126,44 @@ def test_sub_group_hang_compares_only_the_sub_group_members():
     assert world.waiting == [4, 5, 6, 7] and world.missing == {0, 1, 2, 3}  # 0, 2, 3 wait elsewhere
 
 
+def live_suite_subgroup_hang(stale_rank0_seq: int) -> HangState:
+    """The live suite's sub-group hang: rank 1 stalled after its pg0 calls (done, seq 2224);
+    rank 0 waits in their pair group p01 (seq 1112, in flight); ranks 2, 3 wait in pg0 (2225).
+    The last comparison of pg0 saw rank 0 only up to ``stale_rank0_seq``."""
+    state = HangState()
+    state.note_collectives([
+        {"function": "comm:all_reduce:pg0", "members": [0, 1, 2, 3],
+         "member_max_seq": [stale_rank0_seq, 2224, 2224, 2224]},
+        {"function": "comm:all_reduce:p01", "members": [0, 1], "member_max_seq": [1111, 1111]},
+        {"function": "comm:all_reduce:p23", "members": [2, 3], "member_max_seq": [1112, 1112]},
+    ])
+    state.note_window({
+        0: rank_window(0, pending_group="p01", pending_seq=1112, pending_in_flight=True),
+        1: rank_window(1, pending_group="pg0", pending_seq=2224, last_function="__main__.TrainerSGD.step"),
+        2: rank_window(2, pending_group="pg0", pending_seq=2225, pending_in_flight=True),
+        3: rank_window(3, pending_group="pg0", pending_seq=2225, pending_in_flight=True)})
+    return state
+
+
+def test_a_rank_whose_calls_completed_is_not_inside_even_ahead_of_a_stale_member():
+    for stale in (2224, 2221):  # rank 0's last known pg0 seq: current, or a few calls behind
+        v = verdict(live_suite_subgroup_hang(stale), 5.0)
+        assert v.culprits == [1] and not v.everyone_outside, (stale, v)
+        p01 = next(w for w in v.waits if w.group == "p01")
+        assert p01.waiting == [0] and p01.missing == {1}
+
+
+def test_without_entry_markers_being_ahead_still_counts_as_inside():
+    """Collectors that send no entry markers: a rank ahead of a member of its group is inside."""
+    state = HangState()
+    state.note_collectives([{"function": "comm:all_reduce:dp", "members": [0, 1, 2, 3],
+                             "member_max_seq": [200, 200, 200, 200]}])
+    state.note_window({r: rank_window(r, pending_group="dp", pending_seq=200 if r == 3 else 201)
+                       for r in range(4)})
+    v = verdict(state, 5.0)
+    assert v.culprits == [3] and sorted(w for wait in v.waits for w in wait.waiting) == [0, 1, 2]
+
+
 def test_a_rank_silent_one_heartbeat_interval_is_not_dead():
     state = HangState()
     for i in range(3):

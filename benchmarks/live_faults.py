@@ -1,0 +1,342 @@
+"""The live fault suite: faults nobody staged for the demo, diagnosed live at default settings.
+
+``python -m benchmarks.live_faults --json [--scenarios a,b] [--budget-s 60]``
+
+Starts the embedded stack as `perftracker up` does (tansu, the sink with chDB, a Faust
+worker; every PERFTRACKER_* variable of this shell dropped, nothing overridden), then runs
+each scenario as a real job, one after the other: ``perftracker launch --job ID -- torchrun
+--standalone --nproc-per-node 4 benchmarks/live_faults_train.py`` (4 gloo DDP ranks, CPU),
+or, for ``two-nodes-*``, two launchers of ``torchrun --nnodes 2 --node-rank {0,1}
+--nproc-per-node 2`` with the hosts node-0 and node-1 (as tests/e2e/test_two_nodes_diagnosis.py).
+The training script (its own, not the demo's) injects the scenario's fault from
+``--onset-s`` seconds after its start on the culprit rank(s) and writes the onset's wall time.
+``killed`` freezes the culprit's process (SIGSTOP, all its threads, the collector's
+included): under torchrun a SIGKILLed worker makes the agent stop every other worker at
+once (and gloo peers fail on the closed socket), so nothing would be left to wait; a frozen
+process is, to the pipeline, a rank that stopped reporting while its peers wait for it,
+which is what a lost node looks like to the peers of a multi-node job.
+The store is polled (``perftracker diagnose``'s rows) every ``--poll-s`` until the expected
+diagnosis is there (plus ``--linger-s`` to catch what comes with it) or the scenario's
+budget after the onset is spent; scenarios that expect no alert watch the whole budget.
+
+One JSON object per scenario::
+
+    {"scenario", "culprit_correct", "cause_correct", "location_correct", "seconds_to_detect",
+     "false_ranks", "expected": {...}, "found": [{"cause", "ranks", "hosts", "summary"}, ...], ...}
+
+and a last line of totals: ``culprits_pct``, ``causes_pct``, ``locations_pct``,
+``false_ranks_total``, ``p50_s``, ``p95_s``, ``scenarios``, ``missed``, the load average.
+Goals (issue 14): culprits 100 %, causes >= 95 %, 0 false ranks, p50 <= 10 s.
+Scoring is :func:`score` (pure; tests/unit/benchmarks/test_live_faults.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRAIN_SCRIPT = Path(__file__).with_name("live_faults_train.py")
+HANG = "hang"
+DEAD = "hang:dead"  # a hang naming the rank as dead (process gone / stopped reporting)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a correct diagnosis says. ``culprits``: rank -> cause (``DEAD`` for a hang naming
+    the rank dead); ``job_cause``: a cause with no rank blamed (a job-wide regression); neither:
+    nothing may be reported. ``location``: the fault's marker in the training script whose
+    ``file:line`` an incident naming a culprit must give (None: no location expected)."""
+
+    culprits: Mapping[int, str] = field(default_factory=dict)
+    job_cause: str | None = None
+    location: str | None = None
+
+    @property
+    def alerts(self) -> bool:
+        return bool(self.culprits or self.job_cause)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: str
+    expect: Expect
+    ranks: tuple[int, ...] = ()  # culprit ranks given to the script (default: the expected culprits)
+    nodes: int = 1
+    hang: bool = False  # needs hang_floor_s (30 s) + a window before it can be named
+    extra_budget_s: float = 0.0  # watched this much longer (a regression needs 4+ windows by design)
+
+    @property
+    def culprit_ranks(self) -> tuple[int, ...]:
+        return self.ranks or tuple(sorted(self.expect.culprits))
+
+
+SF, DL = "slow_function", "slow_dataloader"
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("slow-optimizer", "slow-optimizer", Expect({1: SF})),
+    Scenario("slow-backward-hook", "slow-backward-hook", Expect({2: SF})),
+    Scenario("slow-forward-submodule", "slow-forward-submodule", Expect({3: SF})),
+    Scenario("host-copies", "host-copies", Expect({1: SF}, location="host-copies")),
+    Scenario("cpu-contention", "cpu-contention", Expect({2: "host_cpu_contention"})),
+    Scenario("two-culprits", "two-culprits", Expect({0: DL, 3: SF})),
+    Scenario("stall-before-forward", "stall-before-forward", Expect({1: HANG}, location="stall"), hang=True),
+    Scenario("subgroup-hang", "subgroup-hang", Expect({1: HANG}, location="stall"), hang=True),
+    Scenario("killed", "killed", Expect({3: DEAD}), hang=True),
+    Scenario("checkpoint", "checkpoint", Expect({2: SF}, location="checkpoint")),
+    Scenario("data-imbalance", "data-imbalance", Expect({0: "data_imbalance"})),
+    Scenario("gradual-creep", "gradual-creep", Expect({1: DL})),
+    Scenario("one-off-spike", "one-off-spike", Expect(), ranks=(2,)),
+    Scenario("job-wide-slowdown", "job-wide-slowdown", Expect(job_cause="regression"), extra_budget_s=30.0),
+    Scenario("none", "none", Expect()),
+    Scenario("two-nodes-slow-backward-hook", "slow-backward-hook", Expect({3: SF}), nodes=2),
+)}
+
+
+# ---- scoring (pure) --------------------------------------------------------------------
+
+def _text(row: Mapping[str, Any]) -> str:
+    ev = row.get("evidence") or {}
+    return " ".join([str(row.get("summary", "")), json.dumps(ev.get("location", "")), json.dumps(ev.get("stacks", ""))])
+
+
+def _cause_matches(expected: str, row: Mapping[str, Any], rank: int) -> bool:
+    if expected == DEAD:
+        return row.get("cause") == HANG and rank in ((row.get("evidence") or {}).get("dead_ranks") or [])
+    return row.get("cause") == expected
+
+
+def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | None = None) -> dict[str, Any]:
+    """Expected vs found. ``rows``: every incident seen (diagnosis rows: cause, ranks,
+    summary, evidence); ``location``: the ``file:line`` text a correct location holds.
+
+    * culprit_correct: every culprit is named and no other rank is (nothing expected: no rank
+      blamed);
+    * cause_correct: every row naming a culprit has that culprit's cause (a wrong cause shown
+      first is wrong too); job-wide: a row of that cause naming no rank; nothing expected:
+      no row at all;
+    * location_correct: None when no location is expected, else whether a row naming a
+      culprit gives ``location``;
+    * detected: what the latency clock stops on: every culprit named with its cause, or the
+      job-wide row (never for scenarios that expect no alert);
+    * false_ranks: ranks blamed that are not culprits.
+    """
+    rows = list(rows)
+    culprits = set(expect.culprits)
+    blamed = {int(r) for row in rows for r in row.get("ranks", [])}
+    false_ranks = sorted(blamed - culprits)
+    naming = {c: [row for row in rows if c in row.get("ranks", [])] for c in culprits}
+    if culprits:
+        culprit_correct = all(naming.values()) and not false_ranks
+        cause_correct = all(naming[c] and all(_cause_matches(expect.culprits[c], row, c) for row in naming[c])
+                            for c in culprits)
+        detected = all(any(_cause_matches(expect.culprits[c], row, c) for row in naming[c]) for c in culprits)
+    elif expect.job_cause:
+        culprit_correct = not blamed
+        detected = any(row.get("cause") == expect.job_cause and not row.get("ranks") for row in rows)
+        cause_correct = detected and all(row.get("cause") == expect.job_cause for row in rows)
+    else:
+        culprit_correct, cause_correct, detected = not blamed, not rows, False
+    location_correct = None
+    if expect.location is not None:
+        location_correct = bool(location) and any(
+            location in _text(row) for c in culprits for row in naming[c])
+    return {"culprit_correct": bool(culprit_correct), "cause_correct": bool(cause_correct),
+            "location_correct": location_correct, "detected": bool(detected), "false_ranks": false_ranks}
+
+
+def totals(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last line: shares of right culprits / causes / locations, false ranks, latency."""
+    import numpy as np
+
+    n = len(results)
+    times = [r["seconds_to_detect"] for r in results if r["seconds_to_detect"] is not None]
+    located = [r["location_correct"] for r in results if r["location_correct"] is not None]
+
+    def pct(xs: list[bool]) -> float | None:
+        return round(100.0 * sum(xs) / len(xs), 1) if xs else None
+
+    return {"totals": True, "scenarios": n, "culprits_pct": pct([r["culprit_correct"] for r in results]),
+            "causes_pct": pct([r["cause_correct"] for r in results]), "locations_pct": pct(located),
+            "false_ranks_total": sum(len(r["false_ranks"]) for r in results),
+            "p50_s": round(float(np.percentile(times, 50)), 1) if times else None,
+            "p95_s": round(float(np.percentile(times, 95)), 1) if times else None,
+            "missed": [r["scenario"] for r in results if r["expected"]["alerts"] and r["seconds_to_detect"] is None],
+            "wrong": [r["scenario"] for r in results
+                      if not (r["culprit_correct"] and r["cause_correct"] and r["location_correct"] is not False)]}
+
+
+def marker_lines(script: Path = TRAIN_SCRIPT) -> dict[str, str]:
+    """``# LF:<name>`` markers of the training script -> ``'live_faults_train.py:<line>'``."""
+    out = {}
+    for i, line in enumerate(script.read_text().splitlines(), 1):
+        m = re.search(r"# LF:([\w-]+)", line)
+        if m:
+            out.setdefault(m.group(1), f"{script.name}:{i}")
+    return out
+
+
+# ---- running a scenario ----------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(data_dir: Path, job: str, scenario: Scenario, env: dict[str, str], log: Path) -> list[subprocess.Popen]:
+    base = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(data_dir), "launch", "--job", job,
+            "--", sys.executable, "-m", "torch.distributed.run"]
+    if scenario.nodes == 1:
+        commands = [(base + ["--standalone", "--nproc-per-node=4", str(TRAIN_SCRIPT)], env)]
+    else:
+        port = _free_port()
+        commands = [(base + ["--nnodes=2", f"--node-rank={n}", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+                             f"--master-port={port}", str(TRAIN_SCRIPT)],
+                     {**env, "PERFTRACKER_COLLECTOR_HOST": f"node-{n}"}) for n in range(scenario.nodes)]
+    procs = []
+    for i, (cmd, e) in enumerate(commands):
+        with open(log.with_suffix(f".{i}.log"), "wb") as out:
+            procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+    return procs
+
+
+def _note(seen: dict[tuple, dict], rows: list[dict]) -> None:
+    """Keep every distinct version of each incident (an UPDATE that names other ranks, or a wrong
+    cause shown for a while, counts in the score as much as the last version)."""
+    for row in rows:
+        seen.setdefault((row["incident_id"], row["status"], row["cause"], tuple(row["ranks"]), row["summary"]), row)
+
+
+def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, budget_s: float,
+                 poll_s: float, linger_s: float, delay_ms: float) -> dict[str, Any]:
+    from perftracker.deploy.demo.runner import stop_process_group
+    from perftracker.sinks.client import diagnose
+
+    job = f"lf-{scenario.name}-{int(time.time())}"
+    onset_file, run_file = work / f"{job}.onset.json", work / f"{job}.run"
+    run_file.write_text("training runs while this file exists")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFTRACKER_", "TORCHELASTIC_"))}
+    env.update({"LF_FAULT": scenario.fault, "LF_RANKS": ",".join(map(str, scenario.culprit_ranks)),
+                "LF_ONSET_S": str(onset_s), "LF_DELAY_MS": str(delay_ms), "LF_ONSET_FILE": str(onset_file),
+                "LF_RUN_FILE": str(run_file), "LF_MAX_S": str(onset_s + budget_s + 120),
+                "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    location = marker_lines().get(scenario.expect.location or "", None)
+    budget = budget_s + (45.0 if scenario.hang else 0.0) + scenario.extra_budget_s
+    started = time.time()
+    procs = _launch(settings.data_dir.resolve(), job, scenario, env, work / job)
+    seen: dict[tuple, dict] = {}  # every version of every incident, in the order first seen
+    onset = detected_at = None
+    info: dict[str, Any] = {}
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(poll_s)
+            if onset is None:
+                if onset_file.exists():
+                    info = json.loads(onset_file.read_text())
+                    onset = float(info["wall_time"])
+                elif time.time() - started > onset_s + 180:
+                    break  # never started
+                continue
+            _note(seen, diagnose(settings, job))
+            now = time.time()
+            if detected_at is None and score(scenario.expect, seen.values(), location)["detected"]:
+                detected_at = now
+            if now - onset > budget or (detected_at is not None and now - detected_at >= linger_s):
+                break
+    finally:
+        run_file.unlink(missing_ok=True)
+        if scenario.fault == "killed" and info.get("pid"):
+            try:
+                os.kill(int(info["pid"]), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 30
+        for p in procs:
+            try:
+                p.wait(max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in procs:
+            stop_process_group(p, interrupt_wait_s=10)
+    try:
+        _note(seen, diagnose(settings, job, include_resolved=True))
+    except Exception as exc:  # noqa: BLE001 - a job that never reached the store
+        info["diagnose_error"] = str(exc)
+    result = score(scenario.expect, seen.values(), location)  # every version of every incident seen
+    last = {r["incident_id"]: r for r in seen.values()}
+    rows = sorted(last.values(), key=lambda r: str(r.get("first_seen")))
+    detected = result.pop("detected")
+    return {"scenario": scenario.name, **result,
+            "seconds_to_detect": round(detected_at - onset, 1) if detected and detected_at and onset else None,
+            "expected": {"culprits": {str(k): v for k, v in scenario.expect.culprits.items()},
+                         "job_cause": scenario.expect.job_cause, "location": location,
+                         "alerts": scenario.expect.alerts},
+            "found": [{"cause": r["cause"], "ranks": r["ranks"], "hosts": r["hosts"], "status": r["status"],
+                       "summary": r["summary"], "location": (r.get("evidence") or {}).get("location")}
+                      for r in rows],
+            "versions": len(seen),
+            "job": job, "onset_step": info.get("step"), "exit_codes": [p.returncode for p in procs],
+            "seconds_total": round(time.time() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="JSON lines only (the default output is the same)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    parser.add_argument("--onset-s", type=float, default=20.0, help="fault onset, seconds after training starts")
+    parser.add_argument("--budget-s", type=float, default=45.0,
+                        help="per scenario: watch this long after the onset (hangs: 45 s more)")
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="size of the injected delays")
+    parser.add_argument("--poll-s", type=float, default=0.5)
+    parser.add_argument("--linger-s", type=float, default=5.0, help="keep watching this long after detection")
+    parser.add_argument("--keep", action="store_true", help="keep the data dir (printed on stderr)")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}: choose from {', '.join(SCENARIOS)}")
+    for key in [k for k in os.environ if k.startswith("PERFTRACKER_")]:
+        del os.environ[key]  # `perftracker up`'s defaults, whatever this shell has set
+
+    from perftracker.deploy.stack import down, up
+    from perftracker.schemas.settings_loader import load_settings
+
+    tmp = tempfile.mkdtemp(prefix="pt-live-faults-")
+    settings = load_settings(env={"PERFTRACKER_DATA_DIR": tmp})
+    work = Path(tmp) / "live-faults"
+    work.mkdir()
+    results = []
+    try:
+        up(settings)
+        for name in names:
+            result = run_scenario(settings, SCENARIOS[name], work, args.onset_s, args.budget_s, args.poll_s,
+                                  args.linger_s, args.delay_ms)
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    finally:
+        down(settings)
+        if args.keep:
+            print(f"data dir kept: {tmp}", file=sys.stderr)
+        else:
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps({**totals(results), "load_avg_1m": round(os.getloadavg()[0], 1),
+                      "window_s": settings.streams.window_s, "cpus": os.cpu_count(),
+                      "onset_s": args.onset_s, "delay_ms": args.delay_ms}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
