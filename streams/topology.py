@@ -39,6 +39,8 @@ from ..schemas.vocabulary import (
     RANK_WINDOW,
 )
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+from .detect.compare import caught_up_ms
+from .detect.job_clock import JobClock, JobClocks
 
 POLL_INTERVAL_S = 0.5  # every stage's timer
 
@@ -111,6 +113,9 @@ class Stage(Generic[C]):
     feed: Callable[[C, str, Record, int], None]  # (core, record name, record, now ms)
     poll: Callable[[C, int, bool], list[Routed]]  # (core, now ms, flush) -> records to route
     poll_on_input: bool = False
+    # the cores of one job share a JobClock (streams/detect/job_clock.py) whose caught-up bound is
+    # ``job_clock(policy)`` ms; ``create`` then takes it as a third argument
+    job_clock: Callable[[DetectionPolicy], int] | None = None
 
     def key(self, record: Record) -> str:
         return TOPIC_KEY[self.topic](record)
@@ -149,12 +154,13 @@ def _poll_diagnose(d: JobDiagnoser, now: int, flush: bool) -> list[Routed]:
 
 SUMMARIZE: Stage[RankSummarizer] = Stage(
     name="summarize", topic=TopicRole.INPUTS,
-    create=lambda r, policy: RankSummarizer(r["job"], int(r["rank"]), policy),
-    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True)
+    create=lambda r, policy, clock: RankSummarizer(r["job"], int(r["rank"]), policy, clock),
+    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True,
+    job_clock=lambda policy: policy.grace_ms)  # batches come each second: 3 s behind is behind
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
-    create=lambda r, policy: FunctionComparator(r["job"], r["function"], policy),
-    feed=_feed_compare, poll=_poll_compare, poll_on_input=True)
+    create=lambda r, policy, clock: FunctionComparator(r["job"], r["function"], policy, clock),
+    feed=_feed_compare, poll=_poll_compare, poll_on_input=True, job_clock=caught_up_ms)
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
     create=lambda r, policy: JobDiagnoser(r["job"], policy),
@@ -168,13 +174,27 @@ class Cores(Generic[C]):
     def __init__(self, stage: Stage[C], policy: DetectionPolicy):
         self.stage, self.policy = stage, policy
         self.by_key: dict[str, C] = {}
+        self.clocks = JobClocks(policy, stage.job_clock(policy) if stage.job_clock else None)
+        self._per_job: dict[str, int] = {}  # cores holding each job's clock
+        self._job_of: dict[str, str] = {}  # key -> job, for the cores that hold one
 
     def for_record(self, record: Record) -> C:
         key = self.stage.key(record)
         core = self.by_key.get(key)
         if core is None:
-            core = self.by_key[key] = self.stage.create(record, self.policy)
+            if self.stage.job_clock is None:
+                core = self.stage.create(record, self.policy)
+            else:
+                job = str(record["job"])
+                core = self.stage.create(record, self.policy, self.clocks.of(job))
+                self._per_job[job] = self._per_job.get(job, 0) + 1
+                self._job_of[key] = job
+            self.by_key[key] = core
         return core
+
+    def clock(self, job: str) -> JobClock | None:
+        """The shared clock of ``job`` on this stage (None: the stage shares none, or no such job)."""
+        return self.clocks.by_job.get(job)
 
     def items(self) -> list[tuple[str, C]]:
         return list(self.by_key.items())
@@ -184,6 +204,12 @@ class Cores(Generic[C]):
         if not core.idle(now_ms):
             return False
         del self.by_key[key]
+        job = self._job_of.pop(key, None)
+        if job is not None:
+            self._per_job[job] -= 1
+            if not self._per_job[job]:  # the job's last core: its clock goes with it
+                del self._per_job[job]
+                self.clocks.by_job.pop(job, None)
         return True
 
 
