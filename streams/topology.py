@@ -163,8 +163,8 @@ COMPARE: Stage[FunctionComparator] = Stage(
     feed=_feed_compare, poll=_poll_compare, poll_on_input=True, job_clock=caught_up_ms)
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
-    create=lambda r, policy: JobDiagnoser(r["job"], policy),
-    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True)
+    create=lambda r, policy, clock: JobDiagnoser(r["job"], policy, clock),
+    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True, job_clock=caught_up_ms)
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol, cast
 from ...schemas.records import Anomaly, RankWindow
 from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
 from ..context import StreamContext, now_ms
+from ..metrics import consumer_lag
 from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, message_key
 
 
@@ -51,6 +52,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
+        cores.clocks.input_pending(input_pending(app, ctx.topics[stage.topic]))
         now = now_ms()
         for key, core in cores.items():
             try:
@@ -59,6 +61,16 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 ctx.failed(f"{stage.name}.tick", exc)
             if cores.drop_if_idle(key, core, now) and observer is not None:
                 observer.dropped(core)
+
+
+def input_pending(app: Any, topic: Any) -> bool:
+    """Whether the worker's consumer holds unread messages of ``topic`` (its lag on one of the
+    topic's partitions it is assigned): a backlog not read yet, whatever the wall clock says."""
+    names = set(getattr(topic, "topics", ()) or ())
+    try:
+        return any(lag > 0 for (name, _p), lag in consumer_lag(app.consumer).items() if name in names)
+    except Exception:  # a consumer between assignments: as if nothing were pending
+        return False
 
 
 async def send(ctx: StreamContext, records: list[Routed]) -> None:

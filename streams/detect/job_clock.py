@@ -17,7 +17,10 @@ input. Two rules may then close what waits:
 
 * the caller's clock (``by_wall``) -- only while the stage is caught up with the job (its
   data within ``caught_up_ms`` of now: live) or the job's input stopped for a grace (the
-  backlog is drained or the job went silent: nothing more of it is coming);
+  backlog is drained or the job went silent: nothing more of it is coming). A caller that
+  knows its input is not all read (the Faust worker: its consumer's lag on the stage's
+  topic, set on every timer tick as ``input_pending``) says so: a worker starved of CPU
+  may go longer than a grace between two messages of a backlog it has not read yet;
 * the data clock (``data_past``) -- once the job's data is a grace plus ``margin_ms`` past
   the point, whatever the caller's clock says. The margin covers the skew between the
   partitions a worker reads (one rank's data may be read a little after another's of the
@@ -35,7 +38,7 @@ from .policy import DetectionPolicy
 class JobClock:
     """See the module docstring."""
 
-    __slots__ = ("caught_up_ms", "data_ms", "input_ms", "margin_ms", "policy")
+    __slots__ = ("caught_up_ms", "data_ms", "input_ms", "input_pending", "margin_ms", "policy")
 
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy = policy
@@ -43,6 +46,7 @@ class JobClock:
         self.margin_ms = policy.catch_up_margin_ms
         self.data_ms = 0  # the job's latest data time seen (0: none yet)
         self.input_ms: int | None = None  # caller clock of the latest input
+        self.input_pending = False  # the caller knows messages of the stage's input wait unread
 
     def note(self, data_ms: int, now_ms: int | None) -> None:
         """An input of the job carried data up to ``data_ms`` and came at ``now_ms`` (caller clock;
@@ -60,7 +64,7 @@ class JobClock:
         """Whether the caller's clock may close the job's windows now (see the module docstring)."""
         if self.input_ms is None or self.behind_ms(now_ms) <= self.caught_up_ms:
             return True
-        return now_ms - self.input_ms > self.policy.grace_ms
+        return not self.input_pending and now_ms - self.input_ms > self.policy.grace_ms
 
     def data_past(self, point_ms: int) -> bool:
         """The job's data is a grace and the margin past ``point_ms`` (data time)."""
@@ -73,6 +77,11 @@ class JobClocks:
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy, self.caught_up_ms = policy, caught_up_ms
         self.by_job: dict[str, JobClock] = {}
+
+    def input_pending(self, pending: bool) -> None:
+        """The caller's input has unread messages (or none): every job's clock is told."""
+        for clock in self.by_job.values():
+            clock.input_pending = pending
 
     def of(self, job: str) -> JobClock:
         clock = self.by_job.get(job)

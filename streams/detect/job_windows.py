@@ -45,7 +45,7 @@ class ReadyWindow(NamedTuple):
 class JobWindows:
     """Per-job buffer of records by window; see the module docstring."""
 
-    def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str]):
+    def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str], clock: JobClock | None = None):
         self.job, self.policy = job, policy
         self.skipped = skipped  # shared with the diagnoser
         self.rank_windows: dict[int, dict[int, RankWindow]] = {}
@@ -55,7 +55,8 @@ class JobWindows:
         self.evaluated_upto: int | None = None
         self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
         self.named: dict[int, Counter[str]] = {}  # window -> function -> ranks whose RankWindow names it
-        self.clock = JobClock(policy, caught_up_ms(policy))  # data time: the latest window close seen
+        # data time: the latest window close seen
+        self.clock = clock if clock is not None else JobClock(policy, caught_up_ms(policy))
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
