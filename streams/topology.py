@@ -175,26 +175,28 @@ class Cores(Generic[C]):
         self.stage, self.policy = stage, policy
         self.by_key: dict[str, C] = {}
         self.clocks = JobClocks(policy, stage.job_clock(policy) if stage.job_clock else None)
-        self._per_job: dict[str, int] = {}  # cores holding each job's clock
-        self._job_of: dict[str, str] = {}  # key -> job, for the cores that hold one
+        self._per_clock: dict[tuple[str, int | None], int] = {}  # cores holding each clock
+        self._clock_of: dict[str, tuple[str, int | None]] = {}  # key -> its clock's key
 
-    def for_record(self, record: Record) -> C:
+    def for_record(self, record: Record, partition: int | None = None) -> C:
+        """The core of ``record``'s key (created from it when new); ``partition``: the input
+        partition it was read from, whose cores of the same job share a clock (None: one per job)."""
         key = self.stage.key(record)
         core = self.by_key.get(key)
         if core is None:
             if self.stage.job_clock is None:
                 core = self.stage.create(record, self.policy)
             else:
-                job = str(record["job"])
-                core = self.stage.create(record, self.policy, self.clocks.of(job))
-                self._per_job[job] = self._per_job.get(job, 0) + 1
-                self._job_of[key] = job
+                clock_key = (str(record["job"]), partition)
+                core = self.stage.create(record, self.policy, self.clocks.of(*clock_key))
+                self._per_clock[clock_key] = self._per_clock.get(clock_key, 0) + 1
+                self._clock_of[key] = clock_key
             self.by_key[key] = core
         return core
 
-    def clock(self, job: str) -> JobClock | None:
-        """The shared clock of ``job`` on this stage (None: the stage shares none, or no such job)."""
-        return self.clocks.by_job.get(job)
+    def clock(self, job: str, partition: int | None = None) -> JobClock | None:
+        """The shared clock of ``job`` (and partition) on this stage (None: none shared, or no such job)."""
+        return self.clocks.by_job.get((job, partition))
 
     def items(self) -> list[tuple[str, C]]:
         return list(self.by_key.items())
@@ -204,12 +206,12 @@ class Cores(Generic[C]):
         if not core.idle(now_ms):
             return False
         del self.by_key[key]
-        job = self._job_of.pop(key, None)
-        if job is not None:
-            self._per_job[job] -= 1
-            if not self._per_job[job]:  # the job's last core: its clock goes with it
-                del self._per_job[job]
-                self.clocks.by_job.pop(job, None)
+        clock_key = self._clock_of.pop(key, None)
+        if clock_key is not None:
+            self._per_clock[clock_key] -= 1
+            if not self._per_clock[clock_key]:  # the clock's last core: the clock goes with it
+                del self._per_clock[clock_key]
+                self.clocks.by_job.pop(clock_key, None)
         return True
 
 

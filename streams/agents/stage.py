@@ -39,7 +39,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 continue
             name, record = decoded
             try:
-                core = cores.for_record(record)
+                core = cores.for_record(record, partition_of(stream))
                 now = now_ms()
                 stage.feed(core, name, record, now)
                 if observer is not None:
@@ -61,6 +61,14 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 ctx.failed(f"{stage.name}.tick", exc)
             if cores.drop_if_idle(key, core, now) and observer is not None:
                 observer.dropped(core)
+
+
+def partition_of(stream: Any) -> int | None:
+    """The partition the stream's current message was read from (None: unknown)."""
+    event = getattr(stream, "current_event", None)
+    message = getattr(event, "message", None)
+    partition = getattr(message, "partition", None)
+    return int(partition) if isinstance(partition, int) else None
 
 
 def input_pending(app: Any, topic: Any) -> bool:

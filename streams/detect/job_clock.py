@@ -9,8 +9,13 @@ closed empty by the timer and the rank's real data then came "late" and was drop
 (~16 % of the events of a 512-rank backlog), and comparisons were evaluated before most
 ranks had reported.
 
-A :class:`JobClock` is shared by the cores of one job on one stage (all the job's
-summarizers, all its comparators; the diagnoser has its own). It keeps the job's data
+A :class:`JobClock` is shared by the cores of one job on one stage that read the same input
+partition (the Faust worker names it; in process, one per job): the job's summarizers of
+ranks whose batches share a partition, its comparators of functions that do. Within one
+partition the data is read in the order it was sent; across partitions it is not (Faust
+reads them round robin, one message each, so a partition holding fewer ranks runs seconds
+of data ahead of one holding more), so a rank is only judged silent against the ranks
+read in order with it. It keeps the job's data
 time (``data_ms``: the latest batch time, or window end, its inputs carried, never ahead
 of the caller's clock by more than ``future_slack_ms``) and the caller time of the latest
 input. Two rules may then close what waits:
@@ -72,19 +77,20 @@ class JobClock:
 
 
 class JobClocks:
-    """The clocks of the jobs one stage of one worker follows, by job."""
+    """The clocks of the jobs one stage of one worker follows, by job and input partition."""
 
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy, self.caught_up_ms = policy, caught_up_ms
-        self.by_job: dict[str, JobClock] = {}
+        self.by_job: dict[tuple[str, int | None], JobClock] = {}
 
     def input_pending(self, pending: bool) -> None:
         """The caller's input has unread messages (or none): every job's clock is told."""
         for clock in self.by_job.values():
             clock.input_pending = pending
 
-    def of(self, job: str) -> JobClock:
-        clock = self.by_job.get(job)
+    def of(self, job: str, partition: int | None = None) -> JobClock:
+        key = (job, partition)
+        clock = self.by_job.get(key)
         if clock is None:
-            clock = self.by_job[job] = JobClock(self.policy, self.caught_up_ms)
+            clock = self.by_job[key] = JobClock(self.policy, self.caught_up_ms)
         return clock
