@@ -72,13 +72,23 @@ def partition_of(stream: Any) -> int | None:
 
 
 def input_pending(app: Any, topic: Any) -> bool:
-    """Whether the worker's consumer holds unread messages of ``topic`` (its lag on one of the
-    topic's partitions it is assigned): a backlog not read yet, whatever the wall clock says."""
+    """Whether messages of ``topic`` wait for the stage: unread by the worker's consumer (its lag
+    on one of the topic's partitions it is assigned), or read and queued for the agent (Faust
+    hands up to ``stream_buffer_maxsize`` messages ahead to the agent's queue, which the lag no
+    longer counts): a backlog not processed yet, whatever the wall clock says."""
     names = set(getattr(topic, "topics", ()) or ())
     try:
+        if _queued(topic):
+            return True
         return any(lag > 0 for (name, _p), lag in consumer_lag(app.consumer).items() if name in names)
     except Exception:  # a consumer between assignments: as if nothing were pending
         return False
+
+
+def _queued(topic: Any) -> int:
+    """Messages waiting in the queues of the channels iterating a Faust topic (its agent's)."""
+    root = getattr(topic, "_root", None) or topic
+    return sum(int(sub.queue.qsize()) for sub in list(getattr(root, "_subscribers", ())))
 
 
 async def send(ctx: StreamContext, records: list[Routed]) -> None:

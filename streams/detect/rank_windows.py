@@ -13,7 +13,9 @@ keeps closing empty windows (liveness and hang detection need them) until it has
 silent for ``idle_after_s``. An event is implausible, counted and dropped, when it lies
 outside [batch wall time - max_duration_s, batch wall time + future_slack_ms]: a
 corrupt timestamp must not open far-away windows or close the current ones early.
-At most ``max_open_windows`` are open; events for more are counted and dropped.
+At most ``max_open_windows`` are open; events for more are counted and dropped; one poll
+closes at most that many (the rest at the next tick: a drained backlog of a silent job would
+otherwise close minutes of empty windows of every rank in one timer tick).
 ``dropped`` counts the well-formed events dropped for want of an open window (late or
 too many open): the RankWindow reports them with the collector's own drops.
 """
@@ -100,6 +102,8 @@ class RankWindows:
                 break
             out.append((wid, self.windows.pop(wid, WindowAcc())))
             self.next_window = wid + 1
+            if len(out) >= self.policy.max_open_windows and not flush:
+                break  # bounded work per poll (a drained backlog: minutes of empty windows); the rest next tick
         return out
 
     def close_all(self) -> list[tuple[int, WindowAcc]]:

@@ -114,8 +114,11 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
     for c in d.components:
         c.stop()
 
-    (rows,) = chdb_reader(d.data_dir / "chdb")([
-        f"SELECT rank, window_id, steps, dropped_events FROM rank_windows FINAL WHERE job = '{job}'"])
+    (rows, per_window) = chdb_reader(d.data_dir / "chdb")([
+        f"SELECT rank, window_id, steps, dropped_events FROM rank_windows FINAL WHERE job = '{job}'",
+        "SELECT window_id, count(), sum(steps), countIf(dropped_events > 0) FROM rank_windows FINAL"
+        f" WHERE job = '{job}' GROUP BY window_id ORDER BY window_id"])
+    print(f"\nper window (id, ranks, steps, ranks with drops): {per_window}")
     stored = {(int(r), int(w)): int(s) for r, w, s, _ in rows}
     print(f"\nbacklog of {RANKS} ranks x {SECONDS} s ({len(records)} batches): {len(stored)} rank windows "
           f"stored, incidents {sorted(opened())}, worker drops {dropped}")
