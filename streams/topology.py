@@ -109,7 +109,7 @@ class Stage(Generic[C]):
 
     name: str  # agent ``perftracker.<name>``; error counters ``<name>`` and ``<name>.tick``
     topic: str  # the topic role it consumes; its key is the stage key
-    create: Callable[[Record, DetectionPolicy], C]  # the core of a new key, from its first record
+    create: Callable[..., C]  # (record, policy[, job clock]) -> the core of a new key, from its first record
     feed: Callable[[C, str, Record, int], None]  # (core, record name, record, now ms)
     poll: Callable[[C, int, bool], list[Routed]]  # (core, now ms, flush) -> records to route
     poll_on_input: bool = False
