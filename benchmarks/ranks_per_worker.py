@@ -121,7 +121,6 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
     prefix = f"rw{time.time_ns() % 10**9}"
     ensure_topics({"bootstrap.servers": bootstrap}, all_topics(prefix))
     seconds = args.warmup_s + args.judge_s
-    batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}")
     log_dir = Path(tempfile.mkdtemp(prefix="pt-bench-rpw-"))
     procs = []
     try:
@@ -129,9 +128,11 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
         for i in range(workers):
             procs.append(start_worker(bootstrap, prefix, log_dir / f"worker-{i}.log", app_id=app))
         deadline = time.monotonic() + 180
-        while sum(_assigned(port) for _, port in procs) < 8 * workers and time.monotonic() < deadline:
-            time.sleep(0.5)  # every worker holds partitions (of the three stage topics)
+        while not all(_assigned(port) for _, port in procs) and time.monotonic() < deadline:
+            time.sleep(0.5)  # every worker holds partitions (after the group's last rebalance)
+        time.sleep(2)
         rss0 = [_rss_mb(p.pid) for p, _ in procs]
+        batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}")
         if time.time_ns() // MS > start_ms:  # building took longer than planned: no real-time run
             return {"ranks": ranks, "workers": workers, "error": "batches were built too late"}
         sender = Sender(bootstrap, TopicNames.for_prefix(prefix).events, batches, start_ms)
