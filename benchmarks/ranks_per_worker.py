@@ -18,7 +18,11 @@ consumer group (``scale_2_workers``: their largest N over one worker's).
 
 ``memory_mb_per_rank``: the worker's RSS growth from before the first batch to the end of
 the largest passing one-worker trial, over its ranks. ``cpus`` and ``load_avg_1m`` say what the
-machine had; the workers, the sender and the broker share those CPUs.
+machine had; the workers, the sender and the broker share those CPUs. On a shared host a
+worker gets a fraction of a core: ``events_per_worker_cpu_s`` (events the workers processed
+over the CPU seconds they used while the batches were sent) and ``ranks_per_core_estimate``
+(that over the events per rank per second) say what one worker with a core to itself would
+follow -- an estimate, not a measured real-time run.
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
             time.sleep(0.5)  # every worker holds partitions (after the group's last rebalance)
         time.sleep(2)
         rss0 = [_rss_mb(p.pid) for p, _ in procs]
+        cpu0 = [_cpu_s(p.pid) for p, _ in procs]
         batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}")
         if time.time_ns() // MS > start_ms:  # building took longer than planned: no real-time run
             return {"ranks": ranks, "workers": workers, "error": "batches were built too late"}
@@ -147,7 +152,8 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
         sender.stop_flag.set()
         sender.join(10)
         rss = [_rss_mb(p.pid) for p, _ in procs]
-        cpu = [_cpu_s(p.pid) for p, _ in procs]
+        cpu = [_cpu_s(p.pid) - c0 for (p, _), c0 in zip(procs, cpu0, strict=True)]
+        consumed = sum(_consumed(port) for _, port in procs)
     finally:
         for p, _ in procs:
             os.killpg(p.pid, signal.SIGTERM)
@@ -166,6 +172,7 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
             "lag_last_s": round((judged[-1] if judged else 0) / ranks, 2),
             "events_per_s": ranks * events_per_batch, "rss_mb": [round(x, 1) for x in rss],
             "rss_growth_mb": round(sum(rss) - sum(rss0), 1), "worker_cpu_s": [round(c, 1) for c in cpu],
+            "events_per_worker_cpu_s": round(consumed * events_per_batch / max(sum(cpu), 1e-9)),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -240,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         "events_per_s_1_worker": one["events_per_s"] if one else 0,
         "first_unbounded_1_worker": one.get("first_unbounded") if one else None,
         "first_unbounded_2_workers": two.get("first_unbounded") if two else None,
+        # what one worker would follow with a whole core to itself, from the CPU it used (an estimate)
+        "events_per_worker_cpu_s": one["events_per_worker_cpu_s"] if one else None,
+        "ranks_per_core_estimate": round(one["events_per_worker_cpu_s"] / (one["events_per_s"] / ranks_1))
+        if one else None,
         "memory_mb_per_rank": round(one["rss_growth_mb"] / ranks_1, 3) if one else None,
         "worker_rss_mb": one["rss_mb"] if one else None,
         "bounded": "lag < 2 windows of batches at every sample of the judged period and its last quarter's mean "
