@@ -13,9 +13,11 @@ keeps closing empty windows (liveness and hang detection need them) until it has
 silent for ``idle_after_s``. An event is implausible, counted and dropped, when it lies
 outside [batch wall time - max_duration_s, batch wall time + future_slack_ms]: a
 corrupt timestamp must not open far-away windows or close the current ones early.
-At most ``max_open_windows`` are open; events for more are counted and dropped; one poll
-closes at most that many (the rest at the next tick: a drained backlog of a silent job would
-otherwise close minutes of empty windows of every rank in one timer tick).
+At most ``max_open_windows`` are open; events for more are counted and dropped. One poll
+closes at most ``MAX_CLOSED_PER_POLL`` windows (the rest at the next tick): a drained backlog
+of a job that went silent would otherwise close minutes of empty windows of every rank in
+one timer tick, and the diagnoser, which holds ``max_open_windows`` windows, would evict the
+job's last window with data before every rank's copy of it came.
 ``dropped`` counts the well-formed events dropped for want of an open window (late or
 too many open): the RankWindow reports them with the collector's own drops.
 """
@@ -27,6 +29,8 @@ from collections import Counter
 from .accumulate import WindowAcc
 from .job_clock import JobClock
 from .policy import DetectionPolicy
+
+MAX_CLOSED_PER_POLL = 2  # live, a rank's windows close one per window length
 
 
 class RankWindows:
@@ -102,7 +106,7 @@ class RankWindows:
                 break
             out.append((wid, self.windows.pop(wid, WindowAcc())))
             self.next_window = wid + 1
-            if len(out) >= self.policy.max_open_windows and not flush:
+            if len(out) >= MAX_CLOSED_PER_POLL and not flush:
                 break  # bounded work per poll (a drained backlog: minutes of empty windows); the rest next tick
         return out
 
