@@ -30,7 +30,7 @@ from .accumulate import WindowAcc
 from .job_clock import JobClock
 from .policy import DetectionPolicy
 
-MAX_CLOSED_PER_POLL = 2  # live, a rank's windows close one per window length
+MAX_CLOSED_PER_POLL = 4  # live, a rank's windows close one per window length; half the diagnoser's max_open_windows
 
 
 class RankWindows:
