@@ -10,7 +10,9 @@ process) twice per size:
   batches' time), the stages' timers tick every 0.5 s between them;
 * ``backlog``: the same job, ``--behind-s`` seconds old, read as fast as this process goes
   on the real wall clock with the timers ticking every 0.5 s of it -- a worker restarted
-  behind the live head, or a burst. ``seconds`` is the time to drain it.
+  behind the live head, or a burst. ``seconds`` is the time to drain it. The stages are
+  told that input waits unread while the backlog is fed, as the Faust worker's timer learns
+  from its consumer's lag (streams/agents/stage.py).
 
 Each run reports the RankWindows emitted (every rank, every window), the events dropped
 for want of an open window (``dropped_late``: the RankWindows' ``dropped_events``, the
@@ -144,12 +146,21 @@ def run_backlog(ranks: int, seconds: int, functions: int, wall0_ns: int, seed: i
             runner.feed(EVENT_BATCH, batch, clock())
             events += sim.events_per_batch
             if (now := clock()) >= next_tick:
+                _pending(runner, True)  # as the Faust tick learns from its consumer: the backlog is unread
                 runner.tick(now)
                 next_tick = now + TICK_MS
     drained = time.perf_counter() - t_start
     out.late = _late_counts(runner)
+    _pending(runner, False)
     _close_out(runner, clock(), policy)
     return out, drained, events
+
+
+def _pending(runner: LocalRunner, pending: bool) -> None:
+    """Tell every stage's job clocks whether input waits unread (the Faust worker's tick reads
+    it from its consumer's lag and its agents' queues; a runner in process is told)."""
+    for cores in runner.cores.values():
+        cores.clocks.input_pending(pending)
 
 
 def _rss_kb(field_name: str, pid: str = "self") -> int:
