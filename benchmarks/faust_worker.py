@@ -33,10 +33,11 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
-def start_worker(bootstrap: str, prefix: str, log: Path) -> tuple[subprocess.Popen, int]:
+def start_worker(bootstrap: str, prefix: str, log: Path, app_id: str | None = None) -> tuple[subprocess.Popen, int]:
+    """A ``perftracker worker`` on topics ``prefix.*``; ``app_id``: its consumer group (default: a new one)."""
     port = free_port()
     env = {**os.environ, "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix,
-           "PERFTRACKER_STREAMS_WEB_PORT": str(port), "PERFTRACKER_STREAMS_APP_ID": f"{prefix}-{time.time_ns()}",
+           "PERFTRACKER_STREAMS_WEB_PORT": str(port), "PERFTRACKER_STREAMS_APP_ID": app_id or f"{prefix}-{time.time_ns()}",
            "PERFTRACKER_DATA_DIR": tempfile.mkdtemp(prefix="pt-bench-worker-"), "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", "worker"], env=env, stdout=out,

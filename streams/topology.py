@@ -39,6 +39,8 @@ from ..schemas.vocabulary import (
     RANK_WINDOW,
 )
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+from .detect.compare import caught_up_ms
+from .detect.job_clock import JobClock, JobClocks
 
 POLL_INTERVAL_S = 0.5  # every stage's timer
 
@@ -107,10 +109,13 @@ class Stage(Generic[C]):
 
     name: str  # agent ``perftracker.<name>``; error counters ``<name>`` and ``<name>.tick``
     topic: str  # the topic role it consumes; its key is the stage key
-    create: Callable[[Record, DetectionPolicy], C]  # the core of a new key, from its first record
+    create: Callable[..., C]  # (record, policy[, job clock]) -> the core of a new key, from its first record
     feed: Callable[[C, str, Record, int], None]  # (core, record name, record, now ms)
     poll: Callable[[C, int, bool], list[Routed]]  # (core, now ms, flush) -> records to route
     poll_on_input: bool = False
+    # the cores of one job share a JobClock (streams/detect/job_clock.py) whose caught-up bound is
+    # ``job_clock(policy)`` ms; ``create`` then takes it as a third argument
+    job_clock: Callable[[DetectionPolicy], int] | None = None
 
     def key(self, record: Record) -> str:
         return TOPIC_KEY[self.topic](record)
@@ -149,16 +154,17 @@ def _poll_diagnose(d: JobDiagnoser, now: int, flush: bool) -> list[Routed]:
 
 SUMMARIZE: Stage[RankSummarizer] = Stage(
     name="summarize", topic=TopicRole.INPUTS,
-    create=lambda r, policy: RankSummarizer(r["job"], int(r["rank"]), policy),
-    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True)
+    create=lambda r, policy, clock: RankSummarizer(r["job"], int(r["rank"]), policy, clock),
+    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True,
+    job_clock=lambda policy: policy.grace_ms)  # batches come each second: 3 s behind is behind
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
-    create=lambda r, policy: FunctionComparator(r["job"], r["function"], policy),
-    feed=_feed_compare, poll=_poll_compare, poll_on_input=True)
+    create=lambda r, policy, clock: FunctionComparator(r["job"], r["function"], policy, clock),
+    feed=_feed_compare, poll=_poll_compare, poll_on_input=True, job_clock=caught_up_ms)
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
-    create=lambda r, policy: JobDiagnoser(r["job"], policy),
-    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True)
+    create=lambda r, policy, clock: JobDiagnoser(r["job"], policy, clock),
+    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True, job_clock=caught_up_ms)
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 
@@ -168,13 +174,29 @@ class Cores(Generic[C]):
     def __init__(self, stage: Stage[C], policy: DetectionPolicy):
         self.stage, self.policy = stage, policy
         self.by_key: dict[str, C] = {}
+        self.clocks = JobClocks(policy, stage.job_clock(policy) if stage.job_clock else None)
+        self._per_clock: dict[tuple[str, int | None], int] = {}  # cores holding each clock
+        self._clock_of: dict[str, tuple[str, int | None]] = {}  # key -> its clock's key
 
-    def for_record(self, record: Record) -> C:
+    def for_record(self, record: Record, partition: int | None = None) -> C:
+        """The core of ``record``'s key (created from it when new); ``partition``: the input
+        partition it was read from, whose cores of the same job share a clock (None: one per job)."""
         key = self.stage.key(record)
         core = self.by_key.get(key)
         if core is None:
-            core = self.by_key[key] = self.stage.create(record, self.policy)
+            if self.stage.job_clock is None:
+                core = self.stage.create(record, self.policy)
+            else:
+                clock_key = (str(record["job"]), partition)
+                core = self.stage.create(record, self.policy, self.clocks.of(*clock_key))
+                self._per_clock[clock_key] = self._per_clock.get(clock_key, 0) + 1
+                self._clock_of[key] = clock_key
+            self.by_key[key] = core
         return core
+
+    def clock(self, job: str, partition: int | None = None) -> JobClock | None:
+        """The shared clock of ``job`` (and partition) on this stage (None: none shared, or no such job)."""
+        return self.clocks.by_job.get((job, partition))
 
     def items(self) -> list[tuple[str, C]]:
         return list(self.by_key.items())
@@ -184,6 +206,12 @@ class Cores(Generic[C]):
         if not core.idle(now_ms):
             return False
         del self.by_key[key]
+        clock_key = self._clock_of.pop(key, None)
+        if clock_key is not None:
+            self._per_clock[clock_key] -= 1
+            if not self._per_clock[clock_key]:  # the clock's last core: the clock goes with it
+                del self._per_clock[clock_key]
+                self.clocks.by_job.pop(clock_key, None)
         return True
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol, cast
 from ...schemas.records import Anomaly, RankWindow
 from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
 from ..context import StreamContext, now_ms
+from ..metrics import consumer_lag
 from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, message_key
 
 
@@ -38,7 +39,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 continue
             name, record = decoded
             try:
-                core = cores.for_record(record)
+                core = cores.for_record(record, partition_of(stream))
                 now = now_ms()
                 stage.feed(core, name, record, now)
                 if observer is not None:
@@ -51,6 +52,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
+        cores.clocks.input_pending(input_pending(app, ctx.topics[stage.topic]))
         now = now_ms()
         for key, core in cores.items():
             try:
@@ -59,6 +61,34 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 ctx.failed(f"{stage.name}.tick", exc)
             if cores.drop_if_idle(key, core, now) and observer is not None:
                 observer.dropped(core)
+
+
+def partition_of(stream: Any) -> int | None:
+    """The partition the stream's current message was read from (None: unknown)."""
+    event = getattr(stream, "current_event", None)
+    message = getattr(event, "message", None)
+    partition = getattr(message, "partition", None)
+    return int(partition) if isinstance(partition, int) else None
+
+
+def input_pending(app: Any, topic: Any) -> bool:
+    """Whether messages of ``topic`` wait for the stage: unread by the worker's consumer (its lag
+    on one of the topic's partitions it is assigned), or read and queued for the agent (Faust
+    hands up to ``stream_buffer_maxsize`` messages ahead to the agent's queue, which the lag no
+    longer counts): a backlog not processed yet, whatever the wall clock says."""
+    names = set(getattr(topic, "topics", ()) or ())
+    try:
+        if _queued(topic):
+            return True
+        return any(lag > 0 for (name, _p), lag in consumer_lag(app.consumer).items() if name in names)
+    except Exception:  # a consumer between assignments: as if nothing were pending
+        return False
+
+
+def _queued(topic: Any) -> int:
+    """Messages waiting in the queues of the channels iterating a Faust topic (its agent's)."""
+    root = getattr(topic, "_root", None) or topic
+    return sum(int(sub.queue.qsize()) for sub in list(getattr(root, "_subscribers", ())))
 
 
 async def send(ctx: StreamContext, records: list[Routed]) -> None:

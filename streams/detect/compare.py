@@ -3,7 +3,10 @@
 A window is evaluated as soon as every rank expected in it has sent its pattern (the
 collective's ``group_ranks``, else the job's ``world_size``), or else once ``grace`` has
 passed on the caller's clock since its first pattern arrived (a missing rank, or a
-function only some ranks run, gets that long); at most ``max_open_windows`` wait
+function only some ranks run, gets that long) while the job's :class:`.job_clock.JobClock`
+lets the caller's clock decide, or once the job's patterns show its data a grace and a
+margin past the window's close (a backlog: patterns read long after they were made, a
+window's spread over many seconds of reading); at most ``max_open_windows`` wait
 (the oldest is evicted, counted), and a pattern for a window already evaluated is
 late (counted). Evaluation keeps the patterns with steps and sane numbers, then
 scores non-collectives against their peers (:mod:`.peers`, time per completed step)
@@ -21,6 +24,7 @@ import numpy as np
 
 from ...schemas.records import FunctionComparison, FunctionPattern
 from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
+from .job_clock import JobClock
 from .late_arrival import score_collective
 from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
@@ -33,9 +37,12 @@ MAX_EVALUATED_REMEMBERED = 32  # evaluated window ids kept to recognise late pat
 class FunctionComparator:
     """Per (job, function) window buffer and evaluator."""
 
-    def __init__(self, job: str, function: str, policy: DetectionPolicy | None = None):
+    def __init__(self, job: str, function: str, policy: DetectionPolicy | None = None,
+                 clock: JobClock | None = None):
         self.job, self.function = job, function
         self.policy = policy or DetectionPolicy()
+        # shared by the job's comparators: its data time is the latest window close its patterns show
+        self.clock = clock if clock is not None else JobClock(self.policy, caught_up_ms(self.policy))
         self.peer_map = self.policy.peer_group_map()
         self.coords: dict[int, dict[str, int]] = {}  # rank -> mesh coordinates its patterns carried
         self.skipped: Counter[str] = Counter()
@@ -67,6 +74,7 @@ class FunctionComparator:
         coords = coords_of(pattern)
         if coords:
             self.coords[rank] = coords
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms)
         self.expected[wid] = max(self.expected.get(wid, 0), expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
@@ -80,8 +88,7 @@ class FunctionComparator:
         for wid in sorted(self.pending):
             if self.first_seen.get(wid) is None:
                 self.first_seen[wid] = now_wall_ms
-            first = self.first_seen[wid]
-            if not self.complete(wid) and first is not None and now_wall_ms <= first + self.policy.grace_ms:
+            if not self.complete(wid) and not self._waited(wid, now_wall_ms):
                 continue
             patterns = self.pending.pop(wid)
             self.first_seen.pop(wid, None)
@@ -89,6 +96,13 @@ class FunctionComparator:
             self.evaluated = (self.evaluated + [wid])[-MAX_EVALUATED_REMEMBERED:]
             out.append(self.evaluate(wid, list(patterns.values())))
         return out
+
+    def _waited(self, wid: int, now_wall_ms: int) -> bool:
+        """Window ``wid`` waited its grace for missing patterns (see the module docstring)."""
+        first = self.first_seen.get(wid)
+        if first is None or (now_wall_ms > first + self.policy.grace_ms and self.clock.by_wall(now_wall_ms)):
+            return True
+        return self.clock.data_past(closed_at_ms(self.policy, wid))
 
     def complete(self, wid: int) -> bool:
         """Every rank expected in window ``wid`` has sent its pattern."""
@@ -138,6 +152,17 @@ class FunctionComparator:
             skipped["absurd_duration"] += 1
             return False
         return True
+
+
+def closed_at_ms(policy: DetectionPolicy, window_id: int) -> int:
+    """Data time at which a rank closes window ``window_id`` by its own data (its end + close lag)."""
+    return (int(window_id) + 1) * policy.window_ms + policy.close_lag_ms
+
+
+def caught_up_ms(policy: DetectionPolicy) -> int:
+    """A stage fed with windows (compare, diagnose) keeps up with a job while its latest window
+    close is at most this old: live, windows come one window length apart, a flush after they end."""
+    return policy.window_ms + policy.grace_ms
 
 
 def expected_ranks(p: FunctionPattern) -> int:

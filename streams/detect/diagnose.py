@@ -46,6 +46,7 @@ from ...schemas.vocabulary import RESOLVED_JOB_DIED, RESOLVED_JOB_FINISHED
 from .findings import Finding
 from .incidents import Track, end_all, step
 from .job_checks import JobChecks
+from .job_clock import JobClock
 from .job_windows import JobWindows
 from .policy import DetectionPolicy
 from .window import diagnose_window, step_ms
@@ -54,11 +55,11 @@ from .window import diagnose_window, step_ms
 class JobDiagnoser:
     """Per-job root-cause engine; see the module docstring."""
 
-    def __init__(self, job: str, policy: DetectionPolicy | None = None):
+    def __init__(self, job: str, policy: DetectionPolicy | None = None, clock: JobClock | None = None):
         self.job = job
         self.policy = policy or DetectionPolicy()
         self.skipped: Counter[str] = Counter()
-        self.windows = JobWindows(job, self.policy, self.skipped)
+        self.windows = JobWindows(job, self.policy, self.skipped, clock)
         self.checks = JobChecks(job, self.policy)
         self.tracks: dict[str, Track] = {}
         self.last_now = 0

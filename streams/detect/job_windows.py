@@ -13,7 +13,9 @@ fewer ranks than the job it rarely has peers enough to name anyone). When a rank
 or a comparison is missing, the timers stay the fallback: W is ready half a grace after
 its first FunctionComparison arrived (the comparators of all functions fire within one
 grace of each other), or two graces + 1 s after its first RankWindow when no comparison
-comes (a hung job produces no patterns). Times are the caller's clock; a record added without one is stamped at the
+comes (a hung job produces no patterns) -- while the job's :class:`.job_clock.JobClock` lets the
+caller's clock decide; behind the job (a backlog), a window with a missing record is ready once
+records show the job's data a grace and a margin past the window's close. Times are the caller's clock; a record added without one is stamped at the
 next poll. A record for a window already released is late (counted); at most
 ``max_open_windows`` wait (the oldest is dropped, counted).
 """
@@ -25,6 +27,8 @@ from typing import NamedTuple, cast
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from .compare import caught_up_ms, closed_at_ms
+from .job_clock import JobClock
 from .model import COMM_PREFIX
 from .policy import DetectionPolicy
 from .rank_records import pattern_functions
@@ -41,7 +45,7 @@ class ReadyWindow(NamedTuple):
 class JobWindows:
     """Per-job buffer of records by window; see the module docstring."""
 
-    def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str]):
+    def __init__(self, job: str, policy: DetectionPolicy, skipped: Counter[str], clock: JobClock | None = None):
         self.job, self.policy = job, policy
         self.skipped = skipped  # shared with the diagnoser
         self.rank_windows: dict[int, dict[int, RankWindow]] = {}
@@ -51,6 +55,8 @@ class JobWindows:
         self.evaluated_upto: int | None = None
         self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
         self.named: dict[int, Counter[str]] = {}  # window -> function -> ranks whose RankWindow names it
+        # data time: the latest window close seen
+        self.clock = clock if clock is not None else JobClock(policy, caught_up_ms(policy))
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job (bad ones counted)."""
@@ -69,6 +75,7 @@ class JobWindows:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms)
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
@@ -125,6 +132,10 @@ class JobWindows:
     def _ready(self, wid: int, now: int) -> bool:
         if self.complete(wid):
             return True
+        if self.clock.data_past(closed_at_ms(self.policy, wid)):
+            return True
+        if not self.clock.by_wall(now):
+            return False
         grace = self.policy.grace_ms
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         if cmp_t is not None and now > cmp_t + grace // 2:

@@ -73,6 +73,8 @@ class DetectionPolicy:
     max_open_windows: int = 8  # per summarizer / comparator; oldest evicted (counted)
     max_duration_s: float = 3600.0  # longer durations are absurd input
     idle_after_s: float = 600.0  # state with no input for this long may be dropped
+    catch_up_margin_ms: int = 5000  # behind the job (a backlog), a missing rank or record waits its grace plus
+    # this much of the job's data time (the skew between the partitions read): streams/detect/job_clock.py
     peer_groups: str = TUNABLE.peer_groups
     # engine rules that were module constants (same values); all ratios are fractions
     future_slack_ms: int = 1000  # an event may end at most this long after its batch's wall time

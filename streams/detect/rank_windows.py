@@ -3,13 +3,21 @@
 An event at wall time ``wall_ms`` (the rank's own host clock) belongs to window
 ``floor(wall_ms / window_ms)``. Windows close strictly in order from ``next_window``
 (the lowest one not yet closed): when this rank's data has moved ``close_lag_ms``
-past a window's end, or, once the rank has gone quiet (no input for a grace on the
-caller's clock), when the caller's clock passes the end + grace. A quiet rank so
+past a window's end, or, once the rank has gone quiet, a grace past its end: quiet on the
+caller's clock (no input for a grace) while the job's :class:`.job_clock.JobClock` lets the
+caller's clock close windows (the stage keeps up with the job, or the job's input
+stopped), or quiet on the job's data time (the other ranks' data a grace and a margin
+past this rank's and past the window's end) -- so a backlog read long after it was
+produced closes exactly the windows the same data closes live. A quiet rank so
 keeps closing empty windows (liveness and hang detection need them) until it has been
 silent for ``idle_after_s``. An event is implausible, counted and dropped, when it lies
 outside [batch wall time - max_duration_s, batch wall time + future_slack_ms]: a
 corrupt timestamp must not open far-away windows or close the current ones early.
-At most ``max_open_windows`` are open; events for more are counted and dropped.
+At most ``max_open_windows`` are open; events for more are counted and dropped. One poll
+closes at most ``MAX_CLOSED_PER_POLL`` windows (the rest at the next tick): a drained backlog
+of a job that went silent would otherwise close minutes of empty windows of every rank in
+one timer tick, and the diagnoser, which holds ``max_open_windows`` windows, would evict the
+job's last window with data before every rank's copy of it came.
 ``dropped`` counts the well-formed events dropped for want of an open window (late or
 too many open): the RankWindow reports them with the collector's own drops.
 """
@@ -19,15 +27,19 @@ from __future__ import annotations
 from collections import Counter
 
 from .accumulate import WindowAcc
+from .job_clock import JobClock
 from .policy import DetectionPolicy
+
+MAX_CLOSED_PER_POLL = 4  # live, a rank's windows close one per window length; half the diagnoser's max_open_windows
 
 
 class RankWindows:
     """Open windows of one rank and the clocks that close them."""
 
-    def __init__(self, policy: DetectionPolicy, skipped: Counter[str]):
+    def __init__(self, policy: DetectionPolicy, skipped: Counter[str], clock: JobClock | None = None):
         self.policy = policy
         self.skipped = skipped  # shared with the summarizer
+        self.clock = clock if clock is not None else JobClock(policy)  # the job's (shared by its ranks)
         self.windows: dict[int, WindowAcc] = {}
         self.next_window: int | None = None  # lowest window not yet closed
         self.data_ms = 0  # latest event wall time seen
@@ -78,19 +90,24 @@ class RankWindows:
             return out
         wms, lag, grace = self.policy.window_ms, self.policy.close_lag_ms, self.policy.grace_ms
         last_open = max(self.windows) if self.windows else self.next_window - 1
+        # by the rank's own data; once the rank went quiet, by the caller's clock while the job's
+        # clock allows it (live), else by the job's data time (a backlog: data far behind now)
+        clock = self.clock
+        quiet_wall = now_wall_ms - self.last_input_ms > grace and clock.by_wall(now_wall_ms)
+        quiet_data = clock.data_past(self.data_ms)
         while True:
             wid = self.next_window
             end = (wid + 1) * wms
-            # by the rank's own data; by the caller's clock only once the rank went quiet, so a
-            # replay or a lagging consumer (data far behind now) still fills its windows
-            quiet = now_wall_ms - self.last_input_ms > grace
-            done = self.data_ms >= end + lag or (quiet and now_wall_ms > end + grace)
+            done = (self.data_ms >= end + lag or (quiet_wall and now_wall_ms > end + grace)
+                    or (quiet_data and clock.data_past(end)))
             if not (done or (flush and wid <= last_open)):
                 break
             if wid not in self.windows and self._silent_too_long(end):
                 break
             out.append((wid, self.windows.pop(wid, WindowAcc())))
             self.next_window = wid + 1
+            if len(out) >= MAX_CLOSED_PER_POLL and not flush:
+                break  # bounded work per poll (a drained backlog: minutes of empty windows); the rest next tick
         return out
 
     def close_all(self) -> list[tuple[int, WindowAcc]]:

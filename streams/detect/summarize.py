@@ -23,6 +23,7 @@ from collections import Counter
 
 from ...schemas.records import FunctionPattern, RankWindow
 from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
+from .job_clock import JobClock
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
@@ -32,14 +33,15 @@ from .rank_windows import RankWindows
 class RankSummarizer:
     """Per (job, rank) window accumulator; see the module docstring."""
 
-    def __init__(self, job: str, rank: int, policy: DetectionPolicy | None = None):
+    def __init__(self, job: str, rank: int, policy: DetectionPolicy | None = None, clock: JobClock | None = None):
         self.job, self.rank = job, int(rank)
         self.policy = policy or DetectionPolicy()
         self.skipped: Counter[str] = Counter()
         self.meta = RankMeta(job, self.rank, 0, "", -1)
         self.progress = RankProgress()
         self.health = RankHealth()
-        self.windows = RankWindows(self.policy, self.skipped)
+        self.clock = clock if clock is not None else JobClock(self.policy)  # shared by the job's ranks
+        self.windows = RankWindows(self.policy, self.skipped, self.clock)
         self.events = EventFolder(self.windows, self.progress, self.policy, self.skipped)
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self.collector_dropped = 0  # the batch header's cumulative count
@@ -66,6 +68,7 @@ class RankSummarizer:
                                  _mesh_coords(batch.get("mesh_coords")) or self.meta.mesh_coords)
             self.collector_dropped = int(batch.get("dropped_events", 0))
             self.events.fold(batch)
+            self.clock.note(self.windows.batch_wall_ms, now_wall_ms)
             if batch.get("final"):
                 self.ended = True
                 closed = self.windows.close_all()

@@ -1,0 +1,96 @@
+"""One job's data time on one stage, and which clock may close its windows.
+
+Windows of a rank close by the rank's own data; a window waits a grace for a rank or a
+record that is missing. That grace used to run on the caller's (wall) clock only, which is
+right while the stage keeps up with the job (data arrives about when it was produced) and
+wrong while it is behind -- a worker restarted behind the live head, a burst: the data
+being read is minutes old, every rank looks silent on the wall clock, its windows were
+closed empty by the timer and the rank's real data then came "late" and was dropped
+(~16 % of the events of a 512-rank backlog), and comparisons were evaluated before most
+ranks had reported.
+
+A :class:`JobClock` is shared by the cores of one job on one stage that read the same input
+partition (the Faust worker names it; in process, one per job): the job's summarizers of
+ranks whose batches share a partition, its comparators of functions that do. Within one
+partition the data is read in the order it was sent; across partitions it is not (Faust
+reads them round robin, one message each, so a partition holding fewer ranks runs seconds
+of data ahead of one holding more), so a rank is only judged silent against the ranks
+read in order with it. It keeps the job's data
+time (``data_ms``: the latest batch time, or window end, its inputs carried, never ahead
+of the caller's clock by more than ``future_slack_ms``) and the caller time of the latest
+input. Two rules may then close what waits:
+
+* the caller's clock (``by_wall``) -- only while the stage is caught up with the job (its
+  data within ``caught_up_ms`` of now: live) or the job's input stopped for a grace (the
+  backlog is drained or the job went silent: nothing more of it is coming). A caller that
+  knows its input is not all read (the Faust worker: its consumer's lag on the stage's
+  topic, set on every timer tick as ``input_pending``) says so: a worker starved of CPU
+  may go longer than a grace between two messages of a backlog it has not read yet;
+* the data clock (``data_past``) -- once the job's data is a grace plus ``margin_ms`` past
+  the point, whatever the caller's clock says. The margin covers the skew between the
+  partitions a worker reads (one rank's data may be read a little after another's of the
+  same time); live, the caller's clock fires first, so the margin costs nothing there.
+
+Both are pure functions of what came in and the caller's clock: a backlog of the same data
+closes the same windows with the same contents as the data arriving live.
+"""
+
+from __future__ import annotations
+
+from .policy import DetectionPolicy
+
+
+class JobClock:
+    """See the module docstring."""
+
+    __slots__ = ("caught_up_ms", "data_ms", "input_ms", "input_pending", "margin_ms", "policy")
+
+    def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
+        self.policy = policy
+        self.caught_up_ms = policy.grace_ms if caught_up_ms is None else int(caught_up_ms)
+        self.margin_ms = policy.catch_up_margin_ms
+        self.data_ms = 0  # the job's latest data time seen (0: none yet)
+        self.input_ms: int | None = None  # caller clock of the latest input
+        self.input_pending = False  # the caller knows messages of the stage's input wait unread
+
+    def note(self, data_ms: int, now_ms: int | None) -> None:
+        """An input of the job carried data up to ``data_ms`` and came at ``now_ms`` (caller clock;
+        None: unknown, only the data time moves)."""
+        if now_ms is not None:
+            data_ms = min(int(data_ms), int(now_ms) + self.policy.future_slack_ms)  # a clock far ahead
+            self.input_ms = now_ms if self.input_ms is None else max(self.input_ms, int(now_ms))
+        self.data_ms = max(self.data_ms, int(data_ms))
+
+    def behind_ms(self, now_ms: int) -> int:
+        """How far the job's data read so far is behind the caller's clock (0 before any)."""
+        return max(0, int(now_ms) - self.data_ms) if self.data_ms else 0
+
+    def by_wall(self, now_ms: int) -> bool:
+        """Whether the caller's clock may close the job's windows now (see the module docstring)."""
+        if self.input_ms is None or self.behind_ms(now_ms) <= self.caught_up_ms:
+            return True
+        return not self.input_pending and now_ms - self.input_ms > self.policy.grace_ms
+
+    def data_past(self, point_ms: int) -> bool:
+        """The job's data is a grace and the margin past ``point_ms`` (data time)."""
+        return self.data_ms > point_ms + self.policy.grace_ms + self.margin_ms
+
+
+class JobClocks:
+    """The clocks of the jobs one stage of one worker follows, by job and input partition."""
+
+    def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
+        self.policy, self.caught_up_ms = policy, caught_up_ms
+        self.by_job: dict[tuple[str, int | None], JobClock] = {}
+
+    def input_pending(self, pending: bool) -> None:
+        """The caller's input has unread messages (or none): every job's clock is told."""
+        for clock in self.by_job.values():
+            clock.input_pending = pending
+
+    def of(self, job: str, partition: int | None = None) -> JobClock:
+        key = (job, partition)
+        clock = self.by_job.get(key)
+        if clock is None:
+            clock = self.by_job[key] = JobClock(self.policy, self.caught_up_ms)
+        return clock

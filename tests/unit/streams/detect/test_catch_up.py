@@ -1,0 +1,183 @@
+"""A backlog (data read long after it was sent) closes and evaluates windows exactly as live.
+
+The stages' grace used to run on the caller's clock only: while a worker was behind, ranks
+whose next batch was more than a grace of reading away looked silent, their windows were
+closed empty by the timer and their data then dropped as late. The job's clock
+(streams/detect/job_clock.py) closes on data time while behind, on the caller's clock
+while caught up or once the input stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+from perftracker.schemas.records import FunctionPattern
+from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from perftracker.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
+from perftracker.streams.detect.job_clock import JobClock
+from perftracker.streams.detect.job_windows import JobWindows
+
+from benchmarks.catch_up import Outcome, last_window, run_backlog, run_live
+from benchmarks.scale import MS, SLOW_RANK
+
+from .synth import rank_window
+from .test_summarize import WALL0, batch
+
+POL = DetectionPolicy(window_s=5.0, window_grace_s=3.0)
+T0 = WALL0 // MS  # ms, a window edge
+HOUR = 3_600_000
+
+
+def rank_batches(rank: int, seconds: int) -> list[dict]:
+    """One batch per second, one 100 ms forward span and one step in each."""
+    return [batch(rank, seq=s + 1, wall_at_s=s + 1.0, spans=[(3, 1, s + 0.2, 100)], iters=[(s, s + 0.1, 500)])
+            for s in range(seconds)]
+
+
+def steps_by_window(records) -> dict[tuple[int, int], int]:
+    return {(r["rank"], r["window_id"]): r["steps"] for n, r in records if n == "RankWindow"}
+
+
+def test_job_clock_wall_while_caught_up_data_while_behind():
+    c = JobClock(POL)
+    assert c.by_wall(T0)  # nothing yet
+    c.note(T0, T0 + 100)  # live: data about now
+    assert c.by_wall(T0 + 2_000) and c.behind_ms(T0 + 2_000) == 2_000
+    c.note(T0 - HOUR, T0 + 2_000)  # an hour-old batch just read: data time stays the latest seen
+    c2 = JobClock(POL)
+    c2.note(T0 - HOUR, T0)  # behind by an hour and reading
+    assert not c2.by_wall(T0 + 1_000)
+    assert c2.by_wall(T0 + 1_000 + POL.grace_ms + 1)  # input stopped for a grace: the wall decides
+    assert not c2.data_past(T0 - HOUR)
+    c2.note(T0 - HOUR + POL.grace_ms + POL.catch_up_margin_ms + 1, T0 + 1_100)
+    assert c2.data_past(T0 - HOUR)
+    c3 = JobClock(POL)
+    c3.note(T0 + HOUR, T0)  # a clock an hour ahead counts as now (+ the future slack)
+    assert c3.data_ms == T0 + POL.future_slack_ms
+
+
+def test_backlog_of_ranks_read_slowly_drops_nothing_and_closes_the_same_windows():
+    """Four ranks, 20 s of batches an hour old, read one batch per second of wall clock: each rank's
+    next batch is 4 s of reading away (more than the grace). Every window closes with all its data."""
+    seconds = 20
+    live_clock, backlog_clock = JobClock(POL), JobClock(POL)
+    live = [RankSummarizer("job", r, POL, live_clock) for r in range(4)]
+    back = [RankSummarizer("job", r, POL, backlog_clock) for r in range(4)]
+    per_rank = [rank_batches(r, seconds) for r in range(4)]
+    live_out, back_out = [], []
+    now = T0 + HOUR
+    for s in range(seconds):
+        for r in range(4):
+            live[r].add_events(per_rank[r][s], T0 + (s + 1) * 1000 + 20)
+            live_out += live[r].poll(T0 + (s + 1) * 1000 + 20)
+            now += 1000  # one batch read per second
+            back[r].add_events(per_rank[r][s], now)
+            for x in back:  # the timer ticks between batches
+                back_out += x.poll(now)
+        for x in live:
+            live_out += x.poll(T0 + (s + 1) * 1000 + 500)
+    assert sum(x.skipped["late_event"] for x in back) == 0
+    last = (T0 + seconds * 1000 - 1) // POL.window_ms
+    done = {k: v for k, v in steps_by_window(live_out).items() if k[1] < last}
+    assert done and {k: v for k, v in steps_by_window(back_out).items() if k[1] < last} == done
+    assert all(v == 5 for v in done.values())
+
+
+def test_rank_silent_in_a_backlog_still_closes_its_windows_once_the_jobs_data_moves_on():
+    clock = JobClock(POL)
+    alive, silent = RankSummarizer("job", 0, POL, clock), RankSummarizer("job", 1, POL, clock)
+    now = T0 + HOUR
+    silent.add_events(rank_batches(1, 1)[0], now)  # one batch, then nothing
+    out = []
+    for b in rank_batches(0, 20):
+        now += 10  # reading fast: the wall clock barely moves
+        alive.add_events(b, now)
+        out += silent.poll(now)
+    ids = sorted(r["window_id"] for n, r in out if n == "RankWindow")
+    assert ids and ids[0] == T0 // POL.window_ms  # its first window, with its data, then empty ones
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+    # data reached T0 + 20 s: windows ending a grace and a margin before that are closed
+    assert ids[-1] == (T0 + 20_000 - POL.grace_ms - POL.catch_up_margin_ms - 1) // POL.window_ms - 1
+
+
+def test_drained_backlog_closes_by_the_wall_clock():
+    s = RankSummarizer("job", 0, POL)
+    now = T0 + HOUR
+    for b in rank_batches(0, 12):
+        s.add_events(b, now)
+        now += 10
+    w0 = T0 // POL.window_ms
+    assert [r["window_id"] for n, r in s.poll(now) if n == "RankWindow"] == [w0, w0 + 1]  # by its data
+    assert s.poll(now + POL.grace_ms - 20) == []  # the last, partial one waits (the data is an hour old)
+    later = now + POL.grace_ms  # no input for a grace: nothing more of the job is coming
+    ids = [r["window_id"] for n, r in s.poll(later) if n == "RankWindow"]
+    assert ids[:2] == [w0 + 2, w0 + 3]
+
+
+def pattern(rank: int, wid: int, function: str = "Model.forward", world: int = 4) -> FunctionPattern:
+    return FunctionPattern(schema_version=1, job="job", window_id=wid, window_start_ms=wid * POL.window_ms,
+                           window_s=5.0, rank=rank, world_size=world, host="h", gpu=-1, signature="s",
+                           function=function, kind=3, steps=10, count=10, total_ns=10 * 50 * MS,
+                           p50_ns=50 * MS, p90_ns=50 * MS, p99_ns=50 * MS, max_ns=50 * MS, hist=[],
+                           group_ranks=[], bytes=0, seqs=[], seq_dur_ns=[])
+
+
+def test_comparator_behind_waits_for_every_rank_however_long_the_reading_takes():
+    clock = JobClock(POL, POL.window_ms + POL.grace_ms)
+    c = FunctionComparator("job", "Model.forward", POL, clock)
+    other = FunctionComparator("job", "Model.backward", POL, clock)  # the job's other patterns keep coming
+    wid = (T0 - HOUR) // POL.window_ms
+    now = T0
+    for rank in range(3):
+        c.add(pattern(rank, wid), now)
+        for _ in range(2 * POL.grace_ms // 1000):  # the next rank's pattern is two graces of reading away
+            now += 1000
+            other.add(pattern(rank, wid, "Model.backward"), now)
+            assert c.poll(now) == []
+    c.add(pattern(3, wid), now)
+    (rec,) = c.poll(now)
+    assert rec["ranks_seen"] == 4 and c.skipped["late_pattern"] == 0
+
+
+def test_comparator_behind_evaluates_a_partial_window_once_the_jobs_data_moved_on():
+    clock = JobClock(POL, POL.window_ms + POL.grace_ms)
+    gc, fwd = FunctionComparator("job", "gc", POL, clock), FunctionComparator("job", "Model.forward", POL, clock)
+    wid = (T0 - HOUR) // POL.window_ms
+    gc.add(pattern(0, wid, "gc"), T0)  # only rank 0 collected garbage in that window
+    for later in (1, 2):
+        fwd.add(pattern(0, wid + later), T0 + later * 10)
+        polled = gc.poll(T0 + later * 10)
+        assert bool(polled) == (later == 2)  # two windows on: a grace and the margin past its close
+
+
+def test_job_windows_behind_wait_for_every_rank_window():
+    jw = JobWindows("job", POL, Counter())
+    wid = (T0 - HOUR) // POL.window_ms
+    now = T0
+    for rank in range(3):
+        jw.add(RANK_WINDOW, rank_window(rank, window=wid, world=4, steps=0), now)
+        for _ in range(3 * POL.grace_ms // 1000 + 2):  # the next one is three graces of reading away
+            now += 1000
+            jw.add(FUNCTION_COMPARISON, {"job": "job", "window_id": wid, "function": f"f{now}"}, now)  # type: ignore[arg-type]
+            assert jw.take_ready(now) == []
+    jw.add(RANK_WINDOW, rank_window(3, window=wid, world=4, steps=0), now)
+    assert [w.window_id for w in jw.take_ready(now)] == [wid]
+
+
+def test_topology_backlog_read_slowly_diagnoses_as_live():
+    """32 ranks (rank 1's layer slower, its DP peers the victims) through summarize -> compare ->
+    diagnose: 15 s of batches read 60 s late at 25 ms of wall clock per batch (a rank's next batch
+    0.8 s of reading away, a window's patterns spread over 4 s: more than the grace)."""
+    ranks, seconds, wms = 32, 15, DetectionPolicy().window_ms
+    start = T0 - (seconds + 60) * 1000
+    wall0 = (start - start % wms) * MS
+    ticks = itertools.count()
+    backlog, _, _ = run_backlog(ranks, seconds, 10, wall0, clock=lambda: T0 + 25 * next(ticks) // 3)
+    live = run_live(ranks, seconds, 10, wall0)
+    last = last_window(wall0, seconds, wms)
+    assert isinstance(backlog, Outcome)
+    assert sum(backlog.dropped.values()) == 0 and not +backlog.late
+    assert backlog.upto(last) == live.upto(last) and len({r for r, _ in live.windows}) == ranks
+    assert backlog.incidents == live.incidents
+    assert any(r == (SLOW_RANK,) for _, r, _ in live.incidents), live.incidents
