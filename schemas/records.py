@@ -47,6 +47,7 @@ class FunctionPattern(RankWindowHeader):
     bytes: int
     seqs: list[int]  # collectives: the seq of every call
     seq_dur_ns: list[int]  # and the time spent inside it
+    mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v2)
 
 
 class RankHardware(TypedDict):

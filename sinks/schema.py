@@ -218,6 +218,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "job end: rank_windows.ended_cleanly and .restarts, anomalies/incidents.resolved_reason",
               statements=_job_end_statements()),
     Migration(5, "parallel layout: rank_windows.mesh_coords", statements=_mesh_statements()),
+    Migration(6, "FunctionPattern v2 mesh_coords: the raw tables again (the field is read, not stored)",
+              statements=_raw_constraint_statements()),
 )
 
 

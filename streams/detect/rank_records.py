@@ -113,7 +113,8 @@ def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: s
         p50_ns=int(q[0]), p90_ns=int(q[1]), p99_ns=int(q[2]),
         max_ns=int(d.max()) if len(d) else 0, hist=histogram(d),
         group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-        seqs=list(acc.seqs), seq_dur_ns=list(acc.seq_durs))
+        seqs=list(acc.seqs), seq_dur_ns=list(acc.seq_durs),
+        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()})
 
 
 def _mean(xs: list[float]) -> float:

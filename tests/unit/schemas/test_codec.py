@@ -12,6 +12,7 @@ from perftracker.schemas.vocabulary import (
     CONTROL,
     EVENT_BATCH,
     EVENT_BATCH_VERSION,
+    FUNCTION_PATTERN,
     RANK_WINDOW,
 )
 
@@ -101,11 +102,13 @@ def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
     (RANK_WINDOW, "restarts", 2, 0, 2),
     (RANK_WINDOW, "mesh_coords", {"dp": 1, "tp": 0}, {}, 3),
     (ANOMALY, "resolved_reason", "job finished", "", 1),
+    (FUNCTION_PATTERN, "mesh_coords", {"pp": 1, "tp": 0}, {}, 1),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
-    from perftracker.sinks.samples import anomaly, rank_window
+    from perftracker.sinks.samples import anomaly, pattern, rank_window
 
-    base = rank_window("j", 3, 1) if name == RANK_WINDOW else anomaly("j", "i1")
+    base = {RANK_WINDOW: lambda: rank_window("j", 3, 1), ANOMALY: lambda: anomaly("j", "i1"),
+            FUNCTION_PATTERN: lambda: pattern("j", 3, 1, "f")}[name]()
     base = {k: v for k, v in base.items() if k not in (field, "schema_version")}
     new = Codec(name)
     old = Codec(name, bundled_schemas().restricted(name, old_version))
