@@ -12,7 +12,6 @@ with ``PERFTRACKER_DEMO_FAULT`` unset those hooks do nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import inject_fault  # demo only: see inject_fault.py
@@ -22,6 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.utils.data.dataloader import default_collate
+from train_common import init_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -48,13 +48,7 @@ def make_loader(batch_size: int, rank: int, world: int) -> DataLoader:
 
 def main() -> None:
     args = parse_args()
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    torch.manual_seed(0)
+    rank, world, device, _ = init_distributed()
     model = DistributedDataParallel(make_model(args.hidden).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -27,9 +27,7 @@ and the training thread) and peak RSS there as JSON (the overhead benchmark read
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import time
 
 import inject_fault  # demo only: see inject_fault.py
@@ -39,6 +37,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.utils.data.dataloader import default_collate
+from train_common import init_distributed, write_train_report
 
 
 def parse_args() -> argparse.Namespace:
@@ -208,13 +207,7 @@ def make_loader(a: argparse.Namespace, dp_rank: int, dp_size: int, steps: int) -
 
 def main() -> None:
     a = parse_args()
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    torch.manual_seed(0)
+    rank, world, device, use_cuda = init_distributed()
     dev_type = "cuda" if use_cuda else "cpu"
     if a.parallel == "pp":
         if world % 2:
@@ -270,20 +263,8 @@ def main() -> None:
     fault.stop()
     dist.barrier()
     if rank == 0 and os.environ.get("TRAIN_REPORT"):
-        _report(os.environ["TRAIN_REPORT"], times, cpu_s, thread_s)
+        write_train_report(os.environ["TRAIN_REPORT"], times, cpu_s, thread_s)
     dist.destroy_process_group()
-
-
-def _report(path: str, times: list[float], cpu_s: float, thread_s: float) -> None:
-    warm = times[len(times) // 5:] or times
-    ranked = sorted(warm)
-    with open(path, "w") as f:
-        json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times),
-                   "step_p50_ms": 1000 * ranked[len(ranked) // 2],
-                   "step_p99_ms": 1000 * ranked[min(len(ranked) - 1, len(ranked) * 99 // 100)],
-                   "train_s": sum(times), "cpu_ms_per_step": 1000 * cpu_s / len(times),
-                   "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
-                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ N busy-looping processes pinned to that core; on one node's launcher only, both 
 that "host" wait for a CPU: host-level CPU contention).
 """
 
-import json
 import multiprocessing
 import os
-import resource
 import time
 
 import torch
 import torch.distributed as dist
+from perftracker.deploy.demo.train_common import write_train_report
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -70,15 +69,7 @@ def main() -> None:
     dist.barrier()
     report = os.environ.get("TRAIN_REPORT")
     if report and rank == 0:
-        warm = times[len(times) // 5:] or times
-        ranked = sorted(warm)
-        with open(report, "w") as f:
-            json.dump({"step_ms": 1000 * sum(warm) / len(warm), "steps": len(times),
-                       "step_p50_ms": 1000 * ranked[len(ranked) // 2],
-                       "step_p99_ms": 1000 * ranked[min(len(ranked) - 1, len(ranked) * 99 // 100)],
-                       "train_s": sum(times), "cpu_ms_per_step": 1000 * cpu_s / len(times),
-                       "thread_ms_per_step": 1000 * thread_s / len(times), "cpu_s": cpu_s,
-                       "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+        write_train_report(report, times, cpu_s, thread_s)
     for hog in hogs:
         hog.terminate()
         hog.join(5)

@@ -17,6 +17,7 @@ counted and its final loss there as JSON).
 
 import json
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,9 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def _train(model: nn.Module, loader: DataLoader, device: str) -> float:
+def _train(model: nn.Module, loader: DataLoader, device: str,
+           after_step: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
+    """Train over ``loader``; ``after_step`` maps each step's detached loss (e.g. a mean over ranks)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss = torch.zeros(())
     for x, y in loader:
@@ -61,6 +64,8 @@ def _train(model: nn.Module, loader: DataLoader, device: str) -> float:
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if after_step is not None:
+            loss = after_step(loss.detach().clone())
     return float(loss.detach().float().cpu())
 
 
@@ -126,15 +131,7 @@ def compiled(loader: DataLoader, device: str, rank: int, world: int) -> float:
         dist.all_reduce(value)
         return value / world
 
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss = torch.zeros(())
-    for x, y in loader:
-        loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss = mean_over_ranks(loss.detach().clone())
-    return float(loss.float().cpu())
+    return _train(model, loader, device, after_step=mean_over_ranks)
 
 
 if __name__ == "__main__":
