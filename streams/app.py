@@ -94,8 +94,8 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
     ctx.topics = {role: raw_topic(*topics) for role, topics in role_topics(names).items()}
     ctx.topics["deadletter"] = raw_topic(names.deadletter)
     observers = {SUMMARIZE.name: SummarizerGaps(ctx.counters)}
-    for s in STAGES:
-        stage.register(app, ctx, s, observers.get(s.name))
+    for i, s in enumerate(STAGES):
+        stage.register(app, ctx, s, observers.get(s.name), upstream=tuple(u.topic for u in STAGES[:i]))
     register_views(app, ctx)
     register_metrics(app, ctx, settings.streams)
     return app

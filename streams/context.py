@@ -54,6 +54,9 @@ class StreamCounters(CounterSet):
                       labels=("source",))
     errors = Counter("exceptions while processing one message or one tick (the message is skipped)",
                      labels=("source",))
+    records_skipped = Counter("records and events a stage's cores set aside (late for their window, window "
+                              "evicted, malformed, after a rank's final batch ...), by stage and reason; "
+                              "refreshed every few seconds", labels=("stage", "reason"))
     events_in = Counter("events (spans, collectives, iterations) in the EventBatches processed")
     decode_errors = Counter("messages that could not be decoded (dead-lettered), by where they were read",
                             labels=("source",))

@@ -24,6 +24,7 @@ the trace importer, the detection benchmark's simulator, tests). No Faust or Kaf
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -96,6 +97,8 @@ def message_key(name: str, record: Record) -> str:
 
 
 class Core(Protocol):
+    skipped: collections.Counter[str]  # what the core set aside, by reason
+
     def idle(self, now_wall_ms: int) -> bool: ...
 
 
@@ -177,6 +180,14 @@ class Cores(Generic[C]):
         self.clocks = JobClocks(policy, stage.job_clock(policy) if stage.job_clock else None)
         self._per_clock: dict[tuple[str, int | None], int] = {}  # cores holding each clock
         self._clock_of: dict[str, tuple[str, int | None]] = {}  # key -> its clock's key
+        self.retired: collections.Counter[str] = collections.Counter()  # skipped by cores dropped since
+
+    def skipped(self) -> collections.Counter[str]:
+        """What the stage's cores set aside (late, evicted, malformed ...), by reason, since the start."""
+        total = collections.Counter(self.retired)
+        for core in self.by_key.values():
+            total.update(core.skipped)
+        return total
 
     def for_record(self, record: Record, partition: int | None = None) -> C:
         """The core of ``record``'s key (created from it when new); ``partition``: the input
@@ -206,6 +217,7 @@ class Cores(Generic[C]):
         if not core.idle(now_ms):
             return False
         del self.by_key[key]
+        self.retired.update(core.skipped)
         clock_key = self._clock_of.pop(key, None)
         if clock_key is not None:
             self._per_clock[clock_key] -= 1

@@ -13,9 +13,11 @@ from typing import Any, Protocol, cast
 
 from ...schemas.records import Anomaly, RankWindow
 from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
-from ..context import StreamContext, now_ms
+from ..context import StreamContext, StreamCounters, now_ms
 from ..metrics import consumer_lag
 from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, message_key
+
+SKIPPED_REFRESH_MS = 2000  # the cores' skip counts reach ``records_skipped`` this often (a sum over cores)
 
 
 class Observer(Protocol):
@@ -26,10 +28,15 @@ class Observer(Protocol):
     def dropped(self, core: Any) -> None: ...
 
 
-def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer | None = None) -> None:
+def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer | None = None,
+             upstream: tuple[str, ...] = ()) -> None:
     """Add ``stage``'s agent (``perftracker.<name>``) and timer to ``app``; ``observer`` sees
-    every record fed to a core and every core dropped."""
+    every record fed to a core and every core dropped. ``upstream``: the topic roles of the
+    stages that feed this one: messages pending there are this stage's input to come (a
+    backlog of events is read by the summarizers in bursts of patterns and windows, seconds
+    apart, each drained at once: its own topic alone would say the job's input stopped)."""
     cores = Cores(stage, ctx.policy)
+    refreshed = [0]  # when the skip counts were last copied into the worker's counters
 
     @app.agent(ctx.topics[stage.topic], name=f"perftracker.{stage.name}")
     async def consume(stream: Any) -> None:
@@ -52,7 +59,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
-        cores.clocks.input_pending(input_pending(app, ctx.topics[stage.topic]))
+        cores.clocks.input_pending(any(input_pending(app, ctx.topics[role]) for role in (stage.topic, *upstream)))
         now = now_ms()
         for key, core in cores.items():
             try:
@@ -61,6 +68,10 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 ctx.failed(f"{stage.name}.tick", exc)
             if cores.drop_if_idle(key, core, now) and observer is not None:
                 observer.dropped(core)
+        if now - refreshed[0] >= SKIPPED_REFRESH_MS:
+            refreshed[0] = now
+            for reason, n in cores.skipped().items():
+                ctx.counters.set(StreamCounters.records_skipped, n, stage.name, reason)
 
 
 def partition_of(stream: Any) -> int | None:

@@ -74,7 +74,7 @@ class FunctionComparator:
         coords = coords_of(pattern)
         if coords:
             self.coords[rank] = coords
-        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms)
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank, int(pattern.get("world_size", 0) or 0))
         self.expected[wid] = max(self.expected.get(wid, 0), expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms

@@ -24,14 +24,33 @@ input. Two rules may then close what waits:
   data within ``caught_up_ms`` of now: live) or the job's input stopped for a grace (the
   backlog is drained or the job went silent: nothing more of it is coming). A caller that
   knows its input is not all read (the Faust worker: its consumer's lag on the stage's
-  topic, set on every timer tick as ``input_pending``) says so: a worker starved of CPU
-  may go longer than a grace between two messages of a backlog it has not read yet;
+  topic and on the topics of the stages upstream, set on every timer tick as
+  ``input_pending``) says so: a worker starved of CPU may go longer than a grace between
+  two messages of a backlog it has not read yet, and the summarizers reading a backlog of
+  events send their patterns and windows in bursts seconds apart, each read at once by the
+  stages downstream (which saw their own input stop between two bursts and closed a quarter
+  of the windows of tests/integration/faults/test_catch_up.py on the wall clock);
 * the data clock (``data_past``) -- once the job's data is a grace plus ``margin_ms`` past
   the point, whatever the caller's clock says. The margin covers the skew between the
   partitions a worker reads (one rank's data may be read a little after another's of the
   same time); live, the caller's clock fires first, so the margin costs nothing there.
 
-Both are pure functions of what came in and the caller's clock: a backlog of the same data
+* the data clock also waits for the ranks behind -- on a stage fed with windows (compare,
+  diagnose), each input says which rank's window it is (``rank``), and a rank's windows come
+  in order, so a rank whose latest input is of a later window has sent everything it will
+  of the earlier ones. A point closes by data only once every rank the clock has seen is
+  past it (the low watermark; a rank of the job's world not seen yet counts as at the
+  first data the clock saw), leaving out a rank more than half the window buffer
+  (``max_open_windows``) behind the job's latest (one that does not run the functions of
+  this input, or stopped: waiting longer would only evict windows). Why: the inputs of
+  these stages come from summarizers that read different partitions of the events topic,
+  and a worker reads those round robin, one message each -- a partition holding fewer
+  ranks runs seconds of data ahead of one holding more, the gap growing with the backlog
+  (8 s over a 25 s backlog of 512 ranks on 8 partitions, more than the margin): before
+  this rule, a quarter of the patterns of that backlog came after their comparison was
+  made ("late") and no incident opened (tests/integration/faults/test_catch_up.py).
+
+All are pure functions of what came in and the caller's clock: a backlog of the same data
 closes the same windows with the same contents as the data arriving live.
 """
 
@@ -43,7 +62,8 @@ from .policy import DetectionPolicy
 class JobClock:
     """See the module docstring."""
 
-    __slots__ = ("caught_up_ms", "data_ms", "input_ms", "input_pending", "margin_ms", "policy")
+    __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "margin_ms", "policy",
+                 "first_ms", "ranks", "straggle_ms", "world")
 
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy = policy
@@ -52,14 +72,46 @@ class JobClock:
         self.data_ms = 0  # the job's latest data time seen (0: none yet)
         self.input_ms: int | None = None  # caller clock of the latest input
         self.input_pending = False  # the caller knows messages of the stage's input wait unread
+        self.ranks: dict[int, int] = {}  # rank -> the latest data time of its inputs (stages fed with windows)
+        self.straggle_ms = policy.window_ms * max(1, policy.max_open_windows // 2)  # a rank this far behind is left out
+        self.world = 0  # the job's world size as its inputs state (ranks 0 .. world - 1)
+        self.first_ms: int | None = None  # the first data time noted with a rank
+        self._watermark: int | None = None  # cached low watermark (None: recompute)
 
-    def note(self, data_ms: int, now_ms: int | None) -> None:
+    def note(self, data_ms: int, now_ms: int | None, rank: int | None = None, world: int = 0) -> None:
         """An input of the job carried data up to ``data_ms`` and came at ``now_ms`` (caller clock;
-        None: unknown, only the data time moves)."""
+        None: unknown, only the data time moves); ``rank``: the rank whose window it is (inputs
+        of one rank come in data order), None when it is no one rank's; ``world``: the job's
+        world size it states (0: unknown)."""
         if now_ms is not None:
             data_ms = min(int(data_ms), int(now_ms) + self.policy.future_slack_ms)  # a clock far ahead
             self.input_ms = now_ms if self.input_ms is None else max(self.input_ms, int(now_ms))
         self.data_ms = max(self.data_ms, int(data_ms))
+        if rank is not None:
+            if self.first_ms is None:
+                self.first_ms = int(data_ms)
+            if world > self.world:
+                self.world, self._watermark = int(world), None
+            latest = self.ranks.get(rank)
+            if latest is None or data_ms > latest:
+                self.ranks[rank] = int(data_ms)
+                self._watermark = None
+        elif self.ranks:
+            self._watermark = None  # the job's latest moved: who is left out may change
+
+    def low_watermark(self) -> int | None:
+        """The latest data time every rank of the job has reached (one not seen yet: the first
+        data time noted), leaving out those more than ``straggle_ms`` behind the job's latest
+        (None: no rank noted)."""
+        if not self.ranks or self.first_ms is None:
+            return None
+        if self._watermark is None:
+            floor = self.data_ms - self.straggle_ms
+            low = min((t for t in self.ranks.values() if t >= floor), default=self.data_ms)
+            if len(self.ranks) < self.world and self.first_ms >= floor:
+                low = min(low, self.first_ms)  # a rank not seen yet may be behind every one seen
+            self._watermark = low
+        return self._watermark
 
     def behind_ms(self, now_ms: int) -> int:
         """How far the job's data read so far is behind the caller's clock (0 before any)."""
@@ -72,8 +124,12 @@ class JobClock:
         return not self.input_pending and now_ms - self.input_ms > self.policy.grace_ms
 
     def data_past(self, point_ms: int) -> bool:
-        """The job's data is a grace and the margin past ``point_ms`` (data time)."""
-        return self.data_ms > point_ms + self.policy.grace_ms + self.margin_ms
+        """The job's data is a grace and the margin past ``point_ms`` (data time), and every
+        rank seen (bar stragglers) is past it (see the module docstring)."""
+        if self.data_ms <= point_ms + self.policy.grace_ms + self.margin_ms:
+            return False
+        low = self.low_watermark()
+        return low is None or low > point_ms
 
 
 class JobClocks:

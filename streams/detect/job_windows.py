@@ -75,7 +75,11 @@ class JobWindows:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
-        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms)
+        rank, world = -1, 0  # a RankWindow is one rank's: the job clock follows each rank's progress
+        if record_name == RANK_WINDOW:
+            rw = cast(RankWindow, record)
+            rank, world = int(rw.get("rank", -1)), int(rw.get("world_size", 0) or 0)
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank if rank >= 0 else None, world)
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:

@@ -108,7 +108,10 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
         return {(a["cause"], tuple(a["ranks"]), a["function"])
                 for _n, a in read_topic(d.kafka_conf, d.topics.anomalies, [ANOMALY])
                 if a["job"] == job and a["status"] == Status.OPEN}
-    wait_for(lambda: opened() >= live_incidents, 180, 2.0, opened)
+    def state() -> dict:
+        return {"opened": opened(), "live": live_incidents,
+                **{k: v for k, v in counters().items() if k.startswith(("records_", "errors"))}}
+    wait_for(lambda: opened() >= live_incidents, 180, 2.0, state)
     dropped = {k: v for k, v in counters().items() if k.startswith("events_dropped")}
     stop_workers(d)
     for c in d.components:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from perftracker.schemas.vocabulary import (
@@ -112,6 +113,7 @@ class Probe:
     fed: list = field(default_factory=list)
     returns: list = field(default_factory=list)
     quiet: bool = False
+    skipped: Counter = field(default_factory=Counter)
 
     def idle(self, now_wall_ms: int) -> bool:
         return self.quiet

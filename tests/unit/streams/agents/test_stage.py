@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 from perftracker.schemas import MultiCodec
@@ -74,6 +75,9 @@ def test_compare_agent_feeds_by_key_and_its_timer_sends_comparisons_keyed_by_job
 
 
 class Boom:
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+
     def idle(self, now_wall_ms: int) -> bool:
         return True
 
@@ -123,3 +127,41 @@ def test_the_observer_sees_each_record_fed_and_each_core_dropped(ctx):
     ((_, _, tick),) = app.timers
     asyncio.run(tick())
     assert watch.dropped_cores == [core]  # idle: dropped after the tick's poll
+
+
+class Skips:
+    """A core that sets aside every record it is fed (as a late one), idle once ``done``."""
+
+    def __init__(self) -> None:
+        self.skipped: Counter[str] = Counter()
+        self.done = False
+
+    def idle(self, now_wall_ms: int) -> bool:
+        return self.done
+
+
+def test_what_cores_set_aside_reaches_the_worker_counters_also_after_they_are_dropped(ctx, monkeypatch):
+    app = FakeApp()
+    cores: list[Skips] = []
+
+    def create(rec, policy):
+        cores.append(Skips())
+        return cores[-1]
+
+    def feed(core, name, rec, now):
+        core.skipped["late_pattern"] += 1
+
+    probe = Stage(name="probe", topic=TopicRole.PATTERNS, create=create, feed=feed, poll=lambda core, now, flush: [])
+    wiring.register(app, ctx, probe)
+    msgs = [ctx.encode(FUNCTION_PATTERN, pattern(r, f, 1.0)) for r in range(3) for f in ("f", "g")]
+    asyncio.run(app.agents["perftracker.probe"](stream_of(*msgs)))
+    ((_, _, tick),) = app.timers
+    asyncio.run(tick())
+    assert len(cores) == 2 and ctx.counters.snapshot()["records_skipped.probe.late_pattern"] == 6
+    cores[0].done = True  # dropped on the next tick: what it set aside is still counted
+    asyncio.run(tick())
+    cores[1].skipped["window_evicted"] += 2
+    monkeypatch.setattr(wiring, "SKIPPED_REFRESH_MS", 0)
+    asyncio.run(tick())
+    counted = ctx.counters.snapshot()
+    assert counted["records_skipped.probe.late_pattern"] == 6 and counted["records_skipped.probe.window_evicted"] == 2

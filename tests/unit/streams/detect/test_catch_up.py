@@ -146,9 +146,62 @@ def test_comparator_behind_evaluates_a_partial_window_once_the_jobs_data_moved_o
     wid = (T0 - HOUR) // POL.window_ms
     gc.add(pattern(0, wid, "gc"), T0)  # only rank 0 collected garbage in that window
     for later in (1, 2):
-        fwd.add(pattern(0, wid + later), T0 + later * 10)
+        for rank in range(4):  # every rank moved on to later windows
+            fwd.add(pattern(rank, wid + later), T0 + later * 10)
         polled = gc.poll(T0 + later * 10)
         assert bool(polled) == (later == 2)  # two windows on: a grace and the margin past its close
+
+
+def test_comparator_behind_does_not_wait_past_half_its_buffer_for_ranks_never_seen():
+    clock = JobClock(POL, POL.window_ms + POL.grace_ms)
+    gc, fwd = FunctionComparator("job", "gc", POL, clock), FunctionComparator("job", "Model.forward", POL, clock)
+    wid = (T0 - HOUR) // POL.window_ms
+    gc.add(pattern(0, wid, "gc"), T0)  # ranks 1-3 report nothing this partition carries
+    waited = 0
+    for later in range(1, POL.max_open_windows):
+        fwd.add(pattern(0, wid + later), T0 + later * 10)
+        if gc.poll(T0 + later * 10):
+            break
+        waited = later
+    assert waited * POL.window_ms == clock.straggle_ms  # then they count as stragglers, left out
+
+
+def test_job_clock_behind_waits_for_the_ranks_of_a_slower_partition_not_for_a_straggler():
+    """Ranks 0-1 come from a partition read ahead of rank 2's (partition skew, round robin
+    reading), rank 3 stopped reporting long ago: a point closes by data once ranks 0-2 are past it."""
+    c = JobClock(POL, POL.window_ms + POL.grace_ms)
+    base, now = T0 - HOUR, T0
+    c.note(base - c.straggle_ms - POL.window_ms, now, rank=3)  # far behind: left out
+    c.note(base, now, rank=2)
+    far = base + POL.grace_ms + POL.catch_up_margin_ms + POL.window_ms
+    for rank in (0, 1):
+        c.note(far, now, rank=rank)  # the job's data well past ``base`` + grace + margin
+    assert c.low_watermark() == base and not c.data_past(base)  # rank 2's window may still come
+    c.note(base + POL.window_ms, now + 10, rank=2)  # rank 2 sent its next window: nothing more of the last
+    assert c.data_past(base)
+    assert not c.data_past(base + POL.window_ms)  # its next one still waits for rank 2
+    c.note(far, now + 20)  # an input of no one rank moves only the job's latest
+    assert c.low_watermark() == base + POL.window_ms
+
+
+def test_comparator_behind_waits_for_ranks_of_a_partition_read_seconds_later():
+    """Live the grace decides; behind the job, patterns of ranks whose events partition is read
+    several windows later than the others' come before their window is compared (none late)."""
+    clock = JobClock(POL, POL.window_ms + POL.grace_ms)
+    fwd = FunctionComparator("job", "Model.forward", POL, clock)
+    wid, now, out = (T0 - HOUR) // POL.window_ms, T0, []
+    for w in range(wid, wid + 4):  # ranks 0-1: four windows read ahead (more than a grace and the margin)
+        for rank in (0, 1):
+            fwd.add(pattern(rank, w), now)
+            now += 50
+            out += fwd.poll(now)
+    assert out == []
+    for w in range(wid, wid + 4):  # ranks 2-3, read later: every window complete when it goes
+        for rank in (2, 3):
+            fwd.add(pattern(rank, w), now)
+            now += 50
+            out += fwd.poll(now)
+    assert [r["ranks_seen"] for r in out] == [4, 4, 4, 4] and fwd.skipped["late_pattern"] == 0
 
 
 def test_job_windows_behind_wait_for_every_rank_window():
