@@ -11,6 +11,12 @@ possibly replayed) the dispatcher decides what to tell people:
   never saw open, e.g. after a restart, when it is costly enough to have paged); a
   later RESOLVED of an incident already resolved (a replay, another last_seen, the job
   end after the incident cleared) is skipped until the incident opens again;
+* an OPEN or UPDATED of a resolved incident opens it again only when it saw data after
+  the resolution (its ``last_seen`` later than the resolution's): one no later is a
+  replay of its history -- a stream worker that took over a dead one's partitions
+  re-reads them from the last committed offsets and sends the incident's OPEN and
+  RESOLVED again (seen as ``open, resolve, open, resolve`` for one incident in
+  tests/integration/faults/test_worker_kill.py under load);
 * an exact repeat (same incident, status and last_seen) is ignored.
 
 Each notification goes to every channel's :class:`ChannelWorker` (each keys the
@@ -48,6 +54,7 @@ class _Tracked:
     opened: bool
     last_key: tuple[str, float]
     last_sent: float
+    resolved_seen: float | None = None  # the latest last_seen of its RESOLVED records (None: never resolved)
 
 
 class AlertDispatcher:
@@ -90,12 +97,17 @@ class AlertDispatcher:
             return None
         if i.status == Status.RESOLVED:
             if tracked and not tracked.opened:  # resolved already: once per incident
+                tracked.resolved_seen = max(tracked.resolved_seen or key[1], key[1])
                 self.counters.inc(AlertCounters.skipped)
                 return None
             was_open = bool(tracked and tracked.opened)
-            self._track(i.incident_id, _Tracked(False, key, now))
+            self._track(i.incident_id, _Tracked(False, key, now, key[1]))
             if was_open or (tracked is None and i.impact_ms_per_step >= self.policy.min_impact_ms_per_step):
                 return Event.RESOLVE
+            return None
+        if tracked is not None and not tracked.opened and tracked.resolved_seen is not None \
+                and key[1] <= tracked.resolved_seen:  # a replay of what came before its resolution
+            self.counters.inc(AlertCounters.skipped)
             return None
         if tracked is None or not tracked.opened:
             if i.impact_ms_per_step < self.policy.min_impact_ms_per_step:

@@ -58,3 +58,18 @@ def test_resolution_goes_out_once_whatever_follows():
     assert decide(d, 3, status="RESOLVED", last_seen_s=1005) is None
     assert decide(d, 4, status="OPEN", last_seen_s=2000) is Event.OPEN  # it came back: resolvable again
     assert decide(d, 5, status="RESOLVED", last_seen_s=2005) is Event.RESOLVE
+
+
+def test_a_replayed_history_after_the_resolution_does_not_open_it_again():
+    """A worker that took over re-sends the incident's records from its last committed offsets:
+    OPEN and UPDATED no later than the resolution are history; data after it opens it again."""
+    d = dispatcher()
+    assert decide(d, 0, status="OPEN", last_seen_s=1000) is Event.OPEN
+    assert decide(d, 1, status="RESOLVED", last_seen_s=1010) is Event.RESOLVE
+    assert decide(d, 2, status="OPEN", last_seen_s=1000) is None  # the replay
+    assert decide(d, 3, status="UPDATED", last_seen_s=1005) is None
+    assert decide(d, 4, status="RESOLVED", last_seen_s=1010) is None
+    assert decide(d, 5, status="RESOLVED", last_seen_s=1020) is None  # the job's end, later
+    assert decide(d, 6, status="OPEN", last_seen_s=1015) is None  # before that end: still history
+    assert decide(d, 7, status="OPEN", last_seen_s=1030) is Event.OPEN  # new data: it came back
+    assert decide(d, 8, status="RESOLVED", last_seen_s=1040) is Event.RESOLVE
