@@ -75,11 +75,12 @@ class JobWindows:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
-        rank, world = -1, 0  # a RankWindow is one rank's: the job clock follows each rank's progress
+        rank, world, empty = -1, 0, False  # a RankWindow is one rank's: the job clock follows each rank's progress
         if record_name == RANK_WINDOW:
             rw = cast(RankWindow, record)
             rank, world = int(rw.get("rank", -1)), int(rw.get("world_size", 0) or 0)
-        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank if rank >= 0 else None, world)
+            empty = not int(rw.get("batches", 0) or 0) and not int(rw.get("steps", 0) or 0)  # a silent rank's
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank if rank >= 0 else None, world, empty)
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
