@@ -56,7 +56,26 @@ closes the same windows with the same contents as the data arriving live.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .policy import DetectionPolicy
+
+
+class Due(NamedTuple):
+    """When a core's poll may next close or emit something without a new input of its own
+    (``due()`` of the stages' cores; the stage polls a core on its timer only then,
+    streams/topology.py ``Cores``): at caller time ``at`` whatever its job's clock says, at caller
+    time ``wall`` once the clock lets the caller's clock decide (:meth:`JobClock.by_wall`), or
+    once the job's data is past ``data`` (:meth:`JobClock.data_past`, monotone in the point).
+    None: never by that rule. A poll before all three is a no-op (nothing closes, nothing
+    changes), so skipping it changes no verdict."""
+
+    at: int | None = None
+    wall: int | None = None
+    data: int | None = None
+
+
+DUE_NOW = Due(at=0)
 
 
 class JobClock:
