@@ -100,7 +100,7 @@ class JobDiagnoser:
         if (self.last_alive_ms is None or not self.windows.empty() or not self.tracks
                 or any(f.identity == "hang" for f in self.last_findings)):
             return d
-        died = self.last_alive_ms + self.policy.idle_after_s * 1000 + 1
+        died = self.last_alive_ms + int(self.policy.idle_after_s * 1000) + 1
         return d._replace(at=died if d.at is None else min(d.at, died))
 
     def _evaluate(self, wid: int, rws: dict[int, RankWindow], cmps: list[FunctionComparison],

@@ -114,7 +114,7 @@ class RankWindows:
         """When :meth:`close_due` may next close a window, or :meth:`idle` turn true, with no new
         input (the conditions of :meth:`close_due` for the next window, which closes first)."""
         pol = self.policy
-        idle_at = None if self.windows else max(self.last_input_ms, self.data_ms) + pol.idle_after_s * 1000 + 1
+        idle_at = None if self.windows else max(self.last_input_ms, self.data_ms) + int(pol.idle_after_s * 1000) + 1
         if self.next_window is None or (self.ended and not self.windows):
             return Due(at=idle_at)
         end = (self.next_window + 1) * pol.window_ms
