@@ -112,17 +112,51 @@ def run_live(ranks: int, seconds: int, functions: int, wall0_ns: int, seed: int 
     policy = DetectionPolicy()
     out = Outcome()
     runner = LocalRunner(policy, wire=out.keep)
-    sim = _sim(ranks, functions, wall0_ns, seed)
-    t0 = wall0_ns // MS
+    _feed_live(runner, _sim(ranks, functions, wall0_ns, seed), seconds)
+    _close_out(runner, wall0_ns // MS + seconds * 1000, policy)
+    out.late = _late_counts(runner)  # the close-out's included: the last windows are evaluated there
+    return out
+
+
+def _feed_live(runner: LocalRunner, sim: SyntheticRanks, seconds: int) -> None:
+    t0 = sim.wall0_ns // MS
     for second in range(seconds):
         now = t0 + (second + 1) * 1000
-        for r in range(ranks):
+        for r in range(sim.layout.ranks):
             runner.feed(EVENT_BATCH, sim.batch(r, second), now + 20)
         for k in range(1000 // TICK_MS):
             runner.tick(now + 20 + k * TICK_MS)
-    out.late = _late_counts(runner)
-    _close_out(runner, t0 + seconds * 1000, policy)
-    return out
+
+
+def tick_cost(ranks: int, seconds: int, functions: int, ticks: int = 60) -> dict[str, Any]:
+    """The timers' cost once the job is idle: ``seconds`` of the job fed live, the last windows
+    closed, then ``ticks`` timer ticks 0.5 s apart (every stage, as the worker's timers) timed
+    with nothing fed; a tick that closes nothing is idle (its cost: ticks over the cores held)."""
+    policy = DetectionPolicy()
+    out = Outcome()
+    runner = LocalRunner(policy, wire=out.keep)
+    wall0 = 1_700_000_000_000 * MS
+    _feed_live(runner, _sim(ranks, functions, wall0, 0), seconds)
+    end = wall0 // MS + seconds * 1000
+    _close_out(runner, end, policy)
+    now = end + 5 * (policy.grace_ms + policy.close_lag_ms + TICK_MS) + policy.catch_up_margin_ms
+    idle_ms: list[float] = []
+    busy_ms: list[float] = []
+    for k in range(ticks):
+        before = len(out.windows)
+        t = time.perf_counter()
+        left = runner.tick(now + k * TICK_MS)
+        dt = (time.perf_counter() - t) * 1000
+        (busy_ms if left or len(out.windows) != before else idle_ms).append(dt)
+    cores = {name: len(c.by_key) for name, c in runner.cores.items()}
+
+    def q(xs: list[float], p: float) -> float:
+        return round(sorted(xs)[min(len(xs) - 1, int(p * len(xs)))], 3) if xs else 0.0
+
+    return {"ranks": ranks, "tick_cost": True, "cores": cores, "ticks": ticks, "idle_ticks": len(idle_ms),
+            "idle_tick_ms_p50": q(idle_ms, 0.5), "idle_tick_ms_p90": q(idle_ms, 0.9),
+            "idle_tick_us_per_rank": round(q(idle_ms, 0.5) * 1000 / ranks, 2),
+            "closing_ticks": len(busy_ms), "closing_tick_ms_p50": q(busy_ms, 0.5)}
 
 
 def now_ms() -> int:
@@ -150,9 +184,9 @@ def run_backlog(ranks: int, seconds: int, functions: int, wall0_ns: int, seed: i
                 runner.tick(now)
                 next_tick = now + TICK_MS
     drained = time.perf_counter() - t_start
-    out.late = _late_counts(runner)
     _pending(runner, False)
     _close_out(runner, clock(), policy)
+    out.late = _late_counts(runner)  # the close-out's included (it evaluates the last windows)
     return out, drained, events
 
 
@@ -358,9 +392,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="windows closed on the caller's clock only (the behaviour before the job clock)")
     ap.add_argument("--worker", action="store_true", help="also through a real `perftracker worker`")
     ap.add_argument("--worker-timeout-s", type=float, default=900)
+    ap.add_argument("--tick-cost", action="store_true",
+                    help="time the timers' ticks once the job is idle (--seconds of it fed live first)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     for ranks in args.ranks:
+        if args.one and args.tick_cost:
+            res = tick_cost(ranks, args.seconds, args.functions)
+            res.update(machine())
+            print(json.dumps(res))
+            continue
         if args.one:
             res = run_size(ranks, args.seconds, args.functions, args.behind_s, args.wall_clock_only,
                            live=not args.no_live or args.worker)
@@ -377,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--seconds", str(args.seconds), "--functions", str(args.functions),
                  "--behind-s", str(args.behind_s), "--worker-timeout-s", str(args.worker_timeout_s)]
         extra += ["--no-live"] * args.no_live + ["--wall-clock-only"] * args.wall_clock_only
-        extra += ["--worker"] * args.worker
+        extra += ["--worker"] * args.worker + ["--tick-cost"] * args.tick_cost
         res = run_in_subprocess(["--ranks", str(ranks), *extra])
         print(json.dumps(res) if args.json else json.dumps(res, indent=2), flush=True)
     return 0

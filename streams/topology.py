@@ -12,9 +12,10 @@
 A record travels on the topic :data:`TOPIC_OF` names it, keyed by that topic's key
 function (:data:`TOPIC_KEY`), so all records of one stage key reach the same worker and
 the same core. A stage holds one core per key (:class:`Cores`), created from the first
-record of the key; it feeds every input record to its core, polls every core each
-:data:`POLL_INTERVAL_S` and right after each input (a window is evaluated as soon as
-every rank has reported it; the timer covers the grace of a missing rank) and routes
+record of the key; it feeds every input record to its core, polls a core right after each
+input (a window is evaluated as soon as every rank has reported it) and, each
+:data:`POLL_INTERVAL_S`, every core with something due (the timer covers the grace of a
+missing rank; :meth:`Cores.due`), and routes
 what the polls return, and drops a core once it reports idle after a poll.
 
 Two runners run this declaration: the Faust app (``perftracker.streams.agents``, one
@@ -25,6 +26,7 @@ the trace importer, the detection benchmark's simulator, tests). No Faust or Kaf
 from __future__ import annotations
 
 import collections
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -41,7 +43,7 @@ from ..schemas.vocabulary import (
 )
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
 from .detect.compare import caught_up_ms
-from .detect.job_clock import JobClock, JobClocks
+from .detect.job_clock import Due, JobClock, JobClocks
 
 POLL_INTERVAL_S = 0.5  # every stage's timer
 
@@ -100,6 +102,9 @@ class Core(Protocol):
     skipped: collections.Counter[str]  # what the core set aside, by reason
 
     def idle(self, now_wall_ms: int) -> bool: ...
+
+    # optional: ``due() -> Due`` (streams/detect/job_clock.py): when a timer poll may next do
+    # something; a core without it is polled on every tick
 
 
 C = TypeVar("C", bound=Core)
@@ -171,16 +176,43 @@ DIAGNOSE: Stage[JobDiagnoser] = Stage(
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 
+ClockKey = tuple[str, int | None]  # (job, input partition)
+Entry = tuple[int, int, str]  # (time, version, key) in a due queue
+
+
 class Cores(Generic[C]):
-    """The cores one stage holds, by stage key (one worker's share of the keys)."""
+    """The cores one stage holds, by stage key (one worker's share of the keys).
+
+    **Which cores a timer tick polls** (:meth:`due`). A tick used to poll every core: 7 us a
+    rank with nothing to close, 58-84 ms a tick at 8,192 idle ranks. Now each core says, after
+    each time it is fed or polled, when a poll may next do something without input of its own
+    (``due()``, a :class:`.detect.job_clock.Due`: a caller time, a caller time that counts only
+    while its job's clock lets the caller's clock decide, a data time its job's clock must pass),
+    and the stage keeps three due queues (heaps): one by caller time, and per job clock one by
+    caller time and one by data time. A tick pops what is due -- the caller-time queue up to
+    now, each clock's wall queue only while ``clock.by_wall(now)``, its data queue while
+    ``clock.data_past(top)`` -- and polls those cores, in the order the cores were created (the
+    order every tick polled them in before). A poll that is not due does nothing, so the
+    records, their order and every verdict are the same; the tick's work is the windows due
+    plus one check per job clock, whatever the number of ranks held. A core without ``due()``
+    (and every core of a stage without job clocks) is polled on every tick, as before.
+    """
 
     def __init__(self, stage: Stage[C], policy: DetectionPolicy):
         self.stage, self.policy = stage, policy
         self.by_key: dict[str, C] = {}
         self.clocks = JobClocks(policy, stage.job_clock(policy) if stage.job_clock else None)
-        self._per_clock: dict[tuple[str, int | None], int] = {}  # cores holding each clock
-        self._clock_of: dict[str, tuple[str, int | None]] = {}  # key -> its clock's key
+        self._per_clock: dict[ClockKey, int] = {}  # cores holding each clock
+        self._clock_of: dict[str, ClockKey] = {}  # key -> its clock's key
         self.retired: collections.Counter[str] = collections.Counter()  # skipped by cores dropped since
+        self._order: dict[str, int] = {}  # key -> creation number: the order cores are polled in
+        self._created = 0
+        self._always: set[str] = set()  # cores that cannot tell when they are due: every tick
+        self._version: dict[str, int] = {}  # key -> version of its live queue entries
+        self._at: list[Entry] = []  # due at a caller time
+        self._wall: dict[ClockKey, list[Entry]] = {}  # due at a caller time once the clock allows
+        self._data: dict[ClockKey, list[Entry]] = {}  # due once the clock's data is past a point
+        self._entries = 0  # queue entries, void ones included (compacted when they pile up)
 
     def skipped(self) -> collections.Counter[str]:
         """What the stage's cores set aside (late, evicted, malformed ...), by reason, since the start."""
@@ -203,7 +235,80 @@ class Cores(Generic[C]):
                 self._per_clock[clock_key] = self._per_clock.get(clock_key, 0) + 1
                 self._clock_of[key] = clock_key
             self.by_key[key] = core
+            self._order[key] = self._created
+            self._created += 1
         return core
+
+    def key_of(self, record: Record) -> str:
+        return self.stage.key(record)
+
+    def schedule(self, key: str, core: C) -> None:
+        """Queue ``core`` for the tick at which it is next due (after it was fed or polled)."""
+        due_of = getattr(core, "due", None)
+        clock_key = self._clock_of.get(key)
+        if due_of is None or clock_key is None:
+            self._always.add(key)
+            return
+        try:
+            due: Due = due_of()
+        except Exception:  # a core in a bad state: polled on every tick, as before
+            self._always.add(key)
+            return
+        self._always.discard(key)
+        version = self._version.get(key, 0) + 1
+        self._version[key] = version
+        for t, queue in ((due.at, self._at), (due.wall, self._wall.setdefault(clock_key, [])),
+                         (due.data, self._data.setdefault(clock_key, []))):
+            if t is not None:
+                heapq.heappush(queue, (int(t), version, key))
+                self._entries += 1
+        if self._entries > 4 * len(self.by_key) + 1024:
+            self._compact()
+
+    def due(self, now_ms: int) -> list[tuple[str, C]]:
+        """The cores a timer tick at ``now_ms`` polls (see the class docstring), in creation order;
+        each is queued again by :meth:`polled`."""
+        keys = set(self._always)
+        self._pop(self._at, lambda t: t <= now_ms, keys)
+        for clock_key, queue in self._wall.items():
+            clock = self.clocks.by_job.get(clock_key)
+            if clock is None or clock.by_wall(now_ms):
+                self._pop(queue, lambda t: t <= now_ms, keys)
+        for clock_key, queue in self._data.items():
+            clock = self.clocks.by_job.get(clock_key)
+            if clock is not None:
+                self._pop(queue, clock.data_past, keys)
+        for key in keys:  # their other entries are void: queued afresh once polled
+            self._version[key] = self._version.get(key, 0) + 1
+        due = [(k, self.by_key[k]) for k in keys if k in self.by_key]
+        due.sort(key=lambda kc: self._order[kc[0]])
+        return due
+
+    def _pop(self, queue: list[Entry], ready: Callable[[int], bool], keys: set[str]) -> None:
+        while queue and ready(queue[0][0]):
+            _, version, key = heapq.heappop(queue)
+            self._entries -= 1
+            if self._version.get(key) == version:
+                keys.add(key)
+
+    def _compact(self) -> None:
+        """Drop the void entries of every queue."""
+        def live(queue: list[Entry]) -> list[Entry]:
+            kept = [e for e in queue if self._version.get(e[2]) == e[1]]
+            heapq.heapify(kept)
+            return kept
+
+        self._at = live(self._at)
+        self._wall = {k: live(q) for k, q in self._wall.items() if k in self.clocks.by_job}
+        self._data = {k: live(q) for k, q in self._data.items() if k in self.clocks.by_job}
+        self._entries = len(self._at) + sum(map(len, self._wall.values())) + sum(map(len, self._data.values()))
+
+    def polled(self, key: str, core: C, now_ms: int) -> bool:
+        """After a timer poll of ``core``: drop it when idle (True), else queue it again."""
+        if self.drop_if_idle(key, core, now_ms):
+            return True
+        self.schedule(key, core)
+        return False
 
     def clock(self, job: str, partition: int | None = None) -> JobClock | None:
         """The shared clock of ``job`` (and partition) on this stage (None: none shared, or no such job)."""
@@ -218,12 +323,17 @@ class Cores(Generic[C]):
             return False
         del self.by_key[key]
         self.retired.update(core.skipped)
+        self._order.pop(key, None)
+        self._version.pop(key, None)  # its queue entries are void
+        self._always.discard(key)
         clock_key = self._clock_of.pop(key, None)
         if clock_key is not None:
             self._per_clock[clock_key] -= 1
             if not self._per_clock[clock_key]:  # the clock's last core: the clock goes with it
                 del self._per_clock[clock_key]
                 self.clocks.by_job.pop(clock_key, None)
+                self._wall.pop(clock_key, None)
+                self._data.pop(clock_key, None)
         return True
 
 
@@ -247,17 +357,22 @@ class LocalRunner:
         if cores is None:
             return [(name, cast(StageRecord, record))]
         core = cores.for_record(record)
+        key = cores.key_of(record)
         cores.stage.feed(core, name, record, now_ms)
         if not cores.stage.poll_on_input:
+            cores.schedule(key, core)
             return []
-        return self._route(cores.stage.poll(core, now_ms, False), now_ms)
+        out = cores.stage.poll(core, now_ms, False)
+        cores.schedule(key, core)
+        return self._route(out, now_ms)
 
     def poll(self, stage: Stage[Any], now_ms: int, flush: bool = False) -> list[Routed]:
+        """One timer tick of ``stage``: the cores due (:meth:`Cores.due`); ``flush``: every core."""
         cores = self.cores[stage.name]
         leaving = []
-        for key, core in cores.items():
+        for key, core in (cores.items() if flush else cores.due(now_ms)):
             leaving += self._route(cores.stage.poll(core, now_ms, flush), now_ms)
-            cores.drop_if_idle(key, core, now_ms)
+            cores.polled(key, core, now_ms)
         return leaving
 
     def tick(self, now_ms: int) -> list[Routed]:

@@ -1,8 +1,8 @@
 """One Faust agent and one timer per stage of :mod:`..topology` (thin wiring, no logic).
 
 The agent decodes each message of the stage's topic, hands it to the core of its key
-(and, for a stage that polls on input, sends what that core closes right away); the timer polls every core
-each ``POLL_INTERVAL_S``, sends what they return to the topic and key the topology
+(and, for a stage that polls on input, sends what that core closes right away); the timer polls the cores
+with something due (``Cores.due``: not every core) each ``POLL_INTERVAL_S``, sends what they return to the topic and key the topology
 names, and drops idle cores. A message or tick that raises is counted and skipped.
 """
 
@@ -45,28 +45,33 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
             if decoded is None:
                 continue
             name, record = decoded
+            core = None
             try:
+                key = cores.key_of(record)
                 core = cores.for_record(record, partition_of(stream))
                 now = now_ms()
                 stage.feed(core, name, record, now)
                 if observer is not None:
                     observer.fed(core, name, record)
                 ctx.count_in(name)
-                if stage.poll_on_input:
-                    await send(ctx, stage.poll(core, now, False))
+                out = stage.poll(core, now, False) if stage.poll_on_input else []
+                cores.schedule(key, core)  # for the tick at which it is next due
+                await send(ctx, out)
             except Exception as exc:
                 ctx.failed(stage.name, exc)
+                if core is not None:
+                    cores.schedule(key, core)
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
         cores.clocks.input_pending(any(input_pending(app, ctx.topics[role]) for role in (stage.topic, *upstream)))
         now = now_ms()
-        for key, core in cores.items():
+        for key, core in cores.due(now):  # the cores with something due (topology.Cores.due)
             try:
                 await send(ctx, stage.poll(core, now, False))
             except Exception as exc:
                 ctx.failed(f"{stage.name}.tick", exc)
-            if cores.drop_if_idle(key, core, now) and observer is not None:
+            if cores.polled(key, core, now) and observer is not None:
                 observer.dropped(core)
         if now - refreshed[0] >= SKIPPED_REFRESH_MS:
             refreshed[0] = now

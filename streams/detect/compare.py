@@ -24,7 +24,7 @@ import numpy as np
 
 from ...schemas.records import FunctionComparison, FunctionPattern
 from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
-from .job_clock import JobClock
+from .job_clock import DUE_NOW, Due, JobClock
 from .late_arrival import score_collective
 from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
@@ -103,6 +103,21 @@ class FunctionComparator:
         if first is None or (now_wall_ms > first + self.policy.grace_ms and self.clock.by_wall(now_wall_ms)):
             return True
         return self.clock.data_past(closed_at_ms(self.policy, wid))
+
+    def due(self) -> Due:
+        """When :meth:`poll` may next evaluate a window without new input (job_clock.Due): the
+        earliest of the pending windows' grace on the caller's clock and close on data time.
+        (Polled on the timer, a comparator never reports idle -- each poll stamps its clock --
+        so no idle time is due.)"""
+        wall: int | None = None
+        data: int | None = None
+        for wid in self.pending:
+            first = self.first_seen.get(wid)
+            if first is None or self.complete(wid):
+                return DUE_NOW
+            w, d = first + self.policy.grace_ms + 1, closed_at_ms(self.policy, wid)
+            wall, data = (w, d) if wall is None or data is None else (min(wall, w), min(data, d))
+        return Due(wall=wall, data=data)
 
     def complete(self, wid: int) -> bool:
         """Every rank expected in window ``wid`` has sent its pattern."""

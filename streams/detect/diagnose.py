@@ -46,7 +46,7 @@ from ...schemas.vocabulary import RESOLVED_JOB_DIED, RESOLVED_JOB_FINISHED
 from .findings import Finding
 from .incidents import Track, end_all, step
 from .job_checks import JobChecks
-from .job_clock import JobClock
+from .job_clock import Due, JobClock
 from .job_windows import JobWindows
 from .policy import DetectionPolicy
 from .window import diagnose_window, step_ms
@@ -92,6 +92,16 @@ class JobDiagnoser:
             anomalies += self._end(RESOLVED_JOB_DIED)
         anomalies.sort(key=lambda r: -r["impact_ms_per_step"])
         return anomalies, controls
+
+    def due(self) -> Due:
+        """When :meth:`poll` may next evaluate a window or end the job without new input
+        (job_clock.Due): the window buffer's next release, or the silence that ends a job."""
+        d = self.windows.due()
+        if (self.last_alive_ms is None or not self.windows.empty() or not self.tracks
+                or any(f.identity == "hang" for f in self.last_findings)):
+            return d
+        died = self.last_alive_ms + int(self.policy.idle_after_s * 1000) + 1
+        return d._replace(at=died if d.at is None else min(d.at, died))
 
     def _evaluate(self, wid: int, rws: dict[int, RankWindow], cmps: list[FunctionComparison],
                   now: int) -> tuple[list[Anomaly], list[Control]]:

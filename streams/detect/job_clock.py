@@ -56,20 +56,40 @@ closes the same windows with the same contents as the data arriving live.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .policy import DetectionPolicy
+
+
+class Due(NamedTuple):
+    """When a core's poll may next close or emit something without a new input of its own
+    (``due()`` of the stages' cores; the stage polls a core on its timer only then,
+    streams/topology.py ``Cores``): at caller time ``at`` whatever its job's clock says, at caller
+    time ``wall`` once the clock lets the caller's clock decide (:meth:`JobClock.by_wall`), or
+    once the job's data is past ``data`` (:meth:`JobClock.data_past`, monotone in the point).
+    None: never by that rule. A poll before all three is a no-op (nothing closes, nothing
+    changes), so skipping it changes no verdict."""
+
+    at: int | None = None
+    wall: int | None = None
+    data: int | None = None
+
+
+DUE_NOW = Due(at=0)
 
 
 class JobClock:
     """See the module docstring."""
 
-    __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "margin_ms", "policy",
-                 "first_ms", "ranks", "straggle_ms", "world")
+    __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "live_ms", "margin_ms",
+                 "policy", "first_ms", "ranks", "straggle_ms", "world")
 
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy = policy
         self.caught_up_ms = policy.grace_ms if caught_up_ms is None else int(caught_up_ms)
         self.margin_ms = policy.catch_up_margin_ms
         self.data_ms = 0  # the job's latest data time seen (0: none yet)
+        self.live_ms = 0  # ... of the inputs that carried data (not a silent rank's empty window)
         self.input_ms: int | None = None  # caller clock of the latest input
         self.input_pending = False  # the caller knows messages of the stage's input wait unread
         self.ranks: dict[int, int] = {}  # rank -> the latest data time of its inputs (stages fed with windows)
@@ -78,15 +98,21 @@ class JobClock:
         self.first_ms: int | None = None  # the first data time noted with a rank
         self._watermark: int | None = None  # cached low watermark (None: recompute)
 
-    def note(self, data_ms: int, now_ms: int | None, rank: int | None = None, world: int = 0) -> None:
+    def note(self, data_ms: int, now_ms: int | None, rank: int | None = None, world: int = 0,
+             empty: bool = False) -> None:
         """An input of the job carried data up to ``data_ms`` and came at ``now_ms`` (caller clock;
         None: unknown, only the data time moves); ``rank``: the rank whose window it is (inputs
         of one rank come in data order), None when it is no one rank's; ``world``: the job's
-        world size it states (0: unknown)."""
+        world size it states (0: unknown); ``empty``: a window in which its rank sent nothing
+        (closed on the caller's clock while the rank was silent): it moves the rank and the
+        job's data time, not the reference the stragglers are measured from."""
         if now_ms is not None:
             data_ms = min(int(data_ms), int(now_ms) + self.policy.future_slack_ms)  # a clock far ahead
             self.input_ms = now_ms if self.input_ms is None else max(self.input_ms, int(now_ms))
         self.data_ms = max(self.data_ms, int(data_ms))
+        if not empty and data_ms > self.live_ms:
+            self.live_ms = int(data_ms)
+            self._watermark = None
         if rank is not None:
             if self.first_ms is None:
                 self.first_ms = int(data_ms)
@@ -102,11 +128,13 @@ class JobClock:
     def low_watermark(self) -> int | None:
         """The latest data time every rank of the job has reached (one not seen yet: the first
         data time noted), leaving out those more than ``straggle_ms`` behind the job's latest
+        data -- of windows with data: a silent rank's empty windows, closed on the caller's clock
+        minutes of them at a time once a backlog is drained, make no one a straggler
         (None: no rank noted)."""
         if not self.ranks or self.first_ms is None:
             return None
         if self._watermark is None:
-            floor = self.data_ms - self.straggle_ms
+            floor = (self.live_ms or self.data_ms) - self.straggle_ms
             low = min((t for t in self.ranks.values() if t >= floor), default=self.data_ms)
             if len(self.ranks) < self.world and self.first_ms >= floor:
                 low = min(low, self.first_ms)  # a rank not seen yet may be behind every one seen

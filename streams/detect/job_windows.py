@@ -28,7 +28,7 @@ from typing import NamedTuple, cast
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from .compare import caught_up_ms, closed_at_ms
-from .job_clock import JobClock
+from .job_clock import DUE_NOW, Due, JobClock
 from .model import COMM_PREFIX
 from .policy import DetectionPolicy
 from .rank_records import pattern_functions
@@ -75,11 +75,12 @@ class JobWindows:
             self._evict_oldest()
         self.first_rw.setdefault(wid, None)
         self.first_cmp.setdefault(wid, None)
-        rank, world = -1, 0  # a RankWindow is one rank's: the job clock follows each rank's progress
+        rank, world, empty = -1, 0, False  # a RankWindow is one rank's: the job clock follows each rank's progress
         if record_name == RANK_WINDOW:
             rw = cast(RankWindow, record)
             rank, world = int(rw.get("rank", -1)), int(rw.get("world_size", 0) or 0)
-        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank if rank >= 0 else None, world)
+            empty = not int(rw.get("batches", 0) or 0) and not int(rw.get("steps", 0) or 0)  # a silent rank's
+        self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank if rank >= 0 else None, world, empty)
         if record_name == RANK_WINDOW:  # the name says which record it is
             self._add_rank_window(wid, cast(RankWindow, record), now_wall_ms)
         elif record_name == FUNCTION_COMPARISON:
@@ -145,6 +146,22 @@ class JobWindows:
         if cmp_t is not None and now > cmp_t + grace // 2:
             return True
         return rw_t is not None and now > rw_t + 2 * grace + RANK_WINDOW_WAIT_MS
+
+    def due(self) -> Due:
+        """When :meth:`take_ready` may next release a window without new input (job_clock.Due):
+        the conditions of :meth:`_ready` for the oldest window (released first)."""
+        if not self.first_rw:
+            return Due()
+        if any(t == -1 for d in (self.first_rw, self.first_cmp) for t in d.values()):
+            return DUE_NOW  # records added without a clock: stamped at the next poll
+        wid = min(self.first_rw)
+        if self.complete(wid):
+            return DUE_NOW
+        grace = self.policy.grace_ms
+        cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
+        walls = ([cmp_t + grace // 2 + 1] if cmp_t is not None else []) + \
+            ([rw_t + 2 * grace + RANK_WINDOW_WAIT_MS + 1] if rw_t is not None else [])
+        return Due(wall=min(walls) if walls else None, data=closed_at_ms(self.policy, wid))
 
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})

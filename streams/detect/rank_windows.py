@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .accumulate import WindowAcc
-from .job_clock import JobClock
+from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 
 MAX_CLOSED_PER_POLL = 4  # live, a rank's windows close one per window length; half the diagnoser's max_open_windows
@@ -109,6 +109,20 @@ class RankWindows:
             if len(out) >= MAX_CLOSED_PER_POLL and not flush:
                 break  # bounded work per poll (a drained backlog: minutes of empty windows); the rest next tick
         return out
+
+    def due(self) -> Due:
+        """When :meth:`close_due` may next close a window, or :meth:`idle` turn true, with no new
+        input (the conditions of :meth:`close_due` for the next window, which closes first)."""
+        pol = self.policy
+        idle_at = None if self.windows else max(self.last_input_ms, self.data_ms) + int(pol.idle_after_s * 1000) + 1
+        if self.next_window is None or (self.ended and not self.windows):
+            return Due(at=idle_at)
+        end = (self.next_window + 1) * pol.window_ms
+        if self.data_ms >= end + pol.close_lag_ms:
+            return DUE_NOW  # left by the bound on windows closed per poll
+        if self.next_window not in self.windows and self._silent_too_long(end):
+            return Due(at=idle_at)
+        return Due(at=idle_at, wall=max(self.last_input_ms, end) + pol.grace_ms + 1, data=max(self.data_ms, end))
 
     def close_all(self) -> list[tuple[int, WindowAcc]]:
         """The rank ended (its final batch came): remove and return every open window up to the

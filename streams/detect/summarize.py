@@ -23,7 +23,7 @@ from collections import Counter
 
 from ...schemas.records import FunctionPattern, RankWindow
 from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
-from .job_clock import JobClock
+from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
@@ -139,6 +139,10 @@ class RankSummarizer:
                                     batches=self.batches_since_close, ended=ending and i == len(closing) - 1))
             self.batches_since_close = 0
         return out
+
+    def due(self) -> Due:
+        """When :meth:`poll` may next emit something without new input (job_clock.Due)."""
+        return DUE_NOW if self._closed_at_end else self.windows.due()
 
     def idle(self, now_wall_ms: int) -> bool:
         """True when nothing is open and no input came for idle_after_s (caller may drop us)."""

@@ -17,6 +17,8 @@ from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from perftracker.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
 from perftracker.streams.detect.job_clock import JobClock
 from perftracker.streams.detect.job_windows import JobWindows
+from perftracker.streams.detect.model import kind_function
+from perftracker.streams.detect.rank_records import ALWAYS_AGGREGATED
 
 from benchmarks.catch_up import Outcome, last_window, run_backlog, run_live
 from benchmarks.scale import MS, SLOW_RANK
@@ -234,3 +236,67 @@ def test_topology_backlog_read_slowly_diagnoses_as_live():
     assert backlog.upto(last) == live.upto(last) and len({r for r, _ in live.windows}) == ranks
     assert backlog.incidents == live.incidents
     assert any(r == (SLOW_RANK,) for _, r, _ in live.incidents), live.incidents
+
+
+def _compared(jw: JobWindows, wid: int, now: int) -> None:
+    """The comparisons of the per-kind aggregates every rank with steps sends patterns of."""
+    for kind in ALWAYS_AGGREGATED:
+        jw.add(FUNCTION_COMPARISON, {"job": "job", "window_id": wid, "function": kind_function(kind)}, now)  # type: ignore[arg-type]
+
+
+def test_job_windows_behind_a_silent_ranks_empty_windows_make_no_one_a_straggler():
+    """A drained backlog's last windows close on the caller's clock, several per rank in one poll:
+    rank 0's empty windows (it sent nothing in them) reach the diagnoser before the other ranks'
+    last window with data. They must not make those ranks stragglers (the 8,192-rank backlog's
+    lost incident: its last window evaluated with one rank, every other rank's record late)."""
+    jw = JobWindows("job", POL, Counter())
+    wid, now, world = (T0 - HOUR) // POL.window_ms, T0, 8
+    for rank in range(world):
+        jw.add(RANK_WINDOW, rank_window(rank, window=wid, world=world), now)
+    _compared(jw, wid, now)
+    assert [w.window_id for w in jw.take_ready(now)] == [wid]
+    jw.add(RANK_WINDOW, rank_window(0, window=wid + 1, world=world), now)  # its last window with data
+    ahead = POL.max_open_windows // 2 + 2  # past the straggler bound
+    for w in range(wid + 2, wid + 2 + ahead):
+        jw.add(RANK_WINDOW, rank_window(0, window=w, world=world, steps=0, batches=0), now)
+    for rank in range(1, world - 1):
+        jw.add(RANK_WINDOW, rank_window(rank, window=wid + 1, world=world), now)
+        assert jw.take_ready(now) == []  # rank 7's window with data is still to come
+    jw.add(RANK_WINDOW, rank_window(world - 1, window=wid + 1, world=world), now)
+    _compared(jw, wid + 1, now)
+    assert [w.window_id for w in jw.take_ready(now)][:1] == [wid + 1] and jw.skipped["late_record"] == 0
+
+
+def test_job_windows_behind_a_rank_that_stopped_is_left_out_once_the_data_moves_on():
+    """The straggler rule still holds, measured on windows with data: ranks 0-6 report four windows
+    past rank 7's last, and its window is evaluated without it."""
+    jw = JobWindows("job", POL, Counter())
+    wid, now, world = (T0 - HOUR) // POL.window_ms, T0, 8
+    for rank in range(world):
+        jw.add(RANK_WINDOW, rank_window(rank, window=wid, world=world), now)
+    _compared(jw, wid, now)
+    assert len(jw.take_ready(now)) == 1
+    ready = []
+    for w in range(wid + 1, wid + 2 + POL.max_open_windows // 2):
+        for rank in range(world - 1):
+            jw.add(RANK_WINDOW, rank_window(rank, window=w, world=world), now)
+        ready += jw.take_ready(now)
+    assert ready and ready[0].window_id == wid + 1 and len(ready[0].rank_windows) == world - 1
+
+
+def test_topology_drained_backlog_closing_many_windows_per_poll_diagnoses_as_live(monkeypatch):
+    """A 10 s job (two windows: the incident needs its last one, closed only once the drained
+    backlog's input stopped) whose ranks each close more windows in one poll than the stragglers'
+    bound (a worker whose summarize ticks run ahead of its diagnose agent): same as live."""
+    import perftracker.streams.detect.rank_windows as rank_windows
+
+    monkeypatch.setattr(rank_windows, "MAX_CLOSED_PER_POLL", POL.max_open_windows - 1)
+    ranks, seconds, wms = 32, 10, DetectionPolicy().window_ms
+    start = T0 - (seconds + 60) * 1000
+    wall0 = (start - start % wms) * MS
+    ticks = itertools.count()
+    backlog, _, _ = run_backlog(ranks, seconds, 10, wall0, clock=lambda: T0 + 25 * next(ticks) // 3)
+    live = run_live(ranks, seconds, 10, wall0)
+    last = last_window(wall0, seconds, wms)
+    assert not +backlog.late and backlog.upto(last) == live.upto(last)
+    assert backlog.incidents == live.incidents and any(r == (SLOW_RANK,) for _, r, _ in live.incidents)

@@ -1,0 +1,82 @@
+"""A timer tick polls only the cores with something due (topology.Cores.due): every record, its
+order and every verdict are the same as when each tick polled every core, and a tick with nothing
+due polls no core, whatever the number of ranks held."""
+
+from __future__ import annotations
+
+import pytest
+from perftracker.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW
+from perftracker.streams.detect import DetectionPolicy
+from perftracker.streams.topology import Cores, LocalRunner
+
+from benchmarks.scale import MS, TICK_MS, SyntheticRanks
+
+POL = DetectionPolicy()
+WALL0 = 1_700_000_000_000 * MS  # a window edge
+RANKS, SECONDS, STOPS, STOP_AT = 32, 12, 3, 4  # rank 3 sends nothing after its 4th second (dead)
+
+
+def _every_core(self, now_ms):
+    return self.items()
+
+
+def run(mode: str) -> list[tuple[str, object]]:
+    """The job through the runner: ``live`` (batches at their send time) or ``backlog`` (read a
+    minute late, 40 ms of caller clock a batch, the timers ticking every 0.5 s of it); then
+    90 s of ticks with nothing fed (the job silent: empty windows, the job's end)."""
+    routed: list[tuple[str, object]] = []
+    runner = LocalRunner(POL, wire=lambda name, rec: routed.append((name, rec)) or rec)
+    sim = SyntheticRanks(RANKS, 10, job="due", wall0_ns=WALL0)
+    t0 = WALL0 // MS
+    now = t0 + (SECONDS + 60) * 1000 if mode == "backlog" else t0
+    next_tick = now + TICK_MS
+    for second in range(SECONDS):
+        if mode == "live":
+            now = t0 + (second + 1) * 1000 + 20
+        for r in range(RANKS):
+            if r == STOPS and second >= STOP_AT:
+                continue
+            routed.append(("out", runner.feed(EVENT_BATCH, sim.batch(r, second), now)))
+            if mode == "backlog":
+                now += 40
+                if now >= next_tick:
+                    for cores in runner.cores.values():
+                        cores.clocks.input_pending(True)
+                    routed.append(("out", runner.tick(now)))
+                    next_tick = now + TICK_MS
+        if mode == "live":
+            for k in range(1000 // TICK_MS):
+                routed.append(("out", runner.tick(now + k * TICK_MS)))
+    for cores in runner.cores.values():
+        cores.clocks.input_pending(False)
+    for k in range(1, 180):
+        routed.append(("out", runner.tick(now + k * TICK_MS)))
+    return routed
+
+
+@pytest.mark.parametrize("mode", ["live", "backlog"])
+def test_ticks_polling_only_the_cores_due_route_the_same_records_in_the_same_order(mode, monkeypatch):
+    scheduled = run(mode)
+    with monkeypatch.context() as m:
+        m.setattr(Cores, "due", _every_core)  # before: every tick polled every core
+        every = run(mode)
+    assert sum(1 for name, _ in every if name == RANK_WINDOW) > RANKS * SECONDS // 5
+    assert scheduled == every
+
+
+def test_a_tick_with_nothing_due_polls_no_core(monkeypatch):
+    runner = LocalRunner(POL)
+    sim = SyntheticRanks(RANKS, 10, job="due", wall0_ns=WALL0)
+    t0 = WALL0 // MS
+    for r in range(RANKS):
+        runner.feed(EVENT_BATCH, sim.batch(r, 0), t0 + 1020)
+    polled = []
+    for cores in runner.cores.values():
+        original = cores.stage.poll
+        monkeypatch.setattr(cores, "stage", cores.stage.__class__(**{
+            **{f: getattr(cores.stage, f) for f in cores.stage.__dataclass_fields__},
+            "poll": lambda core, now, flush, original=original: polled.append(core) or original(core, now, flush)}))
+    runner.tick(t0 + 1500)  # window 0 ends at 5 s: nothing closes yet
+    assert polled == []
+    runner.tick(t0 + 5000 + POL.grace_ms + 1)  # the ranks went quiet a grace past its end: each closes it
+    assert len(polled) >= RANKS
