@@ -51,6 +51,7 @@ class FunctionComparator:
         self.expected: dict[int, int] = {}  # window -> ranks its patterns say report this function
         self.evaluated: list[int] = []
         self.last_now = 0
+        self.last_input_ms = 0  # caller clock of the latest pattern (idle counts from it)
 
     def add(self, pattern: FunctionPattern, now_wall_ms: int | None = None) -> None:
         """Buffer one FunctionPattern (a re-delivered one replaces the earlier copy)."""
@@ -79,6 +80,7 @@ class FunctionComparator:
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
         self.last_now = max(self.last_now, now_wall_ms or 0)
+        self.last_input_ms = max(self.last_input_ms, now_wall_ms or 0)
 
     def poll(self, now_wall_ms: int) -> list[FunctionComparison]:
         """FunctionComparison records of every window that is complete or whose grace has
@@ -107,10 +109,11 @@ class FunctionComparator:
     def due(self) -> Due:
         """When :meth:`poll` may next evaluate a window without new input (job_clock.Due): the
         earliest of the pending windows' grace on the caller's clock and close on data time.
-        (Polled on the timer, a comparator never reports idle -- each poll stamps its clock --
-        so no idle time is due.)"""
+        With nothing pending: when it turns idle (``idle_after_s`` after its last pattern)."""
         wall: int | None = None
         data: int | None = None
+        if not self.pending:
+            return Due(at=self.last_input_ms + int(self.policy.idle_after_s * 1000) + 1)
         for wid in self.pending:
             first = self.first_seen.get(wid)
             if first is None or self.complete(wid):
@@ -125,7 +128,9 @@ class FunctionComparator:
         return 0 < expected <= len(self.pending.get(wid, {}))
 
     def idle(self, now_wall_ms: int) -> bool:
-        return not self.pending and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000
+        """Nothing pending and no pattern for ``idle_after_s`` (the caller drops it; a later
+        pattern of the function starts a new comparator)."""
+        return not self.pending and now_wall_ms - self.last_input_ms > self.policy.idle_after_s * 1000
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate(self, window_id: int, patterns: list[FunctionPattern]) -> FunctionComparison:

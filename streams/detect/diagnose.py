@@ -63,6 +63,7 @@ class JobDiagnoser:
         self.checks = JobChecks(job, self.policy)
         self.tracks: dict[str, Track] = {}
         self.last_now = 0
+        self.last_input_ms = 0  # caller clock of the latest record (idle counts from it)
         self.last_findings: list[Finding] = []
         self.world = 0  # the job's world size (largest seen)
         self.ended: set[int] = set()  # ranks whose final batch came
@@ -75,6 +76,8 @@ class JobDiagnoser:
         """Buffer a RankWindow or FunctionComparison of this job."""
         if self.last_alive_ms is None and now_wall_ms is not None:
             self.last_alive_ms = now_wall_ms  # silence counts from the first record
+        if now_wall_ms is not None:
+            self.last_input_ms = max(self.last_input_ms, int(now_wall_ms))
         self.windows.add(record_name, record, now_wall_ms)
 
     def poll(self, now_wall_ms: int) -> tuple[list[Anomaly], list[Control]]:
@@ -97,6 +100,9 @@ class JobDiagnoser:
         """When :meth:`poll` may next evaluate a window or end the job without new input
         (job_clock.Due): the window buffer's next release, or the silence that ends a job."""
         d = self.windows.due()
+        if self.windows.empty() and not any(t.open for t in self.tracks.values()):
+            idle_at = self.last_input_ms + int(self.policy.idle_after_s * 1000) + 1
+            d = d._replace(at=idle_at if d.at is None else min(d.at, idle_at))
         if (self.last_alive_ms is None or not self.windows.empty() or not self.tracks
                 or any(f.identity == "hang" for f in self.last_findings)):
             return d
@@ -187,8 +193,11 @@ class JobDiagnoser:
             self.skipped["silent_rank"] += silent
 
     def idle(self, now_wall_ms: int) -> bool:
+        """No window waits, no incident is open and no record came for ``idle_after_s`` (the
+        caller drops it: the job is forgotten; data of it later starts a new diagnoser, and an
+        incident found again gets its same id, a hash of job, cause, ranks and function)."""
         return (self.windows.empty() and not any(t.open for t in self.tracks.values())
-                and now_wall_ms - self.last_now > self.policy.idle_after_s * 1000)
+                and now_wall_ms - self.last_input_ms > self.policy.idle_after_s * 1000)
 
     def open_incidents(self) -> list[Anomaly]:
         """Last record of every open incident, most costly first (for `diagnose`)."""

@@ -80,3 +80,30 @@ def test_a_tick_with_nothing_due_polls_no_core(monkeypatch):
     assert polled == []
     runner.tick(t0 + 5000 + POL.grace_ms + 1)  # the ranks went quiet a grace past its end: each closes it
     assert len(polled) >= RANKS
+
+
+def test_a_silent_jobs_cores_are_dropped_idle_after_s_after_its_last_record_every_stage():
+    """Every stage forgets a job silent for ``idle_after_s`` (comparators and diagnosers were never
+    dropped: their idleness counted from the timer's own last poll)."""
+    runner = LocalRunner(POL)
+    sim = SyntheticRanks(8, 10, job="idle", wall0_ns=WALL0)
+    t0 = WALL0 // MS
+    for second in range(12):
+        for r in range(8):
+            runner.feed(EVENT_BATCH, sim.batch(r, second), t0 + (second + 1) * 1000 + 20)
+        runner.tick(t0 + (second + 1) * 1000 + 100)
+    last = t0 + 12 * 1000 + 20
+    for k in range(1, 120):  # the job went silent: its windows close, nothing more comes
+        runner.tick(last + k * TICK_MS)
+    held = {name: len(cores.by_key) for name, cores in runner.cores.items()}
+    assert held["summarize"] == 8 and held["compare"] > 0 and held["diagnose"] == 1
+    idle_ms = int(POL.idle_after_s * 1000)
+    runner.tick(last + idle_ms // 2)
+    assert runner.cores["compare"].by_key and runner.cores["diagnose"].by_key  # not yet
+    for k in range(1, 12):  # a silent rank's empty windows (for hang detection) stop after
+        runner.tick(last + idle_ms + 2 * POL.window_ms + k * 1000)  # idle_after_s: then its summarizer goes
+    assert len(runner.cores["summarize"].by_key) == 0 and runner.cores["diagnose"].by_key
+    for k in range(1, 12):  # the diagnoser's last record was the last empty window
+        runner.tick(last + 2 * idle_ms + 4 * POL.window_ms + k * 1000)
+    assert {name: len(cores.by_key) for name, cores in runner.cores.items()} == \
+        {"summarize": 0, "compare": 0, "diagnose": 0}
