@@ -1,12 +1,16 @@
 """Job-level detectors over RankWindows: iteration regression and hang.
 
-Regression: the job's step time per window (median over ranks of each rank's
-25th-percentile step: one-off checkpoint steps and spikes covering part of a window
-do not move it, a sustained slowdown does) is kept for ``history_windows``.
+Regression: two series kept for ``history_windows``: the job's step time per window
+(median over ranks of each rank's 25th-percentile step: one-off checkpoint steps and
+spikes covering part of a window do not move it, a sustained slowdown does) and its pace
+(wall ms per completed iteration of the median rank, windows where a rank starts or ends
+left out: code after the optimizer step is in no iteration, only the pace shows it).
 Recent = median of the last persist_windows + 1 windows (one odd window does not
 move it); best = 25th percentile of the windows before them (the minimum would be
 biased low by noise). Regression when recent > best * (1 + regression_pct %)
-and the difference is at least min_cost_ms_per_step.
+and the difference is at least min_cost_ms_per_step, the series' own noise before
+(mad_threshold x 1.4826 x MAD) and, for the pace, its resolution (1/n per window of n
+iterations, at both ends). The step time is checked first.
 
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
