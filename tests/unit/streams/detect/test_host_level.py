@@ -180,3 +180,19 @@ def test_a_late_arriver_held_up_in_another_collective_is_a_propagated_victim():
     for ranks that came from another group late (no straggler listed there): not a culprit."""
     late = straggler(2, 0.8, 2.4)
     assert blamed(diagnose_window(job({}), [pair(late), world([1.0, 1.2, 30.0, 29.0])], POL)) == []
+
+
+def test_a_late_arriver_whose_other_group_is_not_compared_yet_is_not_raised():
+    """Live fault suite, host-copies: the window was evaluated on the timer before the pair
+    group's comparison came; whether rank 2 waited there for someone cannot be told."""
+    rws = job({})
+    rws[2]["functions"] = [ALLREDUCE, PAIR]
+    assert blamed(diagnose_window(rws, [allreduce(straggler(2))], POL)) == []
+
+
+def test_a_late_arriver_whose_other_group_is_compared_without_a_wait_is_raised():
+    rws = job({})
+    rws[2]["functions"] = [ALLREDUCE, PAIR]
+    quiet_pair = {**allreduce(), "function": PAIR, "members": [2, 3], "member_wait_ms_per_step": [0.2, 0.3]}
+    (f,) = blamed(diagnose_window(rws, [allreduce(straggler(2)), quiet_pair], POL))
+    assert f.ranks == (2,) and f.function == ALLREDUCE
