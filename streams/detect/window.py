@@ -144,7 +144,7 @@ def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
             continue
         names = {s["rank"] for s in c["stragglers"]}
         for s in c["stragglers"] if not c["mixed_signatures"] else []:
-            if is_late_culprit(s, job_step_ms, policy):
+            if is_late_culprit(s, job_step_ms, policy, members=len(c["members"])):
                 late[s["rank"]].append({**s, "function": c["function"]})
         if names:
             victims.update(r for r in c["members"] if r not in names)
