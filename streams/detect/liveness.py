@@ -10,7 +10,9 @@ move it); best = 25th percentile of the windows before them (the minimum would b
 biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step, the series' own noise before
 (mad_threshold x 1.4826 x MAD) and, for the pace, its resolution (1/n per window of n
-iterations, at both ends). The step time is checked first.
+iterations, at both ends); for the pace, recent is the minimum of those windows (every one
+must show it: a window's pace has no robustness to a one-off stall, the step time has its
+p25). The step time is checked first.
 
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
@@ -66,7 +68,8 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
     if step_ms > 0:
         found = _regressed([v for _, v in state.history], [0.0] * len(state.history), policy)
     if found is None and period_ms > 0 and period_steps > 0:
-        found = _regressed([v for _, v, _ in state.periods], [q for _, _, q in state.periods], policy)
+        found = _regressed([v for _, v, _ in state.periods], [q for _, _, q in state.periods], policy,
+                           every_window=True)
         if found is not None:
             return _regression_finding(*found, policy, "each iteration (the time between iterations included: "
                                        "code after the optimizer step, logging, syncs) takes")
@@ -75,19 +78,24 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
     return _regression_finding(*found, policy, "recent steps take")
 
 
-def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy) -> tuple[float, float, float] | None:
+def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy,
+               every_window: bool = False) -> tuple[float, float, float] | None:
     """(recent, best, noise) when the series regressed. Recent = median of the last
     persist_windows + 1 values, best = 25th percentile of the ones before them; the excess
     must pass ``regression_pct`` of best, ``min_cost_ms_per_step``, the series' own
     window-to-window noise before (``mad_threshold`` x 1.4826 x MAD) and its resolution (a
     per-window rate of n iterations moves by 1/n with the window's edges, ``quanta``: the
-    largest of the recent windows' plus the largest of the earlier ones')."""
+    largest of the recent windows' plus the largest of the earlier ones'). ``every_window``:
+    recent is the minimum of those windows (the pace: see the comment below)."""
     k = policy.persist_windows + 1
     if len(values) < k + 2:
         return None
     past = np.asarray(values[:-k], dtype=np.float64)
     best = float(np.percentile(past, 25))
-    recent = float(np.median(values[-k:]))
+    # the pace (window / iterations) has no robustness inside a window (the step time has its
+    # p25): a one-off stall of a second spanning a window edge slows two windows, so every
+    # recent window must show a pace regression (their minimum), not most (the median)
+    recent = float(np.min(values[-k:]) if every_window else np.median(values[-k:]))
     noise = policy.mad_threshold * MAD_TO_SIGMA * float(np.median(np.abs(past - np.median(past))))
     excess = recent - best
     floor = max(policy.min_cost_ms_per_step, noise, best * (max(quanta[-k:]) + max(quanta[:-k])))

@@ -57,3 +57,16 @@ def test_a_step_time_regression_above_the_noise_is_still_raised():
 def test_a_slow_job_with_few_iterations_per_window_is_not_judged_on_its_pace():
     # 3 then 2 iterations per 5 s window: one iteration more or less at a window edge, not a slowdown
     assert regressions(run([(3, 1500.0)] * 6 + [(2, 1500.0)] * 6)) == []
+
+
+def test_a_one_off_stall_across_a_window_edge_is_no_regression_of_the_pace():
+    # live fault suite, one-off-spike: 1.5 s of sleep on one rank and a busy host: two windows of
+    # 113 and 10 iterations among 260-350, then back: the median of three windows moved, not all three
+    steps = [263, 258, 343, 203, 264, 286, 342, 349, 113, 10, 331, 302, 227]
+    assert regressions(run([(n, 8.0) for n in steps])) == []
+
+
+def test_a_pace_regression_in_every_recent_window_is_raised():
+    steps = [263, 258, 343, 203, 264, 286, 342, 349, 113, 110, 115, 112, 108]
+    (a,) = regressions(run([(n, 8.0) for n in steps]))
+    assert '"measure": "period"' in a["evidence_json"]
