@@ -100,19 +100,6 @@ def _own_work(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], window_m
     return {"cpu_ms_per_step": round(mine, 3), "peer_cpu_ms_per_step": round(peer, 3)}
 
 
-def more_cpu_than_peers(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], window_ms: float,
-                        excess_ms: float, policy: DetectionPolicy) -> bool | None:
-    """Whether the rank's CPU ms per step exceed its peers' median by >= max(``cpu_wait_min_ms``,
-    ``cpu_work_share`` x ``excess_ms``) (work of its own); None when unmeasured (no
-    ``cpu_ratio`` on the rank or on any peer)."""
-    mine = _cpu_ms_per_step(rank_windows.get(rank, {}), window_ms)
-    peers = [c for r, rw in rank_windows.items() if r != rank
-             for c in (_cpu_ms_per_step(rw, window_ms),) if c > 0]
-    if mine <= 0 or not peers:
-        return None
-    return bool(_own_work(rank, rank_windows, window_ms, excess_ms, policy))
-
-
 def cpu_verdict(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], excess_ms: float,
                 policy: DetectionPolicy) -> CpuVerdict:
     """See the module docstring; ``excess_ms``: the rank's excess step time over its peers."""

@@ -39,14 +39,7 @@ from ...schemas.causes import CAUSES, Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
-from .cpu_evidence import (
-    CONTENDED,
-    WHERE_KIND,
-    CpuVerdict,
-    cpu_verdict,
-    frame_location,
-    more_cpu_than_peers,
-)
+from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
 from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
 from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
@@ -268,8 +261,6 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
         cpu = cpu_verdict(rank, rank_windows, impact, policy)
         if not where and cpu.verdict != CONTENDED and _sampled_alike(rank, rank_windows):
             continue  # its stacks and its CPU say it did nothing its peers did not: not shown late
-        if where and cpu.verdict != CONTENDED and _waited_in_shared_code(rank, where, rank_windows, impact, policy):
-            continue  # its extra time is in code every rank runs, with no extra CPU: waiting, not work
         summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
                    f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
                    f"none of its instrumented functions is slow, so ")
@@ -306,26 +297,6 @@ def _uncompared_collectives(rank_windows: dict[int, RankWindow], comparisons: li
     compared = {c["function"] for c in comparisons}
     return {int(r) for r, rw in rank_windows.items()
             if any(str(f).startswith(COMM_PREFIX) and f not in compared for f in rw.get("functions") or [])}
-
-
-def _waited_in_shared_code(rank: int, where: Mapping[str, Any], rank_windows: dict[int, RankWindow],
-                           impact: float, policy: DetectionPolicy) -> bool:
-    """Whether a late entry's sampled extra time (``where``, :func:`.cpu_evidence.frame_location`)
-    is waiting rather than work of its own: the frame is one its peers spend at least as
-    long in as the rank's extra (a shared code path that stretched, not code of its own),
-    and the rank's measured CPU time per step is not above its peers' (by max(
-    ``cpu_wait_min_ms``, ``cpu_work_share`` x the wait it causes)). A stack sample cannot
-    tell a thread computing from one blocked in C: DDP's ``loss.backward()`` also waits there
-    for the gradient all-reduce, so the rank whose ring step finishes last "spends more time
-    in backward" with the same CPU as its peers (live fault suite, no fault: rank 1 last into
-    the world all_reduce in 40-43 % of calls, 2.2-2.9 ms/step more in ``loss.backward()``
-    than its peers' 11.9-12.8, CPU/wall 0.121 vs 0.119). Work of its own shows as more CPU
-    (host-side copies, a checkpoint) or as a frame its peers do not run (a sleep, a blocking
-    read); both stay named. Unmeasured CPU: not judged (False)."""
-    if float(where.get("extra_ms_per_step", 0.0)) > float(where.get("peer_ms_per_step", 0.0)):
-        return False  # more than doubled, or a frame the peers do not run: its own code
-    more = more_cpu_than_peers(rank, rank_windows, policy.window_s * 1000.0, impact, policy)
-    return more is False
 
 
 def _sampled_alike(rank: int, rank_windows: dict[int, RankWindow]) -> bool:

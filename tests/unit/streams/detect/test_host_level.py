@@ -130,32 +130,6 @@ def test_a_late_entry_with_alike_stacks_that_waited_for_a_cpu_is_contention():
     assert f.cause == Cause.HOST_CPU_CONTENTION and 3 in f.ranks
 
 
-def stretched_backward(rank: int = 3, cpu: float = 0.95) -> dict[int, dict]:
-    """Rank ``rank`` samples 20 % more in ``loss.backward()`` (a frame every rank runs) than its peers."""
-    rws = sampled_job({rank: [("train.py:40 step `loss.backward()`", 120), ("train.py:52 step `dist.all_reduce(x)`", 50)]})
-    rws[rank]["cpu_ratio"] = cpu
-    return rws
-
-
-def test_a_late_entry_stretched_in_shared_code_with_its_peers_cpu_is_not_raised():
-    """Live fault suite, no fault: the rank whose DDP ring step ends last samples more time in
-    loss.backward() (blocked in C for the gradient all-reduce) with the CPU of its peers: waiting."""
-    assert blamed(diagnose_window(stretched_backward(), [allreduce(straggler(3))], POL)) == []
-
-
-def test_a_late_entry_stretched_in_shared_code_with_more_cpu_is_raised_with_that_frame():
-    (f,) = blamed(diagnose_window(stretched_backward(cpu=0.99), [allreduce(straggler(3))], POL))
-    assert f.ranks == (3,) and f.cause == Cause.SLOW_FUNCTION and "loss.backward()" in f.summary
-
-
-def test_a_late_entry_stretched_in_shared_code_without_cpu_readings_is_raised():
-    rws = stretched_backward()
-    for rw in rws.values():
-        rw["cpu_ratio"] = -1.0
-    (f,) = blamed(diagnose_window(rws, [allreduce(straggler(3))], POL))
-    assert f.ranks == (3,) and "loss.backward()" in f.summary
-
-
 PAIR = "comm:all_reduce:pg2-2-abc"
 
 
