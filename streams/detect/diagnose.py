@@ -116,7 +116,9 @@ class JobDiagnoser:
         job_step = step_ms(rws)
         self.checks.observe(cmps)
         findings = diagnose_window(rws, cmps, self.policy)
-        reg, controls = self.checks.regression(wid, now, rws, findings, self.tracks)
+        starting = self._starts(rws)
+        partial = starting or any(rw.get("ended_cleanly") for rw in rws.values())
+        reg, controls = self.checks.regression(wid, now, rws, findings, self.tracks, partial=partial)
         if reg is not None:
             findings.append(reg)
         h = self.checks.hang(rws)
@@ -127,7 +129,7 @@ class JobDiagnoser:
         progress = self._full_progress(rws, job_step)
         if any(rw.get("ended_cleanly") for rw in rws.values()):
             findings = self._open_only(findings)
-        steps = 0 if self._starts(rws) else int(_median_steps(rws))  # a start-up window counts as one window
+        steps = 0 if starting else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
                          progress=progress, steps=steps)
         return anomalies, controls

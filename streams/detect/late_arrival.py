@@ -17,8 +17,12 @@ Culprit rule (:func:`is_late_culprit`), two ways to enough evidence:
   per window, where chance alone almost never reaches it;
 * **few calls, clear majority**: with a handful of seqs (a profiler trace, slow steps) 1e-4
   is out of reach unless a rank is last in every call (4 members, 6 calls: last in 4 of 6
-  is p = 0.038). Such a rank is a culprit when it is last in more than ``late_majority``
-  (half) of the seqs, p <= ``late_majority_p_value`` (0.05) and the wait it caused per step
+  is p = 0.038). Such a rank is a culprit when it is last in a clear majority: more than
+  ``late_majority`` (half) of the seqs and more than halfway from chance (1 / members) to
+  every seq (:func:`clear_majority`; in a 2-rank group chance is half: live fault suite,
+  pair groups of 250-280 calls a window, a rank last in 60-61 % of them, p = 2.4e-4 to
+  4.1e-4, causing 1.1-1.3 ms/step, was named twice with no fault behind it, once before any
+  fault was injected), p <= ``late_majority_p_value`` (0.05) and the wait it caused per step
   is at least ``late_majority_step_share`` (3 %) of the job's step time (and the absolute
   ``min_cost_ms_per_step``). Noise makes some rank last in a majority of few seqs now and
   then (4 members, 6 seqs: ~15 % of windows), but the wait it causes is the noise's size;
@@ -66,15 +70,26 @@ def score_collective(rec: FunctionComparison, good: list[FunctionPattern], polic
     rec["stragglers"].extend(_stragglers(members, late, step_n, policy.late_fraction, min_cost))
 
 
-def is_late_culprit(s: Straggler, step_ms: float, policy: DetectionPolicy) -> bool:
+def is_late_culprit(s: Straggler, step_ms: float, policy: DetectionPolicy, members: int = 0) -> bool:
     """Whether a listed straggler is a culprit (see the module docstring); ``step_ms`` is the
-    job's median step time (0 when unknown: then only the many-calls rule applies)."""
+    job's median step time (0 when unknown: then only the many-calls rule applies);
+    ``members``: the group's size (0 when unknown: a majority is more than ``late_majority``)."""
     if s["p_value"] <= policy.late_p_value:
         return True
-    if s["late_fraction"] <= policy.late_majority or s["p_value"] > policy.late_majority_p_value:
+    if s["late_fraction"] <= clear_majority(members, policy) or s["p_value"] > policy.late_majority_p_value:
         return False
     floor = max(policy.min_cost_ms_per_step, policy.late_majority_step_share * step_ms)
     return step_ms > 0 and s["caused_ms_per_step"] >= floor
+
+
+def clear_majority(members: int, policy: DetectionPolicy) -> float:
+    """The late fraction a clear majority must exceed: ``late_majority`` (half), and halfway
+    from chance (1 / members) to every call. Among 3 or more members chance is below half and
+    the second bound is 0.67 (3), 0.625 (4), 0.56 (8); in a 2-rank group one of the two is
+    always last, chance *is* half, and a majority needs more than 3 calls in 4."""
+    if members < 2:
+        return policy.late_majority
+    return max(policy.late_majority, (1.0 + 1.0 / members) / 2)
 
 
 def _stragglers(members: list[FunctionPattern], late: Lateness, step_n: float, late_fraction: float,

@@ -1,12 +1,18 @@
 """Job-level detectors over RankWindows: iteration regression and hang.
 
-Regression: the job's step time per window (median over ranks of each rank's
-25th-percentile step: one-off checkpoint steps and spikes covering part of a window
-do not move it, a sustained slowdown does) is kept for ``history_windows``.
+Regression: two series kept for ``history_windows``: the job's step time per window
+(median over ranks of each rank's 25th-percentile step: one-off checkpoint steps and
+spikes covering part of a window do not move it, a sustained slowdown does) and its pace
+(wall ms per completed iteration of the median rank, windows where a rank starts or ends
+left out: code after the optimizer step is in no iteration, only the pace shows it).
 Recent = median of the last persist_windows + 1 windows (one odd window does not
 move it); best = 25th percentile of the windows before them (the minimum would be
 biased low by noise). Regression when recent > best * (1 + regression_pct %)
-and the difference is at least min_cost_ms_per_step.
+and the difference is at least min_cost_ms_per_step, the series' own noise before
+(mad_threshold x 1.4826 x MAD) and, for the pace, its resolution (1/n per window of n
+iterations, at both ends); for the pace, recent is the minimum of those windows (every one
+must show it: a window's pace has no robustness to a one-off stall, the step time has its
+p25). The step time is checked first.
 
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
@@ -25,6 +31,7 @@ import numpy as np
 from ...schemas.causes import Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S, Kind
+from .columnar import MAD_TO_SIGMA
 from .findings import Finding
 from .hang import HangState, HangVerdict, RankSeen, Wait, verdict
 from .policy import DetectionPolicy
@@ -35,6 +42,7 @@ class LivenessState:
     """Plain, bounded state (serializable)."""
 
     history: list[tuple[int, float]] = field(default_factory=list)  # (window, step ms)
+    periods: list[tuple[int, float, float]] = field(default_factory=list)  # (window, wall ms per iteration, 1/iterations)
     idle_windows: int = 0
     alive_windows: int = 0  # idle windows after the first one that brought a batch
     idle_since_alive: int = 0  # idle windows since the last one that brought a batch
@@ -48,22 +56,63 @@ def note_collectives(state: LivenessState, comparisons: list[FunctionComparison]
 
 
 def regression(state: LivenessState, window_id: int, step_ms: float,
-               policy: DetectionPolicy) -> Finding | None:
+               policy: DetectionPolicy, period_ms: float = 0.0, period_steps: int = 0) -> Finding | None:
+    """The job's regression this window, if any, on either measure (see the module docstring):
+    ``step_ms`` (the iteration's own time) or ``period_ms`` (wall time per completed iteration,
+    ``period_steps`` iterations in the window; 0 for a window that is partial)."""
     if step_ms > 0:
         state.history = (state.history + [(window_id, step_ms)])[-policy.history_windows:]
+    if period_ms > 0 and period_steps > 0:
+        state.periods = (state.periods + [(window_id, period_ms, 1.0 / period_steps)])[-policy.history_windows:]
+    found = None
+    if step_ms > 0:
+        found = _regressed([v for _, v in state.history], [0.0] * len(state.history), policy)
+    if found is None and period_ms > 0 and period_steps > 0:
+        found = _regressed([v for _, v, _ in state.periods], [q for _, _, q in state.periods], policy,
+                           every_window=True)
+        if found is not None:
+            return _regression_finding(*found, policy, "each iteration (the time between iterations included: "
+                                       "code after the optimizer step, logging, syncs) takes")
+    if found is None:
+        return None
+    return _regression_finding(*found, policy, "recent steps take")
+
+
+def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy,
+               every_window: bool = False) -> tuple[float, float, float] | None:
+    """(recent, best, noise) when the series regressed. Recent = median of the last
+    persist_windows + 1 values, best = 25th percentile of the ones before them; the excess
+    must pass ``regression_pct`` of best, ``min_cost_ms_per_step``, the series' own
+    window-to-window noise before (``mad_threshold`` x 1.4826 x MAD) and its resolution (a
+    per-window rate of n iterations moves by 1/n with the window's edges, ``quanta``: the
+    largest of the recent windows' plus the largest of the earlier ones'). ``every_window``:
+    recent is the minimum of those windows (the pace: see the comment below)."""
     k = policy.persist_windows + 1
-    if len(state.history) < k + 2 or step_ms <= 0:
+    if len(values) < k + 2:
         return None
-    best = float(np.percentile([v for _, v in state.history[:-k]], 25))
-    recent = float(np.median([v for _, v in state.history[-k:]]))
+    past = np.asarray(values[:-k], dtype=np.float64)
+    best = float(np.percentile(past, 25))
+    # the pace (window / iterations) has no robustness inside a window (the step time has its
+    # p25): a one-off stall of a second spanning a window edge slows two windows, so every
+    # recent window must show a pace regression (their minimum), not most (the median)
+    recent = float(np.min(values[-k:]) if every_window else np.median(values[-k:]))
+    noise = policy.mad_threshold * MAD_TO_SIGMA * float(np.median(np.abs(past - np.median(past))))
     excess = recent - best
-    if recent <= best * (1 + policy.regression_pct / 100) or excess < policy.min_cost_ms_per_step:
+    floor = max(policy.min_cost_ms_per_step, noise, best * (max(quanta[-k:]) + max(quanta[:-k])))
+    if recent <= best * (1 + policy.regression_pct / 100) or excess < floor:
         return None
-    summary = (f"iteration time regressed: recent steps take {recent:.1f} ms vs the best {best:.1f} ms "
+    return recent, best, noise
+
+
+def _regression_finding(recent: float, best: float, noise: float, policy: DetectionPolicy, what: str) -> Finding:
+    excess = recent - best
+    k = policy.persist_windows + 1
+    summary = (f"iteration time regressed: {what} {recent:.1f} ms vs the best {best:.1f} ms "
                f"(+{100 * excess / best:.0f}%) on all ranks with no single culprit; a synchronized profile "
                f"was requested")
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
-                "pct": round(100 * excess / best, 2), "windows": k}
+                "pct": round(100 * excess / best, 2), "windows": k, "noise_ms": round(noise, 3),
+                "measure": "step" if what.startswith("recent steps") else "period"}
     return Finding(kind=Kind.REGRESSION, cause=Cause.REGRESSION, identity="regression", ranks=(), hosts=(),
                    gpus=(), function="iteration", score=float(recent / best), impact_ms=float(excess),
                    summary=summary, evidence=evidence, extra_windows=1)

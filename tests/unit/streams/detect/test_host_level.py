@@ -128,3 +128,82 @@ def test_a_late_entry_with_alike_stacks_that_waited_for_a_cpu_is_contention():
     rws[3]["runqueue_wait_ms_per_step"] = 17.0
     (f,) = blamed(diagnose_window(rws, [allreduce(straggler(3))], POL))
     assert f.cause == Cause.HOST_CPU_CONTENTION and 3 in f.ranks
+
+
+PAIR = "comm:all_reduce:pg2-2-abc"
+
+
+def pair(late: dict) -> dict:
+    return {**allreduce(late), "function": PAIR, "members": [2, 3], "member_wait_ms_per_step": [0.2, 2.4]}
+
+
+def world(waits: list[float]) -> dict:
+    return {**allreduce(), "member_wait_ms_per_step": waits}
+
+
+def test_a_late_arriver_that_waited_elsewhere_like_every_member_is_no_propagated_victim():
+    """Live fault suite, checkpoint: rank 2 late into its pair group (saving a checkpoint
+    before it), waiting in the world all_reduce no more than the group's other members."""
+    late = straggler(2, 0.8, 2.4)
+    (f,) = blamed(diagnose_window(job({}), [pair(late), world([6.0, 6.5, 6.2, 5.8])], POL))
+    assert f.ranks == (2,) and f.function == PAIR and f.kind == Kind.STRAGGLER
+
+
+def test_a_late_arriver_held_up_in_another_collective_is_a_propagated_victim():
+    """Rank 2 late into its pair group because it waited 30 ms/step in the world all_reduce
+    for ranks that came from another group late (no straggler listed there): not a culprit."""
+    late = straggler(2, 0.8, 2.4)
+    assert blamed(diagnose_window(job({}), [pair(late), world([1.0, 1.2, 30.0, 29.0])], POL)) == []
+
+
+def test_a_late_arriver_whose_other_group_is_not_compared_yet_is_not_raised():
+    """Live fault suite, host-copies: the window was evaluated on the timer before the pair
+    group's comparison came; whether rank 2 waited there for someone cannot be told."""
+    rws = job({})
+    rws[2]["functions"] = [ALLREDUCE, PAIR]
+    assert blamed(diagnose_window(rws, [allreduce(straggler(2))], POL)) == []
+
+
+def test_a_late_arriver_whose_other_group_is_compared_without_a_wait_is_raised():
+    rws = job({})
+    rws[2]["functions"] = [ALLREDUCE, PAIR]
+    quiet_pair = {**allreduce(), "function": PAIR, "members": [2, 3], "member_wait_ms_per_step": [0.2, 0.3]}
+    (f,) = blamed(diagnose_window(rws, [allreduce(straggler(2)), quiet_pair], POL))
+    assert f.ranks == (2,) and f.function == ALLREDUCE
+
+
+def late_entry_windows(late_in: list[bool]) -> list[list[list[int]]]:
+    """A 4-rank job at 250 steps a window (persist_steps met by one window) and default
+    persistence; rank 3 last into the all_reduce in the windows of ``late_in``; the ranks of
+    the incidents opened by each window."""
+    from perftracker.streams.detect import JobDiagnoser
+
+    from .synth import T0_WINDOW, W_MS, rank_window
+
+    pol = DetectionPolicy(window_s=5.0, window_grace_s=3.0, persist_windows=2, persist_steps=50)
+    d, out = JobDiagnoser("job", pol), []
+    for i, late in enumerate([False, *late_in]):  # the first window is the job's start-up
+        w, now = T0_WINDOW + i, (T0_WINDOW + i + 1) * W_MS + 600
+        cmp = {**allreduce(*([straggler(3)] if late else [])), "job": "job", "window_id": w,
+               "member_max_seq": [100 * (i + 1)] * 4, "median_ms_per_step": 1.0}
+        d.add("FunctionComparison", cmp, now)
+        for r in range(4):
+            rw = {**rank_window(r, window=w, steps=250, world=4, step_ms=10.0, functions=[ALLREDUCE]),
+                  **cpu_rw(r, steps=250), "host": f"node-{r // 2}", "gpu": -1}
+            d.add("RankWindow", rw, now)
+        out.append([a["ranks"] for a in d.poll(now + 20_000)[0] if a["status"] == "OPEN"])
+    return out[1:]
+
+
+def test_a_late_entry_seen_in_one_window_of_many_steps_opens_nothing():
+    """Live fault suite: 7 late entries naming ranks with no fault, each one window long."""
+    assert late_entry_windows([True, False, False]) == [[], [], []]
+
+
+def test_a_late_entry_seen_in_two_consecutive_windows_opens():
+    assert late_entry_windows([True, True]) == [[], [[3]]]
+
+
+def test_a_one_window_analysis_still_names_a_late_entry_at_once():
+    (f,) = blamed(diagnose_window(job({}), [allreduce(straggler(3))], DetectionPolicy(persist_windows=1)))
+    assert f.ranks == (3,) and f.extra_windows == 0

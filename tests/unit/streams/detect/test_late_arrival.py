@@ -51,3 +51,17 @@ def test_absolute_cost_floor_and_unknown_step():
     assert not is_late_culprit(late(4, 6, caused=0.9), 10.0, POL)  # step share 0.3 ms, absolute 1 ms
     assert is_late_culprit(late(4, 6, caused=1.0), 10.0, POL)
     assert not is_late_culprit(late(4, 6, caused=50.0), 0.0, POL)  # no step time: strict rule only
+
+
+def test_a_clear_majority_is_beyond_chance_in_a_two_rank_group():
+    """Live fault suite: a 2-rank pair group, 272 calls, one rank last in 60 % (p = 4e-4),
+    causing 1.25 ms of an 8 ms step, before any fault: in a pair one rank is always last."""
+    noise = late(163, 272, members=2, caused=1.25)
+    assert POL.late_p_value < noise["p_value"] < POL.late_majority_p_value
+    assert not is_late_culprit(noise, 8.0, POL, members=2)
+    assert is_late_culprit(noise, 8.0, POL)  # group size unknown: more than half, as before
+    assert is_late_culprit(late(6, 6, members=2), STEP_MS, POL, members=2)  # 6 of 6: p = 0.016
+    # 4 members: more than 62.5 %; 8 members: more than 56 %
+    assert is_late_culprit(late(4, 6), STEP_MS, POL, members=4)
+    assert not is_late_culprit(late(5, 9), STEP_MS, POL, members=4)  # 56 %, p = 0.049
+    assert is_late_culprit(late(4, 7, members=8), STEP_MS, POL, members=8)  # 57 %

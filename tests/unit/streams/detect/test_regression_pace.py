@@ -1,0 +1,72 @@
+"""The job-wide regression (liveness.regression via JobDiagnoser): the pace (wall time per
+completed iteration) as well as the iteration's own time, and the job's own
+window-to-window noise as a floor. Evidence: the live fault suite (benchmarks/live_faults.py):
+every rank sleeping 20 ms after its optimizer step was never reported (the iteration's own
+time, fetch to optimizer step, did not move); with no fault at all the load of the shared
+machine moved the step time by 25 % over a minute and a regression was reported."""
+
+from __future__ import annotations
+
+from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
+
+from .synth import T0_WINDOW, W_MS, rank_window
+
+POL = DetectionPolicy(window_s=5.0)
+
+
+def run(windows: list[tuple[int, float]]) -> list[dict]:
+    """Four ranks, one (iterations, iteration ms) per window; every version of every anomaly."""
+    d = JobDiagnoser("job", POL)
+    now, out = T0_WINDOW * W_MS, []
+    for i, (steps, step) in enumerate(windows):
+        for r in range(4):
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=4, steps=steps, step_ms=step), now + i * W_MS)
+        out += d.poll(now + i * W_MS + 8000)[0]
+    return out
+
+
+def regressions(out: list[dict]) -> list[dict]:
+    return [a for a in out if a["cause"] == "regression" and a["status"] == "OPEN"]
+
+
+def test_a_slowdown_between_iterations_is_a_regression_of_the_pace():
+    # 20 ms/step of code after the optimizer step: 250 -> 125 iterations per window, same iteration time
+    (a,) = regressions(run([(250, 10.0)] * 6 + [(125, 10.0)] * 6))
+    assert a["ranks"] == [] and "time between iterations included" in a["summary"]
+    assert '"measure": "period"' in a["evidence_json"]
+
+
+def test_a_noisy_pace_without_a_change_is_no_regression():
+    # a shared machine: iterations per window wander by +-25 % with no trend
+    wander = [250, 200, 260, 190, 240, 210, 255, 195, 235, 205, 250, 200]
+    assert regressions(run([(n, 10.0) for n in wander])) == []
+
+
+def test_a_noisy_iteration_time_without_a_change_is_no_regression():
+    # the iteration's own time wanders by +-20 % (the host's load), no trend: under its own noise
+    wander = [8.0, 9.6, 8.2, 9.8, 8.4, 9.5, 8.1, 9.9, 8.3, 9.7, 8.2, 9.6]
+    assert regressions(run([(250, s) for s in wander])) == []
+
+
+def test_a_step_time_regression_above_the_noise_is_still_raised():
+    wander = [8.0, 8.4, 8.2, 8.3, 8.1, 8.4] + [12.0] * 6
+    (a,) = regressions(run([(250, s) for s in wander]))
+    assert '"measure": "step"' in a["evidence_json"]
+
+
+def test_a_slow_job_with_few_iterations_per_window_is_not_judged_on_its_pace():
+    # 3 then 2 iterations per 5 s window: one iteration more or less at a window edge, not a slowdown
+    assert regressions(run([(3, 1500.0)] * 6 + [(2, 1500.0)] * 6)) == []
+
+
+def test_a_one_off_stall_across_a_window_edge_is_no_regression_of_the_pace():
+    # live fault suite, one-off-spike: 1.5 s of sleep on one rank and a busy host: two windows of
+    # 113 and 10 iterations among 260-350, then back: the median of three windows moved, not all three
+    steps = [263, 258, 343, 203, 264, 286, 342, 349, 113, 10, 331, 302, 227]
+    assert regressions(run([(n, 8.0) for n in steps])) == []
+
+
+def test_a_pace_regression_in_every_recent_window_is_raised():
+    steps = [263, 258, 343, 203, 264, 286, 342, 349, 113, 110, 115, 112, 108]
+    (a,) = regressions(run([(n, 8.0) for n in steps]))
+    assert '"measure": "period"' in a["evidence_json"]
