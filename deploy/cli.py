@@ -188,7 +188,7 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 @click.option("--fault", type=click.Choice(FAULTS), default="slow-dataloader", show_default=True,
               help="Fault injected on one rank ('none' for a clean run).")
 @click.option("--ranks", type=int, default=4, show_default=True)
-@click.option("--steps", type=int, default=600, show_default=True)
+@click.option("--steps", type=int, default=900, show_default=True)
 @click.option("--model", type=click.Choice(list(MODELS)), default="mlp", show_default=True,
               help="mlp: a small MLP under DDP; transformer: a GPT-style model, tensor parallel x FSDP2 "
                    "over a (dp, tp) mesh; transformer-pp: two pipeline stages x data parallel.")

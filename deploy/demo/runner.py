@@ -104,7 +104,7 @@ def _no_phase(text: str) -> None:
     return None
 
 
-def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 600,
+def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 900,
              echo: Callable[[str], None] = print, fault_rank: int = 2,
              phase: Callable[[str], None] = _no_phase, model: str = "mlp") -> DemoResult:
     """Start the stack if needed, train with the fault injected a third of the way in, show the

@@ -6,7 +6,7 @@ collectors from outside. The demo's fault injection is the separate module
 (``on_step``, the data loader's collate function, ``before_collective``), and
 with ``PERFTRACKER_DEMO_FAULT`` unset those hooks do nothing.
 
-    torchrun --nproc-per-node 4 train.py --steps 600
+    torchrun --nproc-per-node 4 train.py --steps 900
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from train_common import init_distributed
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=600, help="optimizer steps to run")
+    p.add_argument("--steps", type=int, default=900, help="optimizer steps to run")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--print-every-s", type=float, default=1.0)

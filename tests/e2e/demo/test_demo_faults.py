@@ -45,7 +45,7 @@ def diagnose_json(data_dir: Path, job: str) -> list[dict]:
 def test_demo_names_the_injected_fault(data_dir: Path, fault: str):
     settings = load_settings(env={"PERFTRACKER_DATA_DIR": str(data_dir)})
     lines: list[str] = []
-    result = run_demo(settings, fault=fault, ranks=4, steps=600, echo=lines.append)
+    result = run_demo(settings, fault=fault, ranks=4, echo=lines.append)  # the default steps
     rows = diagnose_json(data_dir, result.job)
     log = "\n".join(lines)
     cause = EXPECTED_CAUSE[fault]
