@@ -165,3 +165,34 @@ def test_what_cores_set_aside_reaches_the_worker_counters_also_after_they_are_dr
     asyncio.run(tick())
     counted = ctx.counters.snapshot()
     assert counted["records_skipped.probe.late_pattern"] == 6 and counted["records_skipped.probe.window_evicted"] == 2
+
+
+class Consumer:
+    """A Faust consumer as ``input_pending`` reads it: assignment, high watermarks, read offsets."""
+
+    def __init__(self, high: dict, read: dict) -> None:
+        self._high, self._read_offset = high, read
+
+    def assignment(self):
+        return set(self._high)
+
+    def highwater(self, tp):
+        return self._high[tp]
+
+
+class Topic:
+    topics = ("t.events",)
+
+
+def test_input_is_pending_with_lag_or_while_the_group_rebalances():
+    from faust.types import TP
+    tp = TP("t.events", 0)
+    app = type("App", (), {})()
+    app.rebalancing = False
+    app.consumer = Consumer({tp: 10}, {tp: 9})  # everything read
+    assert wiring.input_pending(app, Topic()) is False
+    app.consumer = Consumer({tp: 10}, {tp: 4})
+    assert wiring.input_pending(app, Topic()) is True
+    app.consumer = Consumer({tp: 10}, {tp: 9})
+    app.rebalancing = True  # reading paused while partitions move: not the job's input stopping
+    assert wiring.input_pending(app, Topic()) is True
