@@ -224,18 +224,23 @@ def test_topology_backlog_read_slowly_diagnoses_as_live():
     """32 ranks (rank 1's layer slower, its DP peers the victims) through summarize -> compare ->
     diagnose: 15 s of batches read 60 s late at 25 ms of wall clock per batch (a rank's next batch
     0.8 s of reading away, a window's patterns spread over 4 s: more than the grace)."""
-    ranks, seconds, wms = 32, 15, DetectionPolicy().window_ms
+    backlog, live, last = backlog_and_live(32, 15)
+    assert sum(backlog.dropped.values()) == 0 and not +backlog.late
+    assert backlog.upto(last) == live.upto(last) and len({r for r, _ in live.windows}) == 32
+    assert backlog.incidents == live.incidents
+    assert any(r == (SLOW_RANK,) for _, r, _ in live.incidents), live.incidents
+
+
+def backlog_and_live(ranks: int, seconds: int) -> tuple[Outcome, Outcome, int]:
+    """The job through the topology read 60 s late at 25 ms of wall clock per batch, and live;
+    (backlog, live, the job's last window)."""
+    wms = DetectionPolicy().window_ms
     start = T0 - (seconds + 60) * 1000
     wall0 = (start - start % wms) * MS
     ticks = itertools.count()
     backlog, _, _ = run_backlog(ranks, seconds, 10, wall0, clock=lambda: T0 + 25 * next(ticks) // 3)
-    live = run_live(ranks, seconds, 10, wall0)
-    last = last_window(wall0, seconds, wms)
     assert isinstance(backlog, Outcome)
-    assert sum(backlog.dropped.values()) == 0 and not +backlog.late
-    assert backlog.upto(last) == live.upto(last) and len({r for r, _ in live.windows}) == ranks
-    assert backlog.incidents == live.incidents
-    assert any(r == (SLOW_RANK,) for _, r, _ in live.incidents), live.incidents
+    return backlog, run_live(ranks, seconds, 10, wall0), last_window(wall0, seconds, wms)
 
 
 def _compared(jw: JobWindows, wid: int, now: int) -> None:
@@ -291,12 +296,6 @@ def test_topology_drained_backlog_closing_many_windows_per_poll_diagnoses_as_liv
     import perftracker.streams.detect.rank_windows as rank_windows
 
     monkeypatch.setattr(rank_windows, "MAX_CLOSED_PER_POLL", POL.max_open_windows - 1)
-    ranks, seconds, wms = 32, 10, DetectionPolicy().window_ms
-    start = T0 - (seconds + 60) * 1000
-    wall0 = (start - start % wms) * MS
-    ticks = itertools.count()
-    backlog, _, _ = run_backlog(ranks, seconds, 10, wall0, clock=lambda: T0 + 25 * next(ticks) // 3)
-    live = run_live(ranks, seconds, 10, wall0)
-    last = last_window(wall0, seconds, wms)
+    backlog, live, last = backlog_and_live(32, 10)
     assert not +backlog.late and backlog.upto(last) == live.upto(last)
     assert backlog.incidents == live.incidents and any(r == (SLOW_RANK,) for _, r, _ in live.incidents)
