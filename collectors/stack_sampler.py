@@ -8,15 +8,19 @@ thread's current frame (``sys._current_frames()``) and counts two frames:
   whose file is not in torch, perftracker or the standard library. "Where the rank's
   time goes" in the user's own terms (``train.py:88 step``).
 
-Never touch another thread's frames after letting it run. Walking the training
-thread's frame objects (``f_back``) after that thread ran again can crash CPython 3.11
-(a suspended generator's frame keeps a dangling ``previous``: python/cpython#111363,
-#99110; ranks died of SIGSEGV here when the sampler blocked on its lock between
-``sys._current_frames()`` and the walk, so the training thread ran in between). So
-:func:`read_frames` copies the two frames out as plain tuples right after
-``sys._current_frames()``, in a few microseconds of pure attribute reads with no call
-that could release the GIL (the interpreter hands the GIL over only after the 5 ms
-switch interval), and the frame objects are dropped before anything else happens.
+Never walk another thread's frames in Python code. Walking the training thread's frame
+objects (``f_back``) after that thread ran again can crash CPython 3.11 (a frame's
+``previous`` link left dangling: python/cpython#97752, #99110, and profilers built the
+same way still crashed on 3.11.5, getsentry/sentry-python#2386). A walk written as a
+Python loop can hand the GIL over at any backward jump once the training thread has
+waited the switch interval, which a loaded host makes likely; ranks died of SIGSEGV here
+twice, the second time (in CI) with the walk already kept to a few microseconds of
+attribute reads. So :func:`frame_chain` captures the chain in one run of C code
+(``list.extend`` over ``itertools.accumulate(..., getattr)``, then ``map`` over
+``attrgetter``): no bytecode runs between ``sys._current_frames()`` and the last
+``f_back``, so the interpreter never checks whether to hand the GIL over, and the frame
+objects are dropped before anything else happens. (Only a garbage collection started by
+allocating a frame object could run Python finalizers in between.)
 
 Counts are kept per (file, line, function) and handed out once per flush
 (:meth:`StackSampler.take`). Bad input is counted and skipped: a thread that exited
@@ -33,6 +37,9 @@ import sys
 import sysconfig
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from itertools import accumulate, chain, repeat, starmap
+from operator import attrgetter, methodcaller
 from types import CodeType, FrameType
 
 INNERMOST = 0
@@ -90,24 +97,55 @@ def _source(file: str, line: int) -> str:
         return ""
 
 
-def read_frames(frame: FrameType, user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
-    """The innermost frame and the innermost user frame (None: none within MAX_DEPTH) of the
-    stack whose top is ``frame``, as plain tuples. ``user`` caches the per-code decision.
-    Nothing here may release the GIL (see the module's docstring)."""
-    code = frame.f_code
-    innermost = (code.co_filename, frame.f_lineno or 0, code.co_name)
-    f: FrameType | None = frame
-    depth = 0
-    while f is not None and depth < MAX_DEPTH:
-        code = f.f_code
+_CODE_AND_LINE = attrgetter("f_code", "f_lineno")
+CodeLine = tuple[CodeType, "int | None"]
+
+
+def _read_chain(top: Iterator[FrameType | None], depth: int) -> list[CodeLine]:
+    """``(code, line)`` of the frame ``top`` yields and its callers, innermost first, at most
+    ``depth``, read in one run of C code (see the module's docstring): ``accumulate`` applies
+    ``getattr(f, "f_back")`` and ``map`` reads each frame's code and line, until the
+    outermost frame's ``None`` (or a missing thread's) makes ``attrgetter`` raise;
+    ``list.extend`` keeps what it had appended before that."""
+    stack: list[CodeLine] = []
+    try:
+        stack.extend(map(_CODE_AND_LINE, accumulate(chain(top, repeat("f_back", depth - 1)), getattr)))
+    except AttributeError:  # None.f_code: past the outermost frame
+        pass
+    return stack
+
+
+def frame_chain(frame: FrameType, depth: int = MAX_DEPTH) -> list[CodeLine]:
+    """``(code, line)`` of ``frame`` and its callers, innermost first (the calling thread's
+    own frames, or frames already taken from another thread)."""
+    return _read_chain(iter((frame,)), depth)
+
+
+def thread_chain(ident: int, depth: int = MAX_DEPTH) -> list[CodeLine]:
+    """``(code, line)`` of thread ``ident``'s stack, innermost first ([]: no such thread).
+    ``sys._current_frames()`` is called lazily inside the same run of C code that walks
+    ``f_back``, so no bytecode runs between taking the thread's frame and the last step."""
+    top = map(methodcaller("get", ident), starmap(sys._current_frames, ((),)))
+    return _read_chain(top, depth)
+
+
+def classify(stack: list[CodeLine], user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
+    """The innermost frame and the innermost user frame (None: none in ``stack``) as plain
+    tuples. ``user`` caches the per-code decision."""
+    code, line = stack[0]
+    innermost = (code.co_filename, line or 0, code.co_name)
+    for code, line in stack:
         is_user = user.get(code)
         if is_user is None:
             is_user = user[code] = not is_library(code.co_filename)
         if is_user:
-            return innermost, (code.co_filename, f.f_lineno or 0, code.co_name)
-        f = f.f_back
-        depth += 1
+            return innermost, (code.co_filename, line or 0, code.co_name)
     return innermost, None
+
+
+def read_frames(frame: FrameType, user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
+    """:func:`classify` of :func:`frame_chain` (``frame`` and at most MAX_DEPTH callers)."""
+    return classify(frame_chain(frame), user)
 
 
 class StackCounts:
@@ -162,9 +200,9 @@ class StackSampler(threading.Thread):
     def sample_once(self) -> None:
         """One sample; never raises (a vanished thread is counted and skipped)."""
         try:
-            frame = sys._current_frames().get(self.target)
-            sample = None if frame is None else read_frames(frame, self._user)
-            del frame  # before anything that could let the training thread run
+            stack = thread_chain(self.target)
+            sample = classify(stack, self._user) if stack else None
+            del stack
             with self._lock:
                 if sample is None:
                     self._counts.skipped["thread_gone"] += 1

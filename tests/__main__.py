@@ -54,7 +54,7 @@ def main() -> int:
     if types:
         print("tests: mypy found problems", flush=True)
     lint = lint or types
-    args = sys.argv[1:] or ["tests", "-q", "-rs", "--durations=15"]
+    args = sys.argv[1:] or ["tests", "-q", "-rsEf", "--durations=15"]  # failures listed last: CI shows the tail
     suite = subprocess.call([sys.executable, "-m", "pytest", *args])
     return lint or suite
 

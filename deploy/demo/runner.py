@@ -137,8 +137,8 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
         raise DemoError(f"interrupted: the ranks of {result.job} were stopped; the stack is still up "
                         "(`perftracker down` stops it)") from None
     if proc.returncode != 0:
-        tail = log_path.read_text(errors="replace")[-2000:]
-        raise DemoError(f"the training exited with code {proc.returncode}; last lines of {log_path}:\n{tail}")
+        raise DemoError(f"the training exited with code {proc.returncode} (log {log_path}); "
+                        f"{training_failure(log_path.read_text(errors='replace'))}")
     phase("training finished: waiting for the diagnosis of the last windows")
     _settle(settings, result, echo)
     result.seconds_total = round(time.time() - started, 1)
@@ -151,7 +151,8 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
                     onset_file: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PERFTRACKER_DEMO_FAULT": result.fault, "PERFTRACKER_DEMO_RANK": str(result.fault_rank),
            "PERFTRACKER_DEMO_AT_STEP": str(steps // 3), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
-           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONFAULTHANDLER": "1"}  # a rank that crashes prints every thread's Python stack
     script, args = MODELS[result.model]
     cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
            "launch", "--job", result.job, "--",
@@ -160,6 +161,15 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+
+
+def training_failure(log: str, limit: int = 3000) -> str:
+    """What a failed training's log shows of its failure: the first crashed rank's Python
+    stacks (``Fatal Python error``, written by faulthandler) when there is one, its end else."""
+    at = log.find("Fatal Python error")
+    if at >= 0:
+        return "a rank crashed; its Python stacks:\n" + log[at:at + limit]
+    return "last lines of its log:\n" + log[-limit:]
 
 
 def _watch(settings: Settings, proc: subprocess.Popen, result: DemoResult, onset_file: Path,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -16,6 +18,7 @@ from perftracker.collectors.stack_sampler import (
     is_library,
     read_frames,
     safe_text,
+    thread_chain,
 )
 
 STAT = "1234 (python3 (x) y) S 1 2 3 4 5 6 7 8 {majflt} 9 {utime} {stime} 0 0 20 0 1 0\n"
@@ -138,6 +141,52 @@ def test_sampler_thread_counts_a_busy_thread_and_a_vanished_one():
     where = {r[0].rsplit(" ", 1)[1]: r[3] for r in counts.rows() if r[2] == WHERE}
     assert where.get("user_code_loop", 0) >= 15 and counts.skipped["thread_gone"] == 1
     assert sampler.take().samples == 0 and sampler.errors == 0
+
+
+def test_a_thread_that_is_gone_has_no_stack():
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()
+    here = [code.co_name for code, _ in thread_chain(threading.get_ident())]
+    assert thread_chain(gone.ident) == [] and "test_a_thread_that_is_gone_has_no_stack" in here
+
+
+SAMPLED_WHILE_SWITCHING = textwrap.dedent("""
+    import gc, sys, threading, time
+    sys.setswitchinterval(1e-6)  # the GIL changes hands at nearly every chance it has
+    from perftracker.collectors.stack_sampler import StackSampler
+
+    def batches():
+        while True:
+            yield [object() for _ in range(50)]  # garbage for the collector, generator frames
+
+    def step(it):
+        return len(next(it))
+
+    def train(seconds):
+        end, n = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            it = batches()  # a new generator every few steps: frames come and go
+            for _ in range(5):
+                n += step(it)
+        return n
+
+    sampler = StackSampler(threading.get_ident(), 2000.0)
+    sampler.start()
+    train(2.0)
+    counts = sampler.take()
+    print(counts.samples, sampler.errors)
+""")
+
+
+def test_sampling_a_thread_that_keeps_taking_the_gil_back_never_crashes_it():
+    """2,000 samples a second of a thread whose generator frames come and go while the GIL
+    changes hands at every chance: the process lives and every sample is read."""
+    done = subprocess.run([sys.executable, "-c", SAMPLED_WHILE_SWITCHING], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    samples, errors = map(int, done.stdout.split())
+    assert samples >= 50 and errors == 0
 
 
 def test_the_user_frame_is_found_under_a_deep_library_stack_and_depth_is_bounded():
