@@ -230,3 +230,14 @@ def store_with(monkeypatch, tmp_path):
         return data
 
     return make
+
+
+def test_a_crashed_demo_rank_shows_its_python_stacks_else_the_log_end():
+    from perftracker.deploy.demo.runner import training_failure
+
+    crashed = "step 10\n" * 500 + "Fatal Python error: Segmentation fault\n\nThread 0x1 (most recent call first):\n" \
+        "  File \"train.py\", line 9 in step\n" + "torchrun summary\n" * 300
+    shown = training_failure(crashed)
+    assert shown.startswith("a rank crashed") and 'File "train.py", line 9 in step' in shown
+    plain = training_failure("a\n" * 5000 + "ValueError: bad batch\n")
+    assert plain.startswith("last lines") and plain.endswith("ValueError: bad batch\n")
