@@ -207,3 +207,15 @@ def test_a_late_entry_seen_in_two_consecutive_windows_opens():
 def test_a_one_window_analysis_still_names_a_late_entry_at_once():
     (f,) = blamed(diagnose_window(job({}), [allreduce(straggler(3))], DetectionPolicy(persist_windows=1)))
     assert f.ranks == (3,) and f.extra_windows == 0
+
+
+def test_the_culprit_is_no_victim_of_a_group_whose_only_late_arriver_it_held_up():
+    """Live fault suite, host-copies (windows as measured): rank 3 late into its pair group in
+    100 % of calls (19.6 ms/step caused); rank 2, held up there, last into the world
+    all_reduce in 47 %. Rank 3 is the culprit, rank 2 only propagates its delay."""
+    held_up = {**pair(straggler(3, 1.0, 19.6)), "member_wait_ms_per_step": [19.6, 0.1]}
+    world_late = {**world([0.5, 0.6, 1.0, 0.4]), "member_wait_ms_per_step": [12.7, 12.6, 0.5, 0.4],
+                  "stragglers": [straggler(2, 0.47, 8.9)]}
+    (f,) = blamed(diagnose_window(job({}), [held_up, world_late], POL))
+    assert f.ranks == (3,) and f.function == PAIR and f.kind == Kind.STRAGGLER
+
