@@ -37,10 +37,11 @@ import sys
 import sysconfig
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate, chain, repeat, starmap
 from operator import attrgetter, methodcaller
 from types import CodeType, FrameType
+from typing import Any
 
 INNERMOST = 0
 WHERE = 1
@@ -98,6 +99,7 @@ def _source(file: str, line: int) -> str:
 
 
 _CODE_AND_LINE = attrgetter("f_code", "f_lineno")
+_GETATTR: Callable[[Any, Any], Any] = getattr  # the builtin, typed for accumulate
 CodeLine = tuple[CodeType, "int | None"]
 
 
@@ -109,7 +111,7 @@ def _read_chain(top: Iterator[FrameType | None], depth: int) -> list[CodeLine]:
     ``list.extend`` keeps what it had appended before that."""
     stack: list[CodeLine] = []
     try:
-        stack.extend(map(_CODE_AND_LINE, accumulate(chain(top, repeat("f_back", depth - 1)), getattr)))
+        stack.extend(map(_CODE_AND_LINE, accumulate(chain(top, repeat("f_back", depth - 1)), _GETATTR)))
     except AttributeError:  # None.f_code: past the outermost frame
         pass
     return stack
