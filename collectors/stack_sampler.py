@@ -31,6 +31,7 @@ reported in docs/collectors.md.
 
 from __future__ import annotations
 
+import importlib._bootstrap as _bootstrap  # type: ignore[import-not-found]
 import linecache
 import os
 import sys
@@ -131,6 +132,17 @@ def thread_chain(ident: int, depth: int = MAX_DEPTH) -> list[CodeLine]:
     return _read_chain(top, depth)
 
 
+def importing() -> bool:
+    """Whether some thread is importing a module now (importlib holds a per-module lock for
+    each import in progress, ``importlib._bootstrap._module_locks``; False where that is
+    not there). The sampler does not read stacks then: the one rank crash of the sampler
+    caught with its stacks (faulthandler, a fresh clone's first demo, 2026-11-26) happened
+    while the training thread was inside ``import torch`` (blocked in importlib's
+    ``_path_stat``), the walk already in C. Imports are start-up (and rare lazy ones), not
+    the training steps the samples are for."""
+    return bool(getattr(_bootstrap, "_module_locks", None))
+
+
 def classify(stack: list[CodeLine], user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
     """The innermost frame and the innermost user frame (None: none in ``stack``) as plain
     tuples. ``user`` caches the per-code decision."""
@@ -200,8 +212,13 @@ class StackSampler(threading.Thread):
         self._stop_event = threading.Event()
 
     def sample_once(self) -> None:
-        """One sample; never raises (a vanished thread is counted and skipped)."""
+        """One sample; never raises (a vanished thread is counted and skipped, and so is a
+        sample while a module is being imported: see :func:`importing`)."""
         try:
+            if importing():
+                with self._lock:
+                    self._counts.skipped["importing"] += 1
+                return
             stack = thread_chain(self.target)
             sample = classify(stack, self._user) if stack else None
             del stack

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from perftracker.collectors.stack_sampler import (
     WHERE,
     StackCounts,
     StackSampler,
+    importing,
     is_library,
     read_frames,
     safe_text,
@@ -149,6 +151,30 @@ def test_a_thread_that_is_gone_has_no_stack():
     gone.join()
     here = [code.co_name for code, _ in thread_chain(threading.get_ident())]
     assert thread_chain(gone.ident) == [] and "test_a_thread_that_is_gone_has_no_stack" in here
+
+
+def test_no_stack_is_read_while_a_module_is_being_imported(tmp_path, monkeypatch):
+    """A thread blocked inside a module's import: the sample is skipped and counted as
+    ``importing``; once the import is done, samples are read again."""
+    (tmp_path / "pt_slow_import.py").write_text("import builtins\nbuiltins._pt_import_gate.wait(10)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gate = threading.Event()
+    monkeypatch.setattr(builtins, "_pt_import_gate", gate, raising=False)
+    loader = threading.Thread(target=__import__, args=("pt_slow_import",))
+    loader.start()
+    deadline = time.monotonic() + 10
+    while not importing() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler = StackSampler(threading.get_ident(), hz=100)
+    sampler.sample_once()
+    gate.set()
+    loader.join()
+    during = sampler.take()
+    assert during.skipped["importing"] == 1 and during.samples == 0
+    assert not importing()
+    sampler.sample_once()
+    assert sampler.take().samples == 1 and sampler.errors == 0
+    sys.modules.pop("pt_slow_import", None)
 
 
 SAMPLED_WHILE_SWITCHING = textwrap.dedent("""
