@@ -88,7 +88,7 @@ class SummarizerGaps:
 
     def fed(self, s: RankSummarizer, name: str, record: Mapping) -> None:
         if name == EVENT_BATCH:
-            self.metrics.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
+            self.metrics.batch_in(s.job, s.rank, s.health.lost_batches, s.collector_dropped, record)
             if record.get("final") and s.ended:  # its windows were closed as it was folded in
                 self.counters.inc(StreamCounters.ranks_ended)
                 self.counters.inc(StreamCounters.windows_closed_at_end, by=s.closed_at_end_pending())

@@ -8,6 +8,7 @@ names, and drops idle cores. A message or tick that raises is counted and skippe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
@@ -95,16 +96,47 @@ def input_pending(app: Any, topic: Any) -> bool:
     group rebalances (Faust's ``app.rebalancing``: consumption stops, seconds with tansu's slow
     group joins) the input counts as pending: a pause of reading is not the job's input stopping
     (a 512-rank backlog read by the real worker had 1,932 events dropped as late when its windows
-    closed on the wall clock during such a pause)."""
+    closed on the wall clock during such a pause). So does an assigned partition this worker
+    has not read from yet while its messages may be unread (:func:`_unread_unknown`)."""
     names = set(getattr(topic, "topics", ()) or ())
     if getattr(app, "rebalancing", False):
         return True  # consumption paused while partitions move: what is unread is not known
     try:
         if _queued(topic):
             return True
-        return any(lag > 0 for (name, _p), lag in consumer_lag(app.consumer).items() if name in names)
+        consumer = app.consumer
+        if any(lag > 0 for (name, _p), lag in consumer_lag(consumer).items() if name in names):
+            return True
+        return _unread_unknown(consumer, names, time.monotonic())
     except Exception:  # a consumer between assignments: as if nothing were pending
         return False
+
+
+UNKNOWN_PENDING_S = 60.0  # how long a partition never read from counts as pending at most
+_first_seen: dict[tuple[int, Any], float] = {}  # (id(consumer), tp) -> when first seen assigned
+
+
+def _unread_unknown(consumer: Any, names: set[str], now_s: float) -> bool:
+    """Whether an assigned partition of ``names`` has no lag to say (:func:`.metrics.consumer_lag`
+    leaves it out) but may hold unread messages: its high watermark not known yet, or nothing
+    read from it while it holds messages past the group's committed offset (none committed:
+    any message). A 512-rank backlog lost one rank's first events per partition (8 ranks, 8
+    partitions) when the first partitions read made the input look drained while the others
+    had not delivered a message yet. Counted pending for at most ``UNKNOWN_PENDING_S`` after
+    this worker first saw the partition assigned: a partition whose messages are all past
+    retention is never read from, and must not hold every job's windows open."""
+    read = getattr(consumer, "_read_offset", {})
+    committed = getattr(consumer, "_committed_offset", {})
+    for tp in consumer.assignment():
+        if tp.topic not in names or read.get(tp) is not None:
+            continue
+        first = _first_seen.setdefault((id(consumer), tp), now_s)
+        if now_s - first > UNKNOWN_PENDING_S:
+            continue
+        high, base = consumer.highwater(tp), committed.get(tp)
+        if high is None or int(high) > (int(base) if base is not None else 0):
+            return True
+    return False
 
 
 def _queued(topic: Any) -> int:

@@ -196,3 +196,25 @@ def test_input_is_pending_with_lag_or_while_the_group_rebalances():
     app.consumer = Consumer({tp: 10}, {tp: 9})
     app.rebalancing = True  # reading paused while partitions move: not the job's input stopping
     assert wiring.input_pending(app, Topic()) is True
+
+
+def test_a_partition_not_read_from_yet_counts_as_pending_for_a_bounded_time():
+    """A backlog: partition 0 read to its end, partition 1 not delivered a message yet (its
+    messages are unread, not absent); past UNKNOWN_PENDING_S it no longer holds windows open
+    (a partition whose messages all expired is never read from)."""
+    from faust.types import TP
+    read, unread = TP("t.events", 0), TP("t.events", 1)
+    consumer = Consumer({read: 10, unread: 10}, {read: 9})
+    consumer._committed_offset = {}
+    names = {"t.events"}
+    assert wiring._unread_unknown(consumer, names, 100.0) is True
+    assert wiring._unread_unknown(consumer, names, 100.0 + wiring.UNKNOWN_PENDING_S + 1) is False
+    fresh = Consumer({read: 10, unread: None}, {read: 9})  # its high watermark not known yet
+    fresh._committed_offset = {}
+    assert wiring._unread_unknown(fresh, names, 5.0) is True
+    caught_up = Consumer({read: 10, unread: 10}, {read: 9})
+    caught_up._committed_offset = {unread: 10}  # the group read it all before this worker
+    assert wiring._unread_unknown(caught_up, names, 5.0) is False
+    app = type("App", (), {"rebalancing": False, "consumer": Consumer({read: 10, unread: 10}, {read: 9})})()
+    app.consumer._committed_offset = {}
+    assert wiring.input_pending(app, Topic()) is True
