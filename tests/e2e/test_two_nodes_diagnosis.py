@@ -87,13 +87,34 @@ def run_two_nodes(stack: Stack, tmp_path: Path, node_env: dict[int, dict[str, st
                 break
     finally:
         hold.unlink(missing_ok=True)
-        outputs = [p.communicate(timeout=120)[0] for p in nodes]
+        outputs = _finish(nodes)
     assert [p.returncode for p in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     job = job or _new_job(settings, before)
     assert job, "no job of the two nodes reached the store"
     final = stack.diagnose(job)
     (tmp_path / "diagnosis.json").write_text(json.dumps(seen + final, indent=1))
     return job, seen + final, final
+
+
+def _finish(nodes: list[subprocess.Popen], timeout_s: float = 120.0) -> list[str]:
+    """Each launcher's output once it exits; one still running after ``timeout_s`` (e.g. its
+    peer node's rank died and it waits in the rendezvous) is stopped, SIGTERM then SIGKILL,
+    so no launcher outlives the test, and its output is kept for the assertion message."""
+    outputs = []
+    deadline = time.monotonic() + timeout_s
+    for p in nodes:
+        try:
+            out = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                out = p.communicate(timeout=20)[0]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = p.communicate()[0]
+            out = (out or "") + f"\n[test: still running {timeout_s:.0f} s after training ended; stopped]"
+        outputs.append(out or "")
+    return outputs
 
 
 def _jobs(settings) -> list[dict]:
