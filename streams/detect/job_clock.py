@@ -134,24 +134,12 @@ class JobClock:
         if not self.ranks or self.first_ms is None:
             return None
         if self._watermark is None:
-            floor = (self.live_ms or self.data_ms) - self.reach_ms()
+            floor = (self.live_ms or self.data_ms) - self.straggle_ms
             low = min((t for t in self.ranks.values() if t >= floor), default=self.data_ms)
             if len(self.ranks) < self.world and self.first_ms >= floor:
                 low = min(low, self.first_ms)  # a rank not seen yet may be behind every one seen
             self._watermark = low
         return self._watermark
-
-    def reach_ms(self) -> int:
-        """How far behind the job's latest data a rank is still waited for: ``straggle_ms``, or,
-        while the caller's input is pending (a backlog being read), the whole window buffer
-        but one window. A rank behind in a backlog is most likely one whose partition the
-        worker has read less of, not one that stopped: the 512-rank backlog of
-        tests/integration/faults/test_catch_up.py, read by the real worker under a loaded
-        fresh clone, had 10,400 of 30,720 patterns come after their comparison (no incident);
-        waiting the whole buffer is what it holds before it would evict windows anyway."""
-        if self.input_pending:
-            return self.policy.window_ms * max(1, self.policy.max_open_windows - 1, self.straggle_ms // self.policy.window_ms)
-        return self.straggle_ms
 
     def behind_ms(self, now_ms: int) -> int:
         """How far the job's data read so far is behind the caller's clock (0 before any)."""
@@ -182,8 +170,7 @@ class JobClocks:
     def input_pending(self, pending: bool) -> None:
         """The caller's input has unread messages (or none): every job's clock is told."""
         for clock in self.by_job.values():
-            if clock.input_pending != pending:
-                clock.input_pending, clock._watermark = pending, None  # who is left out may change
+            clock.input_pending = pending
 
     def of(self, job: str, partition: int | None = None) -> JobClock:
         key = (job, partition)

@@ -15,7 +15,7 @@ from collections import Counter
 from perftracker.schemas.records import FunctionPattern
 from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from perftracker.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
-from perftracker.streams.detect.job_clock import JobClock, JobClocks
+from perftracker.streams.detect.job_clock import JobClock
 from perftracker.streams.detect.job_windows import JobWindows
 from perftracker.streams.detect.model import kind_function
 from perftracker.streams.detect.rank_records import ALWAYS_AGGREGATED
@@ -299,23 +299,3 @@ def test_topology_drained_backlog_closing_many_windows_per_poll_diagnoses_as_liv
     backlog, live, last = backlog_and_live(32, 10)
     assert not +backlog.late and backlog.upto(last) == live.upto(last)
     assert backlog.incidents == live.incidents and any(r == (SLOW_RANK,) for _, r, _ in live.incidents)
-
-
-def test_while_a_backlog_is_read_a_rank_behind_is_waited_for_up_to_the_window_buffer():
-    """A rank further behind than ``straggle_ms`` is left out while the input is drained, but
-    waited for while the caller's input is pending: in a backlog it is one whose partition was
-    read less so far, not one that stopped."""
-    c = JobClock(POL, POL.window_ms + POL.grace_ms)
-    base, now = T0 - HOUR, T0
-    behind = base - c.straggle_ms - POL.window_ms
-    c.note(behind, now, rank=3)
-    for rank in (0, 1, 2):
-        c.note(base, now, rank=rank)
-    assert c.low_watermark() == base  # not pending: rank 3 left out
-    clocks = JobClocks(POL, POL.window_ms + POL.grace_ms)
-    clocks.by_job[("job", None)] = c
-    clocks.input_pending(True)
-    assert c.reach_ms() == POL.window_ms * max(1, POL.max_open_windows - 1) > c.straggle_ms
-    assert c.low_watermark() == behind and not c.data_past(behind + 1)
-    clocks.input_pending(False)
-    assert c.low_watermark() == base
