@@ -13,14 +13,14 @@ objects (``f_back``) after that thread ran again can crash CPython 3.11 (a frame
 ``previous`` link left dangling: python/cpython#97752, #99110, and profilers built the
 same way still crashed on 3.11.5, getsentry/sentry-python#2386). A walk written as a
 Python loop can hand the GIL over at any backward jump once the training thread has
-waited the switch interval, which a loaded host makes likely; ranks died of SIGSEGV here
-twice, the second time (in CI) with the walk already kept to a few microseconds of
-attribute reads. So :func:`frame_chain` captures the chain in one run of C code
-(``list.extend`` over ``itertools.accumulate(..., getattr)``, then ``map`` over
-``attrgetter``): no bytecode runs between ``sys._current_frames()`` and the last
-``f_back``, so the interpreter never checks whether to hand the GIL over, and the frame
-objects are dropped before anything else happens. (Only a garbage collection started by
-allocating a frame object could run Python finalizers in between.)
+waited the switch interval, which a loaded host makes likely. So :func:`thread_chain`
+reads the chain in one run of C code (``list.extend`` over ``map(attrgetter(...))`` of
+``itertools.accumulate(..., getattr)``, ``sys._current_frames()`` called lazily inside):
+no bytecode runs from the lookup to the last ``f_back``, so the interpreter never checks
+whether to hand the GIL over, and no frame object outlives the read. (Only a garbage
+collection started by allocating a frame object could run Python finalizers in between.)
+No stack is read while a module is being imported (:func:`importing`): the one sampler
+crash caught with its stacks happened during ``import torch``, with the walk already in C.
 
 Counts are kept per (file, line, function) and handed out once per flush
 (:meth:`StackSampler.take`). Bad input is counted and skipped: a thread that exited
@@ -221,7 +221,6 @@ class StackSampler(threading.Thread):
                 return
             stack = thread_chain(self.target)
             sample = classify(stack, self._user) if stack else None
-            del stack
             with self._lock:
                 if sample is None:
                     self._counts.skipped["thread_gone"] += 1
