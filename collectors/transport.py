@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -34,6 +35,26 @@ log = logging.getLogger("perftracker.collectors")
 # usually complete before the next batch and need no marker
 IN_FLIGHT_MARKER_AGE_NS = 1_000_000_000
 STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parsed on the sender thread
+
+
+# Batches are sent at a fixed phase of the wall clock: FLUSH_PHASE of the interval past each
+# multiple of it, plus up to FLUSH_SPREAD of it by rank (the job's ranks do not all send at
+# the same instant). Comparison windows start at multiples of their length, so a window ends
+# on a multiple of the interval too, and closes (the rank's data ``close_lag_ms`` past its end)
+# with the first batch after it: 0.75 s later on every rank. At a random phase each rank
+# waited 0.5-1.5 s, the job its slowest rank: ~1.3 s at 4 ranks, ~1.5 s at thousands.
+FLUSH_PHASE = 0.7
+FLUSH_SPREAD = 0.1
+
+
+def flush_delay(now_s: float, interval_s: float, key: bytes = b"") -> float:
+    """Seconds from wall time ``now_s`` to this rank's next send (never less than a tenth of
+    the interval: a send cycle that ended just before the phase does not start another at once)."""
+    if not interval_s > 0:
+        return 1.0
+    phase = (FLUSH_PHASE + FLUSH_SPREAD * (zlib.crc32(key) % 1000) / 1000) * interval_s
+    delay = interval_s - (now_s - phase) % interval_s
+    return delay + interval_s if delay < interval_s / 10 else delay
 
 
 class BatchSink(Protocol):
@@ -211,7 +232,7 @@ class Sender(threading.Thread):
         self._may_send = may_send
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.config.flush_interval_s):
+        while not self._stop_event.wait(flush_delay(time.time(), self.config.flush_interval_s, self.key)):
             self.flush_once()
 
     def flush_once(self, final: bool = False) -> None:

@@ -145,6 +145,7 @@ class StreamSettings:
     app_id: str = field(default="perftracker", metadata={"doc": "Faust app id (consumer group)"})
     window_s: float = field(default=5.0, metadata={"doc": "length of a comparison window in seconds"})
     window_grace_s: float = field(default=3.0, metadata={"doc": "wait this long past a window's end for late ranks"})
+    fetch_wait_ms: int = field(default=200, metadata={"doc": "longest a worker's Kafka fetch waits for data (Faust's own: 1500); Kafka answers at once when data comes, the embedded tansu broker only after up to half of this, per topic a record crosses; 0 = Faust's"})
     web_port: int = field(default=0, metadata={"doc": "Faust web port of a worker (0 = a free port, recorded in stack.json)"})
     workers: int = field(default=1, metadata={"doc": "worker processes `perftracker up` starts"})
     metrics_port: int = field(default=0, metadata={"doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})

@@ -18,6 +18,7 @@ from ..schemas.http_auth import check_bind
 from ..schemas.registry import RegistryMultiCodec, registry_client
 from ..schemas.settings import Settings
 from ..schemas.topics import TopicNames
+from . import fetch_wait
 from .agents import stage
 from .context import StreamContext, topic_codecs
 from .detect import DetectionPolicy
@@ -63,7 +64,7 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
     check_bind(settings.streams.web_host, settings.http_token, "streams.web_host")
     names = TopicNames.for_prefix(settings.kafka.topic_prefix)
     brokers = ";".join(f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip())
-    app = faust.App(
+    app = fetch_wait.App(
         settings.streams.app_id,
         broker=brokers,
         broker_credentials=broker_credentials(settings.kafka),
@@ -84,6 +85,7 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         web_application_options=web_application_options(settings.http_token),
         web_port=settings.streams.web_port if web_port is None else web_port,
         worker_redirect_stdouts=False,
+        fetch_wait_ms=settings.streams.fetch_wait_ms,
     )
     ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
     ctx.codecs.update(stream_codecs(settings, names))
