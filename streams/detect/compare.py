@@ -12,7 +12,9 @@ late (counted). Evaluation keeps the patterns with steps and sane numbers, then
 scores non-collectives against their peers (:mod:`.peers`, time per completed step)
 and collectives by late arrival on the seqs every member reported
 (:mod:`.late_arrival`). Either needs a finding to cost at least
-:func:`min_cost_ms` per step. Skipped patterns are counted in the record's
+:func:`min_cost_ms` per step. A peer outlier resting on a few calls must also stand over the
+function's recent windows (:mod:`.rare`: one full garbage collection falls in one window or
+the next). Skipped patterns are counted in the record's
 ``skipped`` map and in ``self.skipped``.
 """
 
@@ -28,8 +30,9 @@ from .job_clock import DUE_NOW, Due, JobClock
 from .late_arrival import score_collective
 from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
-from .peers import score_peers
+from .peers import peer_keys, score_peers
 from .policy import DetectionPolicy
+from .rare import RARE_MAX_CALLS, RareHorizon
 
 MAX_EVALUATED_REMEMBERED = 32  # evaluated window ids kept to recognise late patterns
 
@@ -52,6 +55,7 @@ class FunctionComparator:
         self.evaluated: list[int] = []
         self.last_now = 0
         self.last_input_ms = 0  # caller clock of the latest pattern (idle counts from it)
+        self.rare = RareHorizon()  # the function's recent windows while it is rare (.rare)
 
     def add(self, pattern: FunctionPattern, now_wall_ms: int | None = None) -> None:
         """Buffer one FunctionPattern (a re-delivered one replaces the earlier copy)."""
@@ -134,7 +138,8 @@ class FunctionComparator:
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate(self, window_id: int, patterns: list[FunctionPattern]) -> FunctionComparison:
-        """Compare one window's patterns; pure function of its inputs and the policy."""
+        """Compare one window's patterns: a function of them, the policy and, for a function a
+        rank calls only a few times a window, the function's recent windows (:mod:`.rare`)."""
         skipped: Counter[str] = Counter()
         good = [p for p in patterns if self._valid(p, skipped)]
         rec = _empty_record(self.job, self.function, window_id, patterns)
@@ -145,10 +150,32 @@ class FunctionComparator:
         if rec["kind"] == SpanKind.COLLECTIVE:
             score_collective(rec, good, self.policy, min_cost_ms(self.policy, good), skipped)
         elif good:
-            score_peers(rec, good, self.peers(), self.policy, min_cost_ms(self.policy, good), skipped)
+            peer_map = self.peers()
+            score_peers(rec, good, peer_map, self.policy, min_cost_ms(self.policy, good), skipped)
+            self._judge_rare(window_id, rec, good, peer_map, skipped)
         rec["skipped"] = dict(skipped)
         self.skipped.update(skipped)
         return rec
+
+    def _judge_rare(self, window_id: int, rec: FunctionComparison, good: list[FunctionPattern],
+                    peer_map: dict[int, str], skipped: Counter[str]) -> None:
+        """Keep an outlier resting on a few calls only if the horizon of the function's recent
+        windows shows it too (:mod:`.rare`); the others are counted as ``rare_in_phase``."""
+        keys = peer_keys(good, peer_map, Counter())
+        self.rare.note(window_id, ((int(p["rank"]), k, int(p["count"]), float(p["total_ns"]), int(p["steps"]))
+                                   for p, k in zip(good, keys, strict=True)))
+        if not rec["outliers"]:
+            return
+        counts = {int(p["rank"]): int(p["count"]) for p in good}
+        min_cost = min_cost_ms(self.policy, good)
+        kept = []
+        for o in rec["outliers"]:
+            if counts.get(int(o["rank"]), 0) <= RARE_MAX_CALLS and not self.rare.stands(
+                    int(o["rank"]), str(o["peer_group"]), self.policy.min_peers, self.policy.min_excess, min_cost):
+                skipped["rare_in_phase"] += 1
+                continue
+            kept.append(o)
+        rec["outliers"] = kept
 
     def peers(self) -> dict[int, str]:
         """{rank: peer key}: the configured ``peer_groups``, else the parallel layout of the ranks

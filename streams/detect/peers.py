@@ -52,11 +52,11 @@ def peer_table(good: list[FunctionPattern], peer_map: dict[int, str], skipped: C
     steps = np.array([p["steps"] for p in good], dtype=np.float64)
     values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
     calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
-    keys, peer = np.unique(np.array(_peer_keys(good, peer_map, skipped)), return_inverse=True)
+    keys, peer = np.unique(np.array(peer_keys(good, peer_map, skipped)), return_inverse=True)
     return PeerTable(values, calls, keys, peer)
 
 
-def _peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
+def peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
     keys = []
     for p in good:
         key = peer_map.get(int(p["rank"])) if peer_map else None
@@ -99,7 +99,8 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
         intermittent = False
-        if not _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess):
+        if not _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
+                          float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g]))):
             # p50 unmoved: an intermittent slowdown (p90 up over enough calls) must persist
             # one window longer in the diagnoser; otherwise it is one-window jitter
             intermittent = _tail_only(p90[i], float(np.median(p90[g])), counts[i], pol)
@@ -110,11 +111,19 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
         rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
 
 
-def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float) -> bool:
+def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float,
+               excess_ms: float = 0.0, peer_ms_per_call: float = 0.0) -> bool:
     """A real slowdown moves the typical call (p50) or the number of calls per step; one
-    slow step spilling into a window moves neither (that is one-window jitter)."""
-    return p50 >= peer_p50 * (1 + min_excess) or calls >= peer_calls * (1 + min_excess / 2) \
-        or peer_calls == 0
+    slow step spilling into a window moves neither (that is one-window jitter). More calls
+    count only when they account for at least half the rank's ``excess_ms`` per step at the
+    peers' time per call: a rank with 5 % more garbage collections than its peers whose
+    excess is one 350 ms full collection (its peers had theirs in the window before) is not
+    slow by its number of calls (the live fault suite named such a rank ``gc_pause``)."""
+    if p50 >= peer_p50 * (1 + min_excess) or peer_calls == 0:
+        return True
+    if calls < peer_calls * (1 + min_excess / 2):
+        return False
+    return (calls - peer_calls) * peer_ms_per_call >= 0.5 * excess_ms
 
 
 def _tail_only(p90: float, peer_p90: float, count: float, pol: DetectionPolicy) -> bool:

@@ -98,3 +98,28 @@ def test_intermittent_tail_is_flagged_as_intermittent():
     rec, _ = evaluate("f", pats)
     (o,) = rec["outliers"]
     assert o["rank"] == 3 and o["intermittent"] is True
+
+
+def gc_window(extra_calls: int, long_call_ms: float, young_ms: float = 0.25, steps: int = 45) -> list[dict]:
+    """kind:gc of 4 ranks over ``steps`` steps: ~1 young collection of ``young_ms`` per step each;
+    rank 2 makes ``extra_calls`` more and one collection of ``long_call_ms`` (its full one)."""
+    pats = [pattern(r, "kind:gc", young_ms * (steps + r % 2) / steps, steps=steps, calls=1, p50_ms=young_ms,
+                    kind=5, count=steps + r % 2) for r in (0, 1, 3)]
+    calls = steps + extra_calls
+    total_ms = young_ms * (calls - 1) + long_call_ms
+    pats.insert(2, pattern(2, "kind:gc", total_ms / steps, steps=steps, p50_ms=young_ms, kind=5, count=calls))
+    return pats
+
+
+def test_a_few_more_calls_do_not_make_one_long_call_sustained():
+    # live fault suite: rank 2's one 350 ms full collection fell in this window (its peers' in
+    # the one before) and it made 4 more young collections than they did (9 %): not slow by its calls
+    rec, _ = evaluate("kind:gc", gc_window(extra_calls=5, long_call_ms=350.0), DetectionPolicy(min_peers=3))
+    assert rec["outliers"] == [] and rec["skipped"]["transient_outlier"] == 1
+
+
+def test_more_calls_that_account_for_the_excess_are_sustained():
+    # the same rank collecting 60 % more often, each collection as long as its peers': slow by its calls
+    rec, _ = evaluate("kind:gc", gc_window(extra_calls=27, long_call_ms=3.0, young_ms=3.0), DetectionPolicy(min_peers=3))
+    (o,) = rec["outliers"]
+    assert o["rank"] == 2 and not o["intermittent"] and o["calls_ratio"] > 1.5
