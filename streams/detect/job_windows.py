@@ -15,7 +15,13 @@ its first FunctionComparison arrived (the comparators of all functions fire with
 grace of each other), or two graces + 1 s after its first RankWindow when no comparison
 comes (a hung job produces no patterns) -- while the job's :class:`.job_clock.JobClock` lets the
 caller's clock decide; behind the job (a backlog), a window with a missing record is ready once
-records show the job's data a grace and a margin past the window's close. Times are the caller's clock; a record added without one is stamped at the
+records show the job's data a grace and a margin past the window's close -- or, when every
+rank's RankWindow is in and only comparisons are missing, past half the window buffer
+(``max_open_windows`` / 2 windows) later: behind, the RankWindows of later windows come
+straight from the summarizers while a window's comparisons wait for the comparators to
+collect every rank's pattern, one more hop; closed on the RankWindows' data time, a 512-rank
+backlog's windows were evaluated without their comparisons (all 60 came late) and no
+incident opened (tests/integration/faults/test_catch_up.py). Times are the caller's clock; a record added without one is stamped at the
 next poll. A record for a window already released is late (counted); at most
 ``max_open_windows`` wait (the oldest is dropped, counted).
 """
@@ -134,10 +140,23 @@ class JobWindows:
         return all(f in compared for f, n in self.named.get(wid, {}).items()
                    if n >= ranks or f.startswith(COMM_PREFIX))
 
+    def _comparisons_coming(self, wid: int) -> bool:
+        """Every rank's RankWindow of ``wid`` is in but a comparison :meth:`complete` waits for is not."""
+        world, ranks = self.world.get(wid, 0), len(self.rank_windows.get(wid, {}))
+        return 0 < world <= ranks and not self.complete(wid)
+
+    def _data_point(self, wid: int) -> int:
+        """Data time past which ``wid`` is ready behind the job: its close, or, while the comparisons
+        its RankWindows announce are still coming, half the window buffer later (see the module docstring)."""
+        point = closed_at_ms(self.policy, wid)
+        if self._comparisons_coming(wid):
+            point += (self.policy.max_open_windows // 2) * self.policy.window_ms
+        return point
+
     def _ready(self, wid: int, now: int) -> bool:
         if self.complete(wid):
             return True
-        if self.clock.data_past(closed_at_ms(self.policy, wid)):
+        if self.clock.data_past(self._data_point(wid)):
             return True
         if not self.clock.by_wall(now):
             return False
@@ -161,7 +180,7 @@ class JobWindows:
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         walls = ([cmp_t + grace // 2 + 1] if cmp_t is not None else []) + \
             ([rw_t + 2 * grace + RANK_WINDOW_WAIT_MS + 1] if rw_t is not None else [])
-        return Due(wall=min(walls) if walls else None, data=closed_at_ms(self.policy, wid))
+        return Due(wall=min(walls) if walls else None, data=self._data_point(wid))
 
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})

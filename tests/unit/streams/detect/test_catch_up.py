@@ -299,3 +299,31 @@ def test_topology_drained_backlog_closing_many_windows_per_poll_diagnoses_as_liv
     backlog, live, last = backlog_and_live(32, 10)
     assert not +backlog.late and backlog.upto(last) == live.upto(last)
     assert backlog.incidents == live.incidents and any(r == (SLOW_RANK,) for _, r, _ in live.incidents)
+
+
+def test_job_windows_behind_wait_for_the_comparisons_every_ranks_window_announces():
+    """Behind the job, later windows' RankWindows come straight from the summarizers while a
+    window's comparisons are one hop further (the comparators collect every rank's pattern
+    first): the window waits for them, up to half the window buffer of data time (a 512-rank
+    backlog evaluated its windows without their comparisons, all 60 came late, no incident)."""
+    world, now = 8, T0
+    wid = (T0 - HOUR) // POL.window_ms
+
+    def rank_windows_upto(jw: JobWindows, last: int) -> list[int]:
+        ready = []
+        for w in range(wid, last + 1):
+            for rank in range(world):
+                jw.add(RANK_WINDOW, rank_window(rank, window=w, world=world), now)
+            ready += [r.window_id for r in jw.take_ready(now)]
+        return ready
+
+    jw = JobWindows("job", POL, Counter())
+    assert rank_windows_upto(jw, wid + POL.max_open_windows // 2) == []  # the data is past its close, the comparisons still coming
+    _compared(jw, wid, now)
+    ready = jw.take_ready(now)
+    assert [w.window_id for w in ready][:1] == [wid] and len(ready[0].comparisons) == len(ALWAYS_AGGREGATED)
+    assert jw.skipped["late_record"] == 0
+
+    bounded = JobWindows("job", POL, Counter())  # comparisons that never come hold it half the buffer at most
+    assert rank_windows_upto(bounded, wid + POL.max_open_windows // 2 + 2)[:1] == [wid]
+    assert bounded.skipped["window_evicted"] == 0
