@@ -30,9 +30,9 @@ from .job_clock import DUE_NOW, Due, JobClock
 from .late_arrival import score_collective
 from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
-from .peers import peer_keys, score_peers
+from .peers import PeerTable, score_peers
 from .policy import DetectionPolicy
-from .rare import RARE_MAX_CALLS, RareHorizon
+from .rare import RARE_MAX_CALLS, RareHorizon, rare
 
 MAX_EVALUATED_REMEMBERED = 32  # evaluated window ids kept to recognise late patterns
 
@@ -150,24 +150,25 @@ class FunctionComparator:
         if rec["kind"] == SpanKind.COLLECTIVE:
             score_collective(rec, good, self.policy, min_cost_ms(self.policy, good), skipped)
         elif good:
-            peer_map = self.peers()
-            score_peers(rec, good, peer_map, self.policy, min_cost_ms(self.policy, good), skipped)
-            self._judge_rare(window_id, rec, good, peer_map, skipped)
+            min_cost = min_cost_ms(self.policy, good)
+            table = score_peers(rec, good, self.peers(), self.policy, min_cost, skipped)
+            self._judge_rare(window_id, rec, good, table, min_cost, skipped)
         rec["skipped"] = dict(skipped)
         self.skipped.update(skipped)
         return rec
 
     def _judge_rare(self, window_id: int, rec: FunctionComparison, good: list[FunctionPattern],
-                    peer_map: dict[int, str], skipped: Counter[str]) -> None:
+                    table: PeerTable, min_cost: float, skipped: Counter[str]) -> None:
         """Keep an outlier resting on a few calls only if the horizon of the function's recent
-        windows shows it too (:mod:`.rare`); the others are counted as ``rare_in_phase``."""
-        keys = peer_keys(good, peer_map, Counter())
-        self.rare.note(window_id, ((int(p["rank"]), k, int(p["count"]), float(p["total_ns"]), int(p["steps"]))
-                                   for p, k in zip(good, keys, strict=True)))
-        if not rec["outliers"]:
-            return
+        windows shows it too (:mod:`.rare`); the others are counted as ``rare_in_phase``. A
+        function not rare in this window only clears the horizon (no per-rank rows built)."""
         counts = {int(p["rank"]): int(p["count"]) for p in good}
-        min_cost = min_cost_ms(self.policy, good)
+        if not rare(counts.values()):
+            self.rare.windows.clear()
+            return
+        keys = table.keys[table.peer]  # each pattern's peer key, as scored
+        self.rare.note(window_id, ((int(p["rank"]), str(k), int(p["count"]), float(p["total_ns"]), int(p["steps"]))
+                                   for p, k in zip(good, keys, strict=True)))
         kept = []
         for o in rec["outliers"]:
             if counts.get(int(o["rank"]), 0) <= RARE_MAX_CALLS and not self.rare.stands(

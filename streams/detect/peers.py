@@ -39,24 +39,24 @@ class PeerTable:
 
 
 def score_peers(rec: FunctionComparison, good: list[FunctionPattern], peer_map: dict[int, str], policy: DetectionPolicy,
-                min_cost: float, skipped: Counter[str]) -> None:
-    """Fill ``rec``'s group summaries and outliers from the valid patterns ``good``."""
+                min_cost: float, skipped: Counter[str]) -> PeerTable:
+    """Fill ``rec``'s group summaries and outliers from the valid patterns ``good``; the table scored."""
     table = peer_table(good, peer_map, skipped)
     describe_groups(rec, table, good, policy.min_peers, skipped)
-    if rec["kind"] in NOT_COMPARED:
-        return  # waiting and periodic all-rank work (checkpoints) are never outliers
-    find_outliers(rec, table, good, policy, min_cost, skipped)
+    if rec["kind"] not in NOT_COMPARED:  # waiting and periodic all-rank work (checkpoints) are never outliers
+        find_outliers(rec, table, good, policy, min_cost, skipped)
+    return table
 
 
 def peer_table(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> PeerTable:
     steps = np.array([p["steps"] for p in good], dtype=np.float64)
     values = np.array([p["total_ns"] for p in good], dtype=np.float64) / steps / 1e6
     calls = np.array([p["count"] for p in good], dtype=np.float64) / steps
-    keys, peer = np.unique(np.array(peer_keys(good, peer_map, skipped)), return_inverse=True)
+    keys, peer = np.unique(np.array(_peer_keys(good, peer_map, skipped)), return_inverse=True)
     return PeerTable(values, calls, keys, peer)
 
 
-def peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
+def _peer_keys(good: list[FunctionPattern], peer_map: dict[int, str], skipped: Counter[str]) -> list[str]:
     keys = []
     for p in good:
         key = peer_map.get(int(p["rank"])) if peer_map else None

@@ -28,6 +28,11 @@ RARE_MAX_CALLS = 3  # a rank's calls of the function in one window at most this 
 HORIZON_WINDOWS = 6  # windows a rare function's outlier is judged over (this one included)
 
 
+def rare(calls: Iterable[int]) -> bool:
+    """Whether a window's calls per rank make the function rare in it (none at all: not)."""
+    return max(calls, default=RARE_MAX_CALLS + 1) <= RARE_MAX_CALLS
+
+
 @dataclass
 class RareWindow:
     """One window of a rare function: the job's median steps, and each calling rank's time
@@ -50,7 +55,7 @@ class RareHorizon:
         which some rank called the function more than :data:`RARE_MAX_CALLS` times clears the
         horizon (the function is not rare)."""
         rows = list(rows)
-        if not rows or max(calls for _, _, calls, _, _ in rows) > RARE_MAX_CALLS:
+        if not rare(calls for _, _, calls, _, _ in rows):
             self.windows.clear()
             return
         self.windows = deque((w for w in self.windows if w.window_id != window_id), maxlen=HORIZON_WINDOWS)
