@@ -32,7 +32,7 @@ from .layout import coords_of, layout_peer_map
 from .model import finite_nonneg, to_ms
 from .peers import PeerTable, score_peers
 from .policy import DetectionPolicy
-from .rare import RARE_MAX_CALLS, RareHorizon, rare
+from .rare import RareHorizon, rare
 
 MAX_EVALUATED_REMEMBERED = 32  # evaluated window ids kept to recognise late patterns
 
@@ -162,8 +162,7 @@ class FunctionComparator:
         """Keep an outlier resting on a few calls only if the horizon of the function's recent
         windows shows it too (:mod:`.rare`); the others are counted as ``rare_in_phase``. A
         function not rare in this window only clears the horizon (no per-rank rows built)."""
-        counts = {int(p["rank"]): int(p["count"]) for p in good}
-        if not rare(counts.values()):
+        if not rare(int(p["count"]) for p in good):  # then every outlier of the window rests on a few calls
             self.rare.windows.clear()
             return
         keys = table.keys[table.peer]  # each pattern's peer key, as scored
@@ -171,8 +170,8 @@ class FunctionComparator:
                                    for p, k in zip(good, keys, strict=True)))
         kept = []
         for o in rec["outliers"]:
-            if counts.get(int(o["rank"]), 0) <= RARE_MAX_CALLS and not self.rare.stands(
-                    int(o["rank"]), str(o["peer_group"]), self.policy.min_peers, self.policy.min_excess, min_cost):
+            if not self.rare.stands(int(o["rank"]), str(o["peer_group"]), self.policy.min_peers,
+                                    self.policy.min_excess, min_cost):
                 skipped["rare_in_phase"] += 1
                 continue
             kept.append(o)
