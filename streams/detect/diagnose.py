@@ -131,7 +131,7 @@ class JobDiagnoser:
             findings = self._open_only(findings)
         steps = 0 if starting else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=progress, steps=steps)
+                         progress=progress, steps=steps, observed=_observed(rws))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -205,6 +205,11 @@ class JobDiagnoser:
         """Last record of every open incident, most costly first (for `diagnose`)."""
         recs = [t.last for t in self.tracks.values() if t.open and t.last is not None]
         return sorted(recs, key=lambda r: -r["impact_ms_per_step"])
+
+
+def _observed(rws: dict[int, RankWindow]) -> set[int]:
+    """The ranks that sent data in a window (a batch; heartbeats of a hung rank count)."""
+    return {int(r) for r, rw in rws.items() if int(rw.get("batches", 0) or 0) or int(rw.get("steps", 0) or 0)}
 
 
 def _median_steps(rws: dict[int, RankWindow]) -> float:

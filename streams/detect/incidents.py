@@ -11,6 +11,15 @@ regression) still waits them; it is re-sent as UPDATED when its impact moves by 
 "job died", decided by :mod:`.diagnose`).
 The incident_id is a hash of job, cause, ranks and function at opening, so re-deliveries
 and restarts from the same inputs give the same id.
+
+A window without data of a rank the incident names (its ``observed`` ranks lack it) is no
+evidence that the rank recovered: it is not a clean window for that incident. A stream
+worker that takes over a dead one's partitions re-reads the dead one's ranks from the last
+committed offsets, and the job's windows of those seconds close without them; counted as
+clean, the incident resolved and, once the ranks' data was back, opened again (``open,
+resolve, open, resolve`` of one incident: tests/integration/faults/test_worker_kill.py,
+CI of 2026-11-26). A culprit unobserved for ``idle_after_s`` (its collector died while
+the job runs on) counts again, so such an incident still ends.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ class Track:
     streak: int = 0
     steps: int = 0  # the job's steps in the ``streak`` windows
     misses: int = 0
+    blind: int = 0  # consecutive windows without data of a rank it names (open tracks)
     open: bool = False
     incident_id: str = ""
     first_seen_ms: int = 0
@@ -51,16 +61,18 @@ def incident_id(job: str, f: Finding) -> str:
 
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
          window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
-         progress: bool = True, steps: int = 0) -> list[Anomaly]:
+         progress: bool = True, steps: int = 0, observed: set[int] | None = None) -> list[Anomaly]:
     """Advance every track by one evaluated window; Anomaly records to send. A window in
     which the job made no ``progress`` (no rank completed a step) is missing data, not a
-    clean window: it never counts toward resolving an incident. ``steps``: the job's
-    (median) steps in this window, toward ``persist_steps``."""
+    clean window: it never counts toward resolving an incident; nor, for one incident, is a
+    window without data of a rank it names (``observed``: the ranks that sent data in this
+    window; None: all), for up to ``idle_after_s``. ``steps``: the job's (median) steps in
+    this window, toward ``persist_steps``."""
     out = []
     seen = {f.identity: f for f in findings}
     for ident, f in seen.items():
         t = tracks.setdefault(ident, Track(first_seen_ms=window_start_ms))
-        t.streak, t.misses, t.last_seen_ms = t.streak + 1, 0, window_end_ms
+        t.streak, t.misses, t.blind, t.last_seen_ms = t.streak + 1, 0, 0, window_end_ms
         t.steps += max(0, int(steps))
         if not t.open and (persisted(t, f, policy) or f.immediate):
             t.open, t.incident_id = True, incident_id(job, f)
@@ -73,7 +85,7 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
             if progress:
                 del tracks[ident]
             continue
-        if not progress:
+        if not progress or _unobserved(t, observed, policy):
             continue
         t.misses += 1
         if t.misses >= policy.clear_windows:
@@ -81,6 +93,16 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
                 out.append(resolved(t.last, t.last_seen_ms, RESOLVED_CLEARED))
             del tracks[ident]
     return out
+
+
+def _unobserved(t: Track, observed: set[int] | None, policy: DetectionPolicy) -> bool:
+    """The window has no data of a rank open track ``t`` names, and has had none for less
+    than ``idle_after_s`` (counted in ``t.blind``)."""
+    if observed is None or set(t.sent_ranks) <= observed:
+        t.blind = 0
+        return False
+    t.blind += 1
+    return t.blind * policy.window_ms < policy.idle_after_s * 1000
 
 
 def persisted(t: Track, f: Finding, policy: DetectionPolicy) -> bool:

@@ -128,5 +128,6 @@ def assert_delivered_once_in_order(received: list, anomalies: list[dict]) -> dic
     want = {a["incident_id"]: ["open", "resolve"] if a["incident_id"] in resolved else ["open"]
             for a in anomalies}
     assert got == want, f"notifications per incident {got}, expected {want}; anomaly records " + str(
-        [(a["incident_id"], a["job"], a["status"], a["cause"], a["ranks"], a["function"]) for a in anomalies])
+        [(a["incident_id"], a["job"], a["status"], a["cause"], a["ranks"], a["function"], a["first_seen_ms"],
+          a["last_seen_ms"], a.get("resolved_reason")) for a in anomalies])
     return got

@@ -13,18 +13,29 @@ LOADER = "torch.utils.data.DataLoader.__next__"
 POL = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
 
 
-def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, magnitude=10.0, policy=POL):
-    """All three real stages on a simulated gloo-like data-parallel job."""
+def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, magnitude=10.0, policy=POL,
+               held=(), held_s=(0.0, 0.0)):
+    """All three real stages on a simulated gloo-like data-parallel job. The batches of the
+    ``held`` ranks sent from ``held_s[0]`` to ``held_s[1]`` (job seconds) come late: all at
+    ``held_s[1]`` (a stream worker that took over a dead one's partitions re-reads them)."""
     sim = EventSimulator(EventJob(ranks=ranks), EventFault(kind, culprit, magnitude, start_s, end_s), seed=3)
-    runner, out = LocalRunner(policy), []
+    runner, out, waiting = LocalRunner(policy), [], []
     t0 = sim.t0_ns // 1_000_000
     for tick in range(1, seconds * 2 + 1):
         t_ns = tick * 0.5e9
         while sim.clock.min() < t_ns:
             sim.run_step()
         if tick % 2 == 0:
+            holding = held_s[0] <= tick / 2 < held_s[1]
             for r in range(ranks):
-                out += runner.feed(EVENT_BATCH, sim.batch(r, t_ns), t0 + tick * 500)
+                b = sim.batch(r, t_ns)
+                if r in held and holding:
+                    waiting.append(b)
+                    continue
+                for late in (waiting if r in held and waiting else []):
+                    out += runner.feed(EVENT_BATCH, late, t0 + tick * 500)
+                waiting[:] = [] if r in held else waiting
+                out += runner.feed(EVENT_BATCH, b, t0 + tick * 500)
         out += runner.tick(t0 + tick * 500)
     return [a for name, a in out if name == ANOMALY]
 
@@ -64,6 +75,18 @@ def test_one_window_fault_is_not_raised_and_a_fault_clears():
     statuses = [a["status"] for a in anomalies]
     assert statuses[0] == "OPEN" and statuses[-1] == "RESOLVED"
     assert len({a["incident_id"] for a in anomalies}) == 1  # one incident, stable id
+
+
+def test_an_incident_does_not_resolve_while_its_culprit_sends_nothing():
+    """The culprit's data stops for 8 s and then comes all at once, late (a worker takeover):
+    the windows evaluated without it are not clean windows of its incident. Before: the
+    incident resolved in the gap and opened again with the data back (CI, 2026-11-26)."""
+    anomalies = run_events("slow-dataloader", start_s=4.0, end_s=30.0, seconds=40, held={2}, held_s=(12.0, 20.0))
+    assert {tuple(a["ranks"]) for a in anomalies} == {(2,)}
+    statuses = [a["status"] for a in anomalies if a["status"] != "UPDATED"]
+    assert statuses == ["OPEN", "RESOLVED"], statuses
+    (resolved,) = [a for a in anomalies if a["status"] == "RESOLVED"]
+    assert resolved["last_seen_ms"] >= resolved["first_seen_ms"] + 20_000  # after the fault's end, not in the gap
 
 
 def test_hang_names_the_rank_that_never_reached_the_collective():
