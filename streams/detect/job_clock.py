@@ -40,9 +40,14 @@ input. Two rules may then close what waits:
   in order, so a rank whose latest input is of a later window has sent everything it will
   of the earlier ones. A point closes by data only once every rank the clock has seen is
   past it (the low watermark; a rank of the job's world not seen yet counts as at the
-  first data the clock saw), leaving out a rank more than half the window buffer
-  (``max_open_windows``) behind the job's latest (one that does not run the functions of
-  this input, or stopped: waiting longer would only evict windows). Why: the inputs of
+  first data the clock saw), leaving out a rank too far behind the job's latest (one that
+  does not run the functions of this input, or stopped): live, half the window buffer
+  (``max_open_windows``); behind the job, the buffer less two windows (waiting longer would
+  only evict windows). Behind, waiting costs no wall time and the skew between partitions
+  grows with the backlog: in the 512-rank backlog of tests/integration/faults/test_catch_up.py
+  (25 s of data) whole partitions were read more than 20 s of data after the others, more than
+  half the buffer of 5 s windows; their ranks were left out and ~10,000 of 30,720 patterns came
+  after their comparison (5 of 14 runs, 2026-11-26). Live, a rank 20 s behind has stopped. Why: the inputs of
   these stages come from summarizers that read different partitions of the events topic,
   and a worker reads those round robin, one message each -- a partition holding fewer
   ranks runs seconds of data ahead of one holding more, the gap growing with the backlog
@@ -82,7 +87,8 @@ class JobClock:
     """See the module docstring."""
 
     __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "live_ms", "margin_ms",
-                 "policy", "first_ms", "ranks", "straggle_ms", "world")
+                 "policy", "first_ms", "ranks", "straggle_ms", "world", "live_straggle_ms",
+                 "behind_straggle_ms")
 
     def __init__(self, policy: DetectionPolicy, caught_up_ms: int | None = None):
         self.policy = policy
@@ -93,7 +99,10 @@ class JobClock:
         self.input_ms: int | None = None  # caller clock of the latest input
         self.input_pending = False  # the caller knows messages of the stage's input wait unread
         self.ranks: dict[int, int] = {}  # rank -> the latest data time of its inputs (stages fed with windows)
-        self.straggle_ms = policy.window_ms * max(1, policy.max_open_windows // 2)  # a rank this far behind is left out
+        # a rank this far behind the job's latest is left out: live, and behind the job
+        self.live_straggle_ms = policy.window_ms * max(1, policy.max_open_windows // 2)
+        self.behind_straggle_ms = policy.window_ms * max(1, policy.max_open_windows // 2, policy.max_open_windows - 2)
+        self.straggle_ms = self.live_straggle_ms  # the one in force: the latest input's (live or behind)
         self.world = 0  # the job's world size as its inputs state (ranks 0 .. world - 1)
         self.first_ms: int | None = None  # the first data time noted with a rank
         self._watermark: int | None = None  # cached low watermark (None: recompute)
@@ -110,6 +119,11 @@ class JobClock:
             data_ms = min(int(data_ms), int(now_ms) + self.policy.future_slack_ms)  # a clock far ahead
             self.input_ms = now_ms if self.input_ms is None else max(self.input_ms, int(now_ms))
         self.data_ms = max(self.data_ms, int(data_ms))
+        if now_ms is not None:
+            straggle = self.behind_straggle_ms if self.behind_ms(int(now_ms)) > self.caught_up_ms \
+                else self.live_straggle_ms
+            if straggle != self.straggle_ms:
+                self.straggle_ms, self._watermark = straggle, None
         if not empty and data_ms > self.live_ms:
             self.live_ms = int(data_ms)
             self._watermark = None
@@ -127,7 +141,8 @@ class JobClock:
 
     def low_watermark(self) -> int | None:
         """The latest data time every rank of the job has reached (one not seen yet: the first
-        data time noted), leaving out those more than ``straggle_ms`` behind the job's latest
+        data time noted), leaving out those more than ``straggle_ms`` (live or behind, as the latest
+        input found the job) behind the job's latest
         data -- of windows with data: a silent rank's empty windows, closed on the caller's clock
         minutes of them at a time once a backlog is drained, make no one a straggler
         (None: no rank noted)."""

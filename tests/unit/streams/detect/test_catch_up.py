@@ -154,7 +154,7 @@ def test_comparator_behind_evaluates_a_partial_window_once_the_jobs_data_moved_o
         assert bool(polled) == (later == 2)  # two windows on: a grace and the margin past its close
 
 
-def test_comparator_behind_does_not_wait_past_half_its_buffer_for_ranks_never_seen():
+def test_comparator_behind_does_not_wait_past_its_buffer_for_ranks_never_seen():
     clock = JobClock(POL, POL.window_ms + POL.grace_ms)
     gc, fwd = FunctionComparator("job", "gc", POL, clock), FunctionComparator("job", "Model.forward", POL, clock)
     wid = (T0 - HOUR) // POL.window_ms
@@ -166,6 +166,19 @@ def test_comparator_behind_does_not_wait_past_half_its_buffer_for_ranks_never_se
             break
         waited = later
     assert waited * POL.window_ms == clock.straggle_ms  # then they count as stragglers, left out
+    assert clock.straggle_ms == (POL.max_open_windows - 2) * POL.window_ms  # behind: the buffer less two windows
+
+
+def test_live_a_rank_half_the_buffer_behind_is_left_out():
+    """Live (the data about now), a rank half the window buffer behind has stopped; behind the
+    job, the same rank may be in a partition read later, and it is waited for."""
+    live, behind = JobClock(POL, POL.window_ms + POL.grace_ms), JobClock(POL, POL.window_ms + POL.grace_ms)
+    half = POL.window_ms * (POL.max_open_windows // 2)
+    for clock, now in ((live, T0), (behind, T0 + HOUR)):
+        clock.note(T0 - half - POL.window_ms, now, rank=1, world=2)  # more than half the buffer behind
+        clock.note(T0, now, rank=0, world=2)
+    assert live.low_watermark() == T0  # rank 1 left out
+    assert behind.low_watermark() == T0 - half - POL.window_ms  # rank 1 waited for
 
 
 def test_job_clock_behind_waits_for_the_ranks_of_a_slower_partition_not_for_a_straggler():
@@ -273,8 +286,9 @@ def test_job_windows_behind_a_silent_ranks_empty_windows_make_no_one_a_straggler
 
 
 def test_job_windows_behind_a_rank_that_stopped_is_left_out_once_the_data_moves_on():
-    """The straggler rule still holds, measured on windows with data: ranks 0-6 report four windows
-    past rank 7's last, and its window is evaluated without it."""
+    """The straggler rule still holds, measured on windows with data: ranks 0-6 report the window
+    buffer less two windows past rank 7's last (behind the job's bound), and its window is
+    evaluated without it."""
     jw = JobWindows("job", POL, Counter())
     wid, now, world = (T0 - HOUR) // POL.window_ms, T0, 8
     for rank in range(world):
@@ -282,7 +296,7 @@ def test_job_windows_behind_a_rank_that_stopped_is_left_out_once_the_data_moves_
     _compared(jw, wid, now)
     assert len(jw.take_ready(now)) == 1
     ready = []
-    for w in range(wid + 1, wid + 2 + POL.max_open_windows // 2):
+    for w in range(wid + 1, wid + 2 + jw.clock.behind_straggle_ms // POL.window_ms):
         for rank in range(world - 1):
             jw.add(RANK_WINDOW, rank_window(rank, window=w, world=world), now)
         ready += jw.take_ready(now)
