@@ -48,8 +48,9 @@ class EventSimulator:
     """Steps the job forward in simulated time and yields batches per rank."""
 
     def __init__(self, job: EventJob, fault: EventFault, seed: int = 0, job_id: str = "job",
-                 t0_ms: int = 1_700_000_000_000):
+                 t0_ms: int = 1_700_000_000_000, also: tuple[EventFault, ...] = ()):
         self.job, self.fault, self.job_id = job, fault, job_id
+        self.faults = (fault, *also)  # ``also``: more faults at once (two culprits, a culprit and a victim's GC)
         self.rng = np.random.default_rng(seed)
         self.t0_ns = t0_ms * MS
         hosts = (job.ranks + job.ranks_per_host - 1) // job.ranks_per_host
@@ -66,8 +67,9 @@ class EventSimulator:
         self.names = ["DataLoader.__next__", "Model.forward", "Model.backward", "Optimizer.step",
                       "gc.collect", "all_reduce"]
 
-    def _active(self, t_s: float) -> bool:
-        return self.fault.start_s <= t_s < self.fault.end_s
+    @staticmethod
+    def _active(f: EventFault, t_s: float) -> bool:
+        return f.start_s <= t_s < f.end_s
 
     def run_step(self) -> None:
         j, n = self.job, self.job.ranks
@@ -76,21 +78,9 @@ class EventSimulator:
         gc = np.zeros(n)
         late = np.zeros(n)
         transfer = j.transfer_ms * MS * self.rng.lognormal(0, sig / 2)
-        f, r = self.fault, self.fault.rank
-        if f.kind != "none" and self._active(float(self.clock.max()) / 1e9):
-            m = f.magnitude_ms * MS
-            if f.kind == "slow-dataloader":
-                d["dl"][r] += m
-            elif f.kind == "cpu-contention":
-                total = sum(v[r] for v in d.values())
-                for v in d.values():
-                    v[r] *= 1 + m / total
-                self.rq_wait_ns[r] += m
-            elif f.kind == "slow-collective":
-                late[r] = m
-                self.late_ns[r] += m
-            elif f.kind == "gc-storm":
-                gc[r] = m
+        for f in self.faults:
+            if f.kind != "none" and self._active(f, float(self.clock.max()) / 1e9):
+                self._inject(f, d, gc, late)
         self.rq_wait_ns += 0.02 * sum(d.values())
         start = self.clock.copy()
         t_fwd = start + d["dl"]
@@ -116,6 +106,21 @@ class EventSimulator:
         self.clock = finish
         self.step += 1
         self.seq += 1
+
+    def _inject(self, f: EventFault, d: dict, gc: np.ndarray, late: np.ndarray) -> None:
+        r, m = f.rank, f.magnitude_ms * MS
+        if f.kind == "slow-dataloader":
+            d["dl"][r] += m
+        elif f.kind == "cpu-contention":
+            total = sum(v[r] for v in d.values())
+            for v in d.values():
+                v[r] *= 1 + m / total
+            self.rq_wait_ns[r] += m
+        elif f.kind == "slow-collective":
+            late[r] = m
+            self.late_ns[r] += m
+        elif f.kind == "gc-storm":
+            gc[r] = m
 
     def batch(self, rank: int, now_true_ns: float) -> dict:
         """Drain rank's pending events into one EventBatch dict."""

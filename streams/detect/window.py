@@ -85,6 +85,7 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
             by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
     _drop_stage_outliers(by_rank, comparisons, rank_windows)
     stragglers, victims = _stragglers(comparisons, step_ms(rank_windows), policy)
+    _drop_absorbed(by_rank, stragglers, comparisons, policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
     findings = _rank_findings(by_rank, stragglers, rank_windows, policy)
     unjudged = _uncompared_collectives(rank_windows, comparisons)
@@ -168,6 +169,42 @@ def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
         if names - propagated:  # someone there held the others up on its own account
             victims.update(r for r in members if r not in names)
     return late, victims
+
+
+def _drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
+                   comparisons: list[FunctionComparison], policy: DetectionPolicy) -> None:
+    """Drop the outliers of a rank whose extra time the job never waited for: the rank was last
+    into no collective of the window (no straggler anywhere), and in a group that another rank,
+    a late culprit, held up, its extra time came out of its waiting there: it waited at least its
+    whole excess per step, and less than the group's other waiting members by at least
+    ``absorbed_share`` of it. Its extra work ran while it would have waited anyway; the step is
+    as long without it. Live fault suite (benchmarks/live_faults.py, 2026-11-26): with ranks 0
+    and 3 slow by 20 ms/step, rank 1 was named ``gc_pause`` ("kind:gc takes 5.3 ms/step vs
+    0.0 ms on its peers") while it waited for them. Equal culprits are each late in their share
+    of the calls and wait little for each other: both stay. A rank whose extra time falls after
+    its wait (the DLRM trace: ranks 4 and 5 slow in backward, after waiting for rank 7 in the
+    forward all-to-alls like everyone else) waits no less than the others and stays. A slower
+    rank hides a lesser one that its wait absorbs until it is fixed (until then the lesser one
+    costs no step time)."""
+    if not late or not by_rank:
+        return
+    last_anywhere = {int(s["rank"]) for c in comparisons if c["kind"] == SpanKind.COLLECTIVE
+                     for s in c["stragglers"]}
+    absorbed = set()
+    for c in comparisons:
+        if c["kind"] != SpanKind.COLLECTIVE or not any(int(s["rank"]) in late for s in c["stragglers"]):
+            continue
+        waits = dict(zip((int(m) for m in c["members"]), (float(w) for w in c.get("member_wait_ms_per_step") or []),
+                         strict=False))
+        for r, wait in waits.items():
+            if r not in by_rank or r in last_anywhere:
+                continue
+            others = [w for m, w in waits.items() if m != r and m not in last_anywhere]
+            excess = rank_impact(by_rank[r])
+            if others and wait >= excess and float(np.median(others)) - wait >= policy.absorbed_share * excess:
+                absorbed.add(r)
+    for r in absorbed:
+        del by_rank[r]
 
 
 def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:

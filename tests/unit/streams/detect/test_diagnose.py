@@ -14,11 +14,12 @@ POL = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
 
 
 def run_events(kind, *, ranks=4, culprit=2, start_s=6.0, end_s=1e9, seconds=24, magnitude=10.0, policy=POL,
-               held=(), held_s=(0.0, 0.0)):
+               held=(), held_s=(0.0, 0.0), also=()):
     """All three real stages on a simulated gloo-like data-parallel job. The batches of the
     ``held`` ranks sent from ``held_s[0]`` to ``held_s[1]`` (job seconds) come late: all at
     ``held_s[1]`` (a stream worker that took over a dead one's partitions re-reads them)."""
-    sim = EventSimulator(EventJob(ranks=ranks), EventFault(kind, culprit, magnitude, start_s, end_s), seed=3)
+    sim = EventSimulator(EventJob(ranks=ranks), EventFault(kind, culprit, magnitude, start_s, end_s), seed=3,
+                         also=tuple(also))
     runner, out, waiting = LocalRunner(policy), [], []
     t0 = sim.t0_ns // 1_000_000
     for tick in range(1, seconds * 2 + 1):
@@ -75,6 +76,24 @@ def test_one_window_fault_is_not_raised_and_a_fault_clears():
     statuses = [a["status"] for a in anomalies]
     assert statuses[0] == "OPEN" and statuses[-1] == "RESOLVED"
     assert len({a["incident_id"] for a in anomalies}) == 1  # one incident, stable id
+
+
+def named(anomalies):
+    return {(a["cause"], tuple(a["ranks"])) for a in opened(anomalies)}
+
+
+def test_extra_time_a_rank_spends_while_waiting_for_a_slower_culprit_is_not_a_culprit():
+    # rank 0's data loader +20 ms/step; rank 1 collects garbage 5 ms/step in its forward, all of
+    # it inside the time it waits for rank 0 at the all-reduce: the step is as long without it
+    gc_on_1 = EventFault("gc-storm", 1, 5.0, 6.0)
+    assert named(run_events("slow-dataloader", culprit=0, magnitude=20.0, also=[gc_on_1])) == \
+        {("slow_dataloader", (0,))}
+    # the same collections with no slower rank to wait for: rank 1 is the culprit
+    assert named(run_events("gc-storm", culprit=1, magnitude=5.0)) == {("gc_pause", (1,))}
+    # equal culprits wait little for each other: both named
+    gc_on_3 = EventFault("gc-storm", 3, 20.0, 6.0)
+    assert named(run_events("slow-dataloader", culprit=0, magnitude=20.0, also=[gc_on_3])) == \
+        {("slow_dataloader", (0,)), ("gc_pause", (3,))}
 
 
 def test_an_incident_does_not_resolve_while_its_culprit_sends_nothing():
