@@ -81,10 +81,13 @@ def test_totals() -> None:
          "seconds_to_detect": None, "false_ranks": [], "expected": {"alerts": True}},
         {"scenario": "none", "culprit_correct": True, "cause_correct": True, "location_correct": None,
          "seconds_to_detect": None, "false_ranks": [], "expected": {"alerts": False}},
+        {"scenario": "killed", "culprit_correct": True, "cause_correct": True, "location_correct": None,
+         "seconds_to_detect": 36.0, "false_ranks": [], "expected": {"alerts": True}},
     ]
     t = totals(results)
-    assert t["culprits_pct"] == 75.0 and t["causes_pct"] == 75.0 and t["locations_pct"] == 100.0
-    assert t["false_ranks_total"] == 1 and t["p50_s"] == 10.0 and t["scenarios"] == 4
+    assert t["culprits_pct"] == 80.0 and t["causes_pct"] == 80.0 and t["locations_pct"] == 100.0
+    assert t["false_ranks_total"] == 1 and t["p50_s"] == 12.0 and t["scenarios"] == 5
+    assert t["p95_s"] > 30.0 and t["p95_s_without_hangs"] < 12.0  # the hang, named after hang_floor_s
     assert t["missed"] == ["c"] and t["wrong"] == ["b", "c"]
 
 
