@@ -70,3 +70,30 @@ def test_a_pace_regression_in_every_recent_window_is_raised():
     steps = [263, 258, 343, 203, 264, 286, 342, 349, 113, 110, 115, 112, 108]
     (a,) = regressions(run([(n, 8.0) for n in steps]))
     assert '"measure": "period"' in a["evidence_json"]
+
+
+def test_a_regression_no_candidate_could_explain_does_not_wait_an_extra_window():
+    """A job-wide slowdown with no culprit opens in the first window the regression shows (its
+    median of three windows already needs two slow ones); a root cause seen for the first time
+    in that window, costing as much, is waited for one window (it may open and explain it)."""
+    from perftracker.schemas.causes import Cause
+    from perftracker.schemas.vocabulary import Kind
+    from perftracker.streams.detect.findings import Finding
+    from perftracker.streams.detect.job_checks import JobChecks
+
+    def first_regression(candidate_ms: float) -> Finding:
+        checks = JobChecks("job", POL)
+        for i in range(12):
+            rws = {r: rank_window(r, window=T0_WINDOW + i, world=4, steps=100, step_ms=10.0 if i < 6 else 14.0)
+                   for r in range(4)}
+            new = [Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_FUNCTION, identity=f"slow_function|{i}", ranks=(1,),
+                           hosts=("h",), gpus=(-1,), function="f", score=9.0, impact_ms=candidate_ms,
+                           summary="rank 1 slow")] if candidate_ms else []
+            reg, _ = checks.regression(T0_WINDOW + i, (T0_WINDOW + i) * W_MS, rws, new, {})
+            if reg is not None:
+                return reg
+        raise AssertionError("no regression")
+
+    assert first_regression(0.0).extra_windows == 0  # nothing to wait for
+    assert first_regression(0.5).extra_windows == 0  # a candidate far too small to explain +4 ms
+    assert first_regression(4.0).extra_windows == 1  # one that could: wait a window for it
