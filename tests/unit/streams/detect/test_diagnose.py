@@ -250,3 +250,25 @@ def test_ranks_lingering_at_exit_then_silent_are_not_a_hang():
                   now_wall_ms=now + i * W_MS)
         anomalies += d.poll(now + i * W_MS + 8000)[0]
     assert [a for a in anomalies if a["cause"] == "hang"] == []
+
+
+def _gc_job(windows: list[tuple[int, float]]) -> list[str]:
+    """Four ranks of a 13 ms step; per window (steps, kind:gc ms per step): the causes opened."""
+    d = JobDiagnoser("job", DetectionPolicy(window_s=5.0))
+    now, out = T0_WINDOW * W_MS, []
+    for i, (steps, gc_ms) in enumerate(windows):
+        wid = T0_WINDOW + i
+        for r in range(4):
+            d.add("RankWindow", rank_window(r, window=wid, world=4, steps=steps, step_ms=13.0), now + i * W_MS)
+        pats = [pattern(r, "kind:gc", gc_ms, window=wid, steps=steps, kind=5, world_size=4) for r in range(4)]
+        d.add("FunctionComparison", FunctionComparator("job", "kind:gc", POL).evaluate(wid, pats), now + i * W_MS)
+        out += d.poll(now + i * W_MS + 8000)[0]
+    return [a["cause"] for a in out if a["status"] == "OPEN"]
+
+
+def test_a_shared_share_of_the_step_is_judged_only_where_the_job_ran():
+    # start-up: two windows of 20 steps, 0.5 s of set-up collections in each (24.7 ms "per step",
+    # 190 % of a 13 ms step), then the job's usual pace with ordinary collections
+    assert _gc_job([(20, 24.7), (20, 24.7)] + [(380, 0.2)] * 4) == []
+    # the same share of the step in windows the job ran through: a shared inefficiency
+    assert _gc_job([(380, 3.0)] * 4) == ["shared_inefficiency"]
