@@ -88,6 +88,7 @@ def test_totals() -> None:
     assert t["culprits_pct"] == 80.0 and t["causes_pct"] == 80.0 and t["locations_pct"] == 100.0
     assert t["false_ranks_total"] == 1 and t["p50_s"] == 12.0 and t["scenarios"] == 5
     assert t["p95_s"] > 30.0 and t["p95_s_without_hangs"] < 12.0  # the hang, named after hang_floor_s
+    assert t["p50_s_without_hangs"] == 10.0
     assert t["missed"] == ["c"] and t["wrong"] == ["b", "c"]
 
 
