@@ -79,8 +79,8 @@ def regression(state: LivenessState, window_id: int, step_ms: float,
 
 
 def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy,
-               every_window: bool = False) -> tuple[float, float, float] | None:
-    """(recent, best, noise) when the series regressed. Recent = median of the last
+               every_window: bool = False) -> tuple[float, float, float, float] | None:
+    """(recent, best, noise, required excess) when the series regressed. Recent = median of the last
     persist_windows + 1 values, best = 25th percentile of the ones before them; the excess
     must pass ``regression_pct`` of best, ``min_cost_ms_per_step``, the series' own
     window-to-window noise before (``mad_threshold`` x 1.4826 x MAD) and its resolution (a
@@ -101,10 +101,11 @@ def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy
     floor = max(policy.min_cost_ms_per_step, noise, best * (max(quanta[-k:]) + max(quanta[:-k])))
     if recent <= best * (1 + policy.regression_pct / 100) or excess < floor:
         return None
-    return recent, best, noise
+    return recent, best, noise, max(floor, best * policy.regression_pct / 100)
 
 
-def _regression_finding(recent: float, best: float, noise: float, policy: DetectionPolicy, what: str) -> Finding:
+def _regression_finding(recent: float, best: float, noise: float, required: float, policy: DetectionPolicy,
+                        what: str) -> Finding:
     excess = recent - best
     k = policy.persist_windows + 1
     summary = (f"iteration time regressed: {what} {recent:.1f} ms vs the best {best:.1f} ms "
@@ -112,6 +113,7 @@ def _regression_finding(recent: float, best: float, noise: float, policy: Detect
                f"was requested")
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
                 "pct": round(100 * excess / best, 2), "windows": k, "noise_ms": round(noise, 3),
+                "required_ms": round(required, 3),
                 "measure": "step" if what.startswith("recent steps") else "period"}
     return Finding(kind=Kind.REGRESSION, cause=Cause.REGRESSION, identity="regression", ranks=(), hosts=(),
                    gpus=(), function="iteration", score=float(recent / best), impact_ms=float(excess),

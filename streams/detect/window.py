@@ -45,6 +45,7 @@ from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
 from .model import COMM_PREFIX, KIND_PREFIX, comm_op
+from .onset import onset_step
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
 from .rank_cpu import with_cpu_evidence as _with_cpu
@@ -251,8 +252,28 @@ def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[di
         else:
             key = (cause, rank)
         groups[key].append((rank, cause, outs, hw, cpu))
-    return [_with_cpu(_merge_rank_group(key, members, stragglers), members, rank_windows, policy)
-            for key, members in groups.items()]
+    return [_with_cpu(_onset(_merge_rank_group(key, members, stragglers), rank_windows, policy), members,
+                      rank_windows, policy) for key, members in groups.items()]
+
+
+def _step_times(rank_windows: dict[int, RankWindow], rank: int) -> list[int]:
+    rw = rank_windows.get(rank)
+    return list(rw.get("step_time_ns") or []) if rw is not None else []
+
+
+def _onset(f: Finding, rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> Finding:
+    """An intermittent finding whose every rank's steps all turned slow from some step of this
+    window to its end began inside it: it opens like a sustained one (:mod:`.onset`)."""
+    if not f.evidence.get("intermittent") or policy.persist_steps <= 0:
+        return f
+    onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps) for r in f.ranks]
+    if not onsets or any(k is None for k in onsets):
+        return f
+    evidence = {k: v for k, v in f.evidence.items() if k != "intermittent"}
+    evidence["onset_in_window_step"] = min(k for k in onsets if k is not None)
+    summary = f.summary.replace(" (intermittent: the slow tail, not every call)",
+                                " (began inside this window: every step of the rank since is slower)")
+    return dataclasses.replace(f, evidence=evidence, summary=summary, extra_windows=0)
 
 
 def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict]]) -> Finding:

@@ -73,18 +73,19 @@ def test_a_pace_regression_in_every_recent_window_is_raised():
 
 
 def test_a_regression_no_candidate_could_explain_does_not_wait_an_extra_window():
-    """A job-wide slowdown with no culprit opens in the first window the regression shows (its
-    median of three windows already needs two slow ones); a root cause seen for the first time
-    in that window, costing as much, is waited for one window (it may open and explain it)."""
+    """A strong job-wide slowdown (twice what a regression needs) with no culprit opens in the
+    first window the regression shows (its median of three windows already needs two slow
+    ones); a root cause seen for the first time in that window, costing as much, is waited for
+    one window (it may open and explain it), and so is a weak regression (noise must hold)."""
     from perftracker.schemas.causes import Cause
     from perftracker.schemas.vocabulary import Kind
     from perftracker.streams.detect.findings import Finding
     from perftracker.streams.detect.job_checks import JobChecks
 
-    def first_regression(candidate_ms: float) -> Finding:
+    def first_regression(candidate_ms: float, after_ms: float = 14.0) -> Finding:
         checks = JobChecks("job", POL)
         for i in range(12):
-            rws = {r: rank_window(r, window=T0_WINDOW + i, world=4, steps=100, step_ms=10.0 if i < 6 else 14.0)
+            rws = {r: rank_window(r, window=T0_WINDOW + i, world=4, steps=100, step_ms=10.0 if i < 6 else after_ms)
                    for r in range(4)}
             new = [Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_FUNCTION, identity=f"slow_function|{i}", ranks=(1,),
                            hosts=("h",), gpus=(-1,), function="f", score=9.0, impact_ms=candidate_ms,
@@ -97,3 +98,6 @@ def test_a_regression_no_candidate_could_explain_does_not_wait_an_extra_window()
     assert first_regression(0.0).extra_windows == 0  # nothing to wait for
     assert first_regression(0.5).extra_windows == 0  # a candidate far too small to explain +4 ms
     assert first_regression(4.0).extra_windows == 1  # one that could: wait a window for it
+    # a regression that barely clears what one needs (1 ms here: the min cost) waits its window
+    weak = first_regression(0.0, after_ms=11.5)
+    assert weak.evidence["required_ms"] == 1.0 and weak.extra_windows == 1
