@@ -57,6 +57,7 @@ from .job_checks import JobChecks
 from .job_clock import Due, JobClock
 from .job_windows import JobWindows
 from .policy import DetectionPolicy
+from .rank_records import pattern_functions
 from .window import diagnose_window, step_ms
 
 
@@ -141,7 +142,7 @@ class JobDiagnoser:
             findings = self._open_only(findings)
         steps = 0 if starting else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=progress, steps=steps, observed=_observed(rws))
+                         progress=progress, steps=steps, observed=_observed(rws), unjudged=_unjudged(rws, cmps))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -220,6 +221,16 @@ class JobDiagnoser:
 def _observed(rws: dict[int, RankWindow]) -> set[int]:
     """The ranks that sent data in a window (a batch; heartbeats of a hung rank count)."""
     return {int(r) for r, rw in rws.items() if int(rw.get("batches", 0) or 0) or int(rw.get("steps", 0) or 0)}
+
+
+def _unjudged(rws: dict[int, RankWindow], cmps: list[FunctionComparison]) -> frozenset[str]:
+    """Functions some ranks sent patterns of in a window whose comparison is missing or compared
+    fewer ranks than sent them (patterns lost or late: incidents.step)."""
+    sent: Counter[str] = Counter()
+    for rw in rws.values():
+        sent.update(pattern_functions(rw))
+    seen = {str(c.get("function", "")): int(c.get("ranks_seen", 0)) for c in cmps}
+    return frozenset(f for f, n in sent.items() if seen.get(f, 0) < n)
 
 
 def _median_steps(rws: dict[int, RankWindow]) -> float:

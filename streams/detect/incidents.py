@@ -18,8 +18,13 @@ worker that takes over a dead one's partitions re-reads the dead one's ranks fro
 committed offsets, and the job's windows of those seconds close without them; counted as
 clean, the incident resolved and, once the ranks' data was back, opened again (``open,
 resolve, open, resolve`` of one incident: tests/integration/faults/test_worker_kill.py,
-CI of 2026-11-26). A culprit unobserved for ``idle_after_s`` (its collector died while
-the job runs on) counts again, so such an incident still ends.
+CI of 2026-11-26). Nor is a window in which the incident's function was not compared with
+every rank that sent it (``unjudged``): the dead worker's comparator had read and committed
+patterns of the windows it held open, so after the takeover the slow rank's pattern was
+missing from its function's comparison, while its lateness still showed in a collective (the
+same test in a fresh clone the same day: the incident resolved and a late entry of the same
+rank opened). A culprit unobserved for ``idle_after_s`` (its collector died while the job
+runs on) counts again, so such an incident still ends.
 """
 
 from __future__ import annotations
@@ -61,12 +66,14 @@ def incident_id(job: str, f: Finding) -> str:
 
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
          window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
-         progress: bool = True, steps: int = 0, observed: set[int] | None = None) -> list[Anomaly]:
+         progress: bool = True, steps: int = 0, observed: set[int] | None = None,
+         unjudged: frozenset[str] = frozenset()) -> list[Anomaly]:
     """Advance every track by one evaluated window; Anomaly records to send. A window in
     which the job made no ``progress`` (no rank completed a step) is missing data, not a
     clean window: it never counts toward resolving an incident; nor, for one incident, is a
     window without data of a rank it names (``observed``: the ranks that sent data in this
-    window; None: all), for up to ``idle_after_s``. ``steps``: the job's (median) steps in
+    window; None: all) or in which its function was not compared with every rank that sent it
+    (``unjudged``), for up to ``idle_after_s``. ``steps``: the job's (median) steps in
     this window, toward ``persist_steps``."""
     out = []
     seen = {f.identity: f for f in findings}
@@ -85,7 +92,7 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
             if progress:
                 del tracks[ident]
             continue
-        if not progress or _unobserved(t, observed, policy):
+        if not progress or _unobserved(t, observed, unjudged, policy):
             continue
         t.misses += 1
         if t.misses >= policy.clear_windows:
@@ -95,10 +102,11 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     return out
 
 
-def _unobserved(t: Track, observed: set[int] | None, policy: DetectionPolicy) -> bool:
-    """The window has no data of a rank open track ``t`` names, and has had none for less
-    than ``idle_after_s`` (counted in ``t.blind``)."""
-    if observed is None or set(t.sent_ranks) <= observed:
+def _unobserved(t: Track, observed: set[int] | None, unjudged: frozenset[str], policy: DetectionPolicy) -> bool:
+    """The window has no data of a rank open track ``t`` names, or did not compare its function
+    with every rank that sent it, and so for less than ``idle_after_s`` (counted in ``t.blind``)."""
+    seen = observed is None or set(t.sent_ranks) <= observed
+    if seen and (t.last is None or t.last.get("function") not in unjudged):
         t.blind = 0
         return False
     t.blind += 1

@@ -194,3 +194,26 @@ def test_diagnoser_waits_for_a_collective_of_a_group_smaller_than_the_job():
     d.add("FunctionComparison", dict(comparisons(rank_windows())[0], function="comm:all_reduce:g01"), NOW)
     d.poll(NOW)
     assert d.windows.evaluated_upto == T0_WINDOW
+
+
+def test_an_incident_does_not_resolve_while_its_function_is_compared_without_every_rank_that_sent_it():
+    """Windows whose comparison of the incident's function lacks the slow rank's pattern (a
+    worker that died had read and committed it) are no clean windows: the incident stays open
+    through them and resolves once windows compared with every rank show it gone."""
+    pol = DetectionPolicy(window_s=5.0, window_grace_s=3.0, persist_steps=0)
+    d, out = JobDiagnoser("job", pol), []
+    plan = ["slow"] * 3 + ["gap"] * 3 + ["ok"] * 3  # rank 2 slow, then its pattern lost, then recovered
+    for i, what in enumerate(plan):
+        wid, now = T0_WINDOW + i, NOW + i * W_MS
+        rws = [rank_window(r, window=wid, world=WORLD, steps=45, functions=["Model.forward"]) for r in range(WORLD)]
+        for rw in rws:
+            d.add("RankWindow", rw, now)
+        for f in sorted(set().union(*(pattern_functions(rw) for rw in rws))):
+            pats = [pattern(r, f, 20.0 if (r == 2 and what == "slow") else 10.0, window=wid, steps=45,
+                            world_size=WORLD) for r in range(WORLD)]
+            if what == "gap" and f == "Model.forward":
+                pats = [p for p in pats if p["rank"] != 2]
+            d.add("FunctionComparison", FunctionComparator("job", f, pol).evaluate(wid, pats), now)
+        out += [(i, a["status"]) for a in d.poll(now + 60_000)[0] if a["ranks"] == [2]]
+    assert [s for _, s in out] == ["OPEN", "RESOLVED"], out
+    assert out[-1][0] >= plan.index("ok")  # resolved after the gap, not in it
