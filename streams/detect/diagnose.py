@@ -55,9 +55,8 @@ from .findings import Finding
 from .incidents import Track, end_all, step
 from .job_checks import JobChecks
 from .job_clock import Due, JobClock
-from .job_windows import JobWindows
+from .job_windows import JobWindows, ReadyWindow
 from .policy import DetectionPolicy
-from .rank_records import pattern_functions
 from .window import diagnose_window, step_ms
 
 
@@ -95,7 +94,7 @@ class JobDiagnoser:
         anomalies: list[Anomaly] = []
         controls: list[Control] = []
         for ready in self.windows.take_ready(now_wall_ms):
-            a, c = self._evaluate(ready.window_id, ready.rank_windows, ready.comparisons, now_wall_ms)
+            a, c = self._evaluate(ready, now_wall_ms)
             anomalies += a
             controls += c
             if self._finished():
@@ -118,8 +117,8 @@ class JobDiagnoser:
         died = self.last_alive_ms + int(self.policy.idle_after_s * 1000) + 1
         return d._replace(at=died if d.at is None else min(d.at, died))
 
-    def _evaluate(self, wid: int, rws: dict[int, RankWindow], cmps: list[FunctionComparison],
-                  now: int) -> tuple[list[Anomaly], list[Control]]:
+    def _evaluate(self, ready: ReadyWindow, now: int) -> tuple[list[Anomaly], list[Control]]:
+        wid, rws, cmps = ready.window_id, ready.rank_windows, ready.comparisons
         self._count_silent(rws)
         self._note_ends(rws, now)
         job_step = step_ms(rws)
@@ -142,7 +141,7 @@ class JobDiagnoser:
             findings = self._open_only(findings)
         steps = 0 if starting else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=progress, steps=steps, observed=_observed(rws), unjudged=_unjudged(rws, cmps))
+                         progress=progress, steps=steps, observed=_observed(rws), unjudged=_unjudged(ready.named, cmps))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
@@ -223,12 +222,10 @@ def _observed(rws: dict[int, RankWindow]) -> set[int]:
     return {int(r) for r, rw in rws.items() if int(rw.get("batches", 0) or 0) or int(rw.get("steps", 0) or 0)}
 
 
-def _unjudged(rws: dict[int, RankWindow], cmps: list[FunctionComparison]) -> frozenset[str]:
-    """Functions some ranks sent patterns of in a window whose comparison is missing or compared
-    fewer ranks than sent them (patterns lost or late: incidents.step)."""
-    sent: Counter[str] = Counter()
-    for rw in rws.values():
-        sent.update(pattern_functions(rw))
+def _unjudged(sent: Counter[str], cmps: list[FunctionComparison]) -> frozenset[str]:
+    """Functions some ranks sent patterns of in a window (``sent``: function -> ranks) whose
+    comparison is missing or compared fewer ranks than sent them (patterns lost or late:
+    incidents.step)."""
     seen = {str(c.get("function", "")): int(c.get("ranks_seen", 0)) for c in cmps}
     return frozenset(f for f, n in sent.items() if seen.get(f, 0) < n)
 

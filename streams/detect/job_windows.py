@@ -46,6 +46,7 @@ class ReadyWindow(NamedTuple):
     window_id: int
     rank_windows: dict[int, RankWindow]  # by rank
     comparisons: list[FunctionComparison]  # one per function
+    named: Counter[str]  # function -> ranks whose RankWindow names it (patterns they sent)
 
 
 class JobWindows:
@@ -133,23 +134,24 @@ class JobWindows:
     def complete(self, wid: int) -> bool:
         """Every rank's RankWindow of ``wid`` is in, and a comparison of every function they
         name that is a collective or that every rank ran (see the module docstring)."""
-        world, ranks = self.world.get(wid, 0), len(self.rank_windows.get(wid, {}))
-        if not 0 < world <= ranks:
+        if not self._all_ranks_in(wid):
             return False
+        ranks = len(self.rank_windows[wid])
         compared = self.comparisons.get(wid, {})
         return all(f in compared for f, n in self.named.get(wid, {}).items()
                    if n >= ranks or f.startswith(COMM_PREFIX))
 
-    def _comparisons_coming(self, wid: int) -> bool:
-        """Every rank's RankWindow of ``wid`` is in but a comparison :meth:`complete` waits for is not."""
+    def _all_ranks_in(self, wid: int) -> bool:
+        """Every rank's RankWindow of ``wid`` is in."""
         world, ranks = self.world.get(wid, 0), len(self.rank_windows.get(wid, {}))
-        return 0 < world <= ranks and not self.complete(wid)
+        return 0 < world <= ranks
 
     def _data_point(self, wid: int) -> int:
-        """Data time past which ``wid`` is ready behind the job: its close, or, while the comparisons
-        its RankWindows announce are still coming, half the window buffer later (see the module docstring)."""
+        """Data time past which ``wid``, not :meth:`complete`, is ready behind the job: its close, or,
+        while the comparisons its RankWindows announce are still coming (every rank's RankWindow is
+        in), half the window buffer later (see the module docstring)."""
         point = closed_at_ms(self.policy, wid)
-        if self._comparisons_coming(wid):
+        if self._all_ranks_in(wid):
             point += (self.policy.max_open_windows // 2) * self.policy.window_ms
         return point
 
@@ -185,10 +187,11 @@ class JobWindows:
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
-        for d in (self.first_rw, self.first_cmp, self.world, self.named):
+        named = self.named.pop(wid, Counter())
+        for d in (self.first_rw, self.first_cmp, self.world):
             d.pop(wid, None)
         self.evaluated_upto = wid
-        return ReadyWindow(wid, rws, cmps)
+        return ReadyWindow(wid, rws, cmps, named)
 
     def empty(self) -> bool:
         return not self.first_rw

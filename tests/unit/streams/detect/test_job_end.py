@@ -4,6 +4,8 @@ resolves its open incidents once, "job finished" (every rank ended cleanly) or "
 
 from __future__ import annotations
 
+from collections import Counter
+
 from perftracker.schemas.vocabulary import (
     RANK_WINDOW,
     RESOLVED_JOB_DIED,
@@ -12,6 +14,7 @@ from perftracker.schemas.vocabulary import (
 )
 from perftracker.streams.detect import DetectionPolicy, JobDiagnoser, RankSummarizer
 from perftracker.streams.detect.incidents import Track
+from perftracker.streams.detect.job_windows import ReadyWindow
 
 from .test_summarize import MS, POL, WALL0, batch
 
@@ -163,5 +166,5 @@ def test_the_last_partial_windows_open_no_incident_but_keep_an_open_one():
     end = {0: rw(0, 7, steps=1, ended=True), 1: rw(1, 7, steps=1, ended=True)}
     kept = d._open_only([finding("new"), finding("slow|1")])
     assert [f.identity for f in kept] == ["slow|1"]
-    out = d._evaluate(7, end, [], T0)[0]
+    out = d._evaluate(ReadyWindow(7, end, [], Counter()), T0)[0]
     assert all(a["incident_id"] != "new" and a["status"] != "OPEN" for a in out)
