@@ -34,6 +34,7 @@ from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .columnar import MAD_TO_SIGMA
 from .findings import Finding
 from .hang import HangState, HangVerdict, RankSeen, Wait, verdict
+from .model import COMM_PREFIX
 from .policy import DetectionPolicy
 
 
@@ -125,7 +126,7 @@ def hang(state: LivenessState, rank_windows: dict[int, RankWindow], policy: Dete
     state.hang.note_window(rank_windows)
     for rw in rank_windows.values():
         state.max_last_step = max(state.max_last_step, int(rw.get("last_step", -1)))
-    if steps > 0 or not rank_windows:
+    if steps > 0 or not rank_windows or _communicated(rank_windows):
         state.idle_windows = state.alive_windows = state.idle_since_alive = 0
         return None
     if not state.history:
@@ -142,6 +143,19 @@ def hang(state: LivenessState, rank_windows: dict[int, RankWindow], policy: Dete
     if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):
         return None
     return _hang_finding(state, rank_windows, stalled_s, policy)
+
+
+def _communicated(rank_windows: dict[int, RankWindow]) -> bool:
+    """Every rank of the window completed a collective in it: the job moved through its
+    communication, so it is not hung there, even without a finished iteration (a stall that
+    ended: the waiting ranks' calls completed, and the job went on to its final barrier). A
+    hung job cannot show this: the rank the others wait for completes nothing, and they complete
+    nothing while they wait. Live fault suite (benchmarks/live_faults.py, subgroup-hang,
+    2026-11-26): the stall ended with the run, the ranks completed their all-reduces and the
+    exit barrier, and the hang's last version read "every rank is stuck outside collectives
+    (rank 0 in comm:barrier, ...)", no longer naming the rank that had stalled."""
+    return all(any(str(f).startswith(COMM_PREFIX) for f in rw.get("functions") or [])
+               for rw in rank_windows.values())
 
 
 def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) -> bool:

@@ -172,3 +172,31 @@ def test_a_rank_silent_one_heartbeat_interval_is_not_dead():
     for _ in range(2):
         state.note_window({r: rank_window(r) for r in range(4) if r != 2})
     assert state.dead(5.0) == [2]
+
+
+STALL_ENDS = 12  # the stall's last window: every rank completes its calls and the exit barrier
+
+
+def stall_that_ends(r, i):
+    """in_ddp_allreduce until STALL_ENDS; then every rank completed the waited-in all-reduces
+    and the exit barrier (no iteration finished: the loop stopped)."""
+    if i < STALL_ENDS:
+        return in_ddp_allreduce(r, i)
+    return {"pending_group": "world", "pending_seq": 1, "pending_in_flight": False, "batches": 1,
+            "last_function": "comm:barrier:world", "functions": ["comm:all_reduce:dp", "comm:barrier:world"]}
+
+
+def test_a_window_in_which_every_rank_completed_collectives_ends_the_hang_without_renaming_it():
+    found, first = run(stall_that_ends, windows=STALL_ENDS + 2)
+    assert first is not None and first < STALL_ENDS  # the stall was named while it lasted
+    assert {tuple(a["ranks"]) for a in found} == {(3,)}  # never "every rank is stuck outside collectives"
+    assert not any("outside collectives" in a["summary"] for a in found)
+
+
+def test_collectives_completed_by_the_waiting_ranks_alone_do_not_end_a_hang():
+    def others_talk(r, i):
+        st = in_ddp_allreduce(r, i)
+        return st if r == 3 else {**st, "functions": ["comm:all_reduce:tp"]}  # rank 3 completes nothing
+
+    found, _ = run(others_talk)
+    assert found and {tuple(a["ranks"]) for a in found} == {(3,)}
