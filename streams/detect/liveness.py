@@ -153,7 +153,8 @@ def _communicated(rank_windows: dict[int, RankWindow]) -> bool:
     nothing while they wait. Live fault suite (benchmarks/live_faults.py, subgroup-hang,
     2026-11-26): the stall ended with the run, the ranks completed their all-reduces and the
     exit barrier, and the hang's last version read "every rank is stuck outside collectives
-    (rank 0 in comm:barrier, ...)", no longer naming the rank that had stalled."""
+    (rank 0 in comm:barrier, ...)", no longer naming the rank that had stalled. Also an
+    evaluation pass that all-reduces its metrics (no optimizer step, so no iteration) is no hang."""
     return all(any(str(f).startswith(COMM_PREFIX) for f in rw.get("functions") or [])
                for rw in rank_windows.values())
 
