@@ -200,3 +200,10 @@ def test_collectives_completed_by_the_waiting_ranks_alone_do_not_end_a_hang():
 
     found, _ = run(others_talk)
     assert found and {tuple(a["ranks"]) for a in found} == {(3,)}
+
+
+def test_an_evaluation_pass_that_all_reduces_its_metrics_is_no_hang():
+    """No optimizer step (no iteration) for 50 s, but every rank completes its metric all-reduces."""
+    found, _ = run(lambda r, i: {"pending_group": "world", "pending_seq": 10 * i, "batches": 1,
+                                 "last_function": "comm:all_reduce:world", "functions": ["comm:all_reduce:world"]})
+    assert found == []
