@@ -168,6 +168,7 @@ class FunctionComparison(TypedDict):
     bytes_per_call: float
     stragglers: list[Straggler]
     skipped: dict[str, int]
+    minor_outliers: list[RankOutlier]  # v2: above peers in all but cost; explain late arrivals only
 
 
 class Anomaly(TypedDict):

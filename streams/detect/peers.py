@@ -86,7 +86,10 @@ def describe_groups(rec: FunctionComparison, t: PeerTable, good: list[FunctionPa
 
 def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPattern], policy: DetectionPolicy, min_cost: float,
                   skipped: Counter[str]) -> None:
-    """Append the sustained (or intermittent) outliers to ``rec["outliers"]``."""
+    """Append the sustained (or intermittent) outliers to ``rec["outliers"]``, and to
+    ``rec["minor_outliers"]`` the sustained ones that fall short of ``min_cost`` only (a rank
+    slower than its peers by a little in each of several functions: together they can explain
+    its late arrival into a collective, see window.py)."""
     pol = policy
     scored = peer_scores(t.values[None, :], t.peer, min_peers=pol.min_peers, mad_threshold=pol.mad_threshold,
                          min_excess=pol.min_excess, min_cost=min_cost, floor_rel=pol.noise_floor_rel,
@@ -95,6 +98,16 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
     p90 = np.array([p.get("p90_ns", 0) for p in good], dtype=np.float64)
     counts = np.array([p["count"] for p in good], dtype=np.float64)
     per_call = t.values / np.maximum(t.calls, 1e-12)
+    with np.errstate(all="ignore"):
+        minor = ((scored.z[0] >= pol.mad_threshold) & (scored.cost[0] > 0) & ~scored.outlier[0]
+                 & (scored.cost[0] >= pol.min_excess * np.maximum(scored.median[0], 0.0)))
+    for i in np.flatnonzero(minor):
+        g = t.peer == t.peer[i]
+        mc = float(np.median(t.calls[g]))
+        if _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
+                      float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g]))):
+            per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
+            rec.setdefault("minor_outliers", []).append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False))
     for i in np.flatnonzero(scored.outlier[0]):
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))

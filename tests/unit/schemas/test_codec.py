@@ -12,6 +12,7 @@ from perftracker.schemas.vocabulary import (
     CONTROL,
     EVENT_BATCH,
     EVENT_BATCH_VERSION,
+    FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
     RANK_WINDOW,
 )
@@ -97,18 +98,25 @@ def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
     assert from_old["final"] is False and from_old["iterations"] == event_batch()["iterations"]
 
 
+MINOR = {"rank": 2, "host": "h2", "gpu": 0, "peer_group": "s", "value_ms_per_step": 1.2, "peer_median_ms_per_step": 0.4,
+         "ratio": 3.0, "robust_z": 30.0, "cost_ms_per_step": 0.8, "calls_ratio": 4.0, "per_call_ratio": 0.75,
+         "intermittent": False}  # FunctionComparison v2: an excess short of the cost a finding needs
+
+
 @pytest.mark.parametrize("name, field, value, default, old_version", [
     (RANK_WINDOW, "ended_cleanly", True, False, 2),
     (RANK_WINDOW, "restarts", 2, 0, 2),
     (RANK_WINDOW, "mesh_coords", {"dp": 1, "tp": 0}, {}, 3),
     (ANOMALY, "resolved_reason", "job finished", "", 1),
     (FUNCTION_PATTERN, "mesh_coords", {"pp": 1, "tp": 0}, {}, 1),
+    (FUNCTION_COMPARISON, "minor_outliers", [MINOR], [], 1),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
-    from perftracker.sinks.samples import anomaly, pattern, rank_window
+    from perftracker.sinks.samples import anomaly, comparison, pattern, rank_window
 
     base = {RANK_WINDOW: lambda: rank_window("j", 3, 1), ANOMALY: lambda: anomaly("j", "i1"),
-            FUNCTION_PATTERN: lambda: pattern("j", 3, 1, "f")}[name]()
+            FUNCTION_PATTERN: lambda: pattern("j", 3, 1, "f"),
+            FUNCTION_COMPARISON: lambda: comparison("j", 1, 4, 2, function="kind:backward")}[name]()
     base = {k: v for k, v in base.items() if k not in (field, "schema_version")}
     new = Codec(name)
     old = Codec(name, bundled_schemas().restricted(name, old_version))

@@ -123,3 +123,18 @@ def test_more_calls_that_account_for_the_excess_are_sustained():
     rec, _ = evaluate("kind:gc", gc_window(extra_calls=27, long_call_ms=3.0, young_ms=3.0), DetectionPolicy(min_peers=3))
     (o,) = rec["outliers"]
     assert o["rank"] == 2 and not o["intermittent"] and o["calls_ratio"] > 1.5
+
+
+def test_an_excess_short_of_the_cost_a_finding_needs_is_a_minor_outlier_only():
+    rng = np.random.default_rng(2)
+    # 300 steps of ~17 ms: the floor is 1 ms/step. 0.4 ms/step on the peers; rank 5 does 4x the
+    # calls: +0.8 ms/step (3x), under the floor
+    pats = [pattern(r, "kind:backward", 0.4 * rng.lognormal(0, 0.02), steps=300) for r in range(8)]
+    pats[5] = pattern(5, "kind:backward", 1.2, calls=4, steps=300)
+    rec, _ = evaluate("kind:backward", pats)
+    assert rec["outliers"] == []
+    (m,) = rec["minor_outliers"]
+    assert m["rank"] == 5 and 0.7 < m["cost_ms_per_step"] < 0.9 and m["calls_ratio"] == 4.0
+    pats[5] = pattern(5, "kind:backward", 2.4, calls=4, steps=300)  # +2 ms/step: a finding, not a minor one
+    rec, _ = evaluate("kind:backward", pats)
+    assert [o["rank"] for o in rec["outliers"]] == [5] and rec["minor_outliers"] == []

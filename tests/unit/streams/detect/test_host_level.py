@@ -219,3 +219,36 @@ def test_the_culprit_is_no_victim_of_a_group_whose_only_late_arriver_it_held_up(
     (f,) = blamed(diagnose_window(job({}), [held_up, world_late], POL))
     assert f.ranks == (3,) and f.function == PAIR and f.kind == Kind.STRAGGLER
 
+
+
+def minor(fn: str, kind: SpanKind, cost: float, rank: int = 3) -> dict:
+    """A comparison whose only excess is a minor outlier of ``rank`` (4x the calls, ``cost`` ms/step)."""
+    o = {"rank": rank, "host": f"node-{rank // 2}", "gpu": -1, "peer_group": "s", "peer_median_ms_per_step": 0.4,
+         "value_ms_per_step": 0.4 + cost, "ratio": (0.4 + cost) / 0.4, "robust_z": 30.0, "cost_ms_per_step": cost,
+         "calls_ratio": 4.0, "per_call_ratio": 1.0, "intermittent": False}
+    return {"kind": int(kind), "function": fn, "outliers": [], "minor_outliers": [o], "stragglers": [],
+            "members": [], "mixed_signatures": False, "groups": [], "peer_groups": 1}
+
+
+def phases(cost: float) -> list[dict]:
+    return [minor("kind:forward", SpanKind.FORWARD, cost), minor("Net.forward", SpanKind.FORWARD, cost),
+            minor("kind:backward", SpanKind.BACKWARD, cost), minor("kind:dataloader", SpanKind.DATALOADER, cost)]
+
+
+def test_a_late_arriver_explained_by_small_excesses_in_every_phase_gets_their_cause():
+    """Rank 3 has 4x the calls of its peers in forward, backward and data loading, each +0.8 ms/step
+    (under the 1 ms a finding needs alone), and the others wait 2.4 ms/step for it: the three
+    phases' sum (the named forward, nested in its phase, is not added again)."""
+    (f,) = blamed(diagnose_window(job({}), [*phases(0.8), allreduce(straggler(3, caused=2.4))], POL))
+    assert f.ranks == (3,) and f.cause == Cause.DATA_IMBALANCE and abs(f.impact_ms - 2.4) < 1e-6
+    assert "uninstrumented" not in f.summary
+
+
+def test_small_excesses_that_explain_too_little_of_the_wait_leave_the_late_entry():
+    # 3 x 0.5 = 1.5 ms/step < 0.7 x 2.4: most of the wait is elsewhere (uninstrumented code)
+    (f,) = blamed(diagnose_window(job({}), [*phases(0.5), allreduce(straggler(3, caused=2.4))], POL))
+    assert f.ranks == (3,) and f.cause == Cause.SLOW_FUNCTION and f.identity == "late|3"
+
+
+def test_minor_outliers_of_a_rank_that_is_not_late_are_no_finding():
+    assert blamed(diagnose_window(job({}), [*phases(0.8), allreduce()], POL)) == []
