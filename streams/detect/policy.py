@@ -92,6 +92,7 @@ class DetectionPolicy:
     # CPU evidence (streams/detect/cpu_evidence.py): a rank "waited for a CPU more than its peers" when
     cpu_wait_min_ms: float = 0.5  # its run-queue wait per step exceeds the peers' median by this much
     cpu_wait_share: float = 0.25  # ... and by this share of the rank's excess step time
+    host_join_share: float = 0.5  # a host peer joins a host-level finding with this share of its culprits' extra run-queue wait
     switch_ratio: float = 2.0  # or its involuntary switches per step are this many times the peers'
     switch_min_per_step: float = 5.0  # ... and at least this many more per step
     steal_excess_pct: float = 5.0  # or its host's steal share exceeds the peers' by this many points

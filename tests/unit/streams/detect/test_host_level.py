@@ -252,3 +252,9 @@ def test_small_excesses_that_explain_too_little_of_the_wait_leave_the_late_entry
 
 def test_minor_outliers_of_a_rank_that_is_not_late_are_no_finding():
     assert blamed(diagnose_window(job({}), [*phases(0.8), allreduce()], POL)) == []
+
+
+def test_a_host_peer_with_a_trace_of_the_culprits_cpu_wait_is_not_joined():
+    # rank 3 waited 16.8 ms/step above its peers, rank 2 only 3.8: contended too, but not alike
+    (f,) = blamed(diagnose_window(job({2: 4.0, 3: 17.0}), [allreduce(straggler(3))], POL))
+    assert f.ranks == (3,) and f.cause == Cause.HOST_CPU_CONTENTION and "joined_ranks" not in f.evidence
