@@ -129,6 +129,10 @@ def test_dead_broker_is_refused_then_force_starts_afresh_on_the_same_port(stack:
     worker = hand_started(stack, "worker", stack.data_dir / "logs" / "hand-worker-2.log")
     try:
         wait_for(lambda: worker.pid in stack.state()["worker_pids"], 60, describe=stack.state)
+        # running, not still starting: a worker that has not yet read the broker's address from the
+        # stack's state exits when that broker is gone (no Kafka to connect to), as it should
+        wait_for(lambda: all((w["stats"] or {}).get("assigned") for w in status(stack)["workers"]), 90,
+                 describe=lambda: status(stack))
         kill(before["broker_pid"])
         proc = stack.cli("up", check=False)
         assert proc.returncode == 1
