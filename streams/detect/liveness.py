@@ -9,10 +9,10 @@ Recent = median of the last persist_windows + 1 windows (one odd window does not
 move it); best = 25th percentile of the windows before them (the minimum would be
 biased low by noise). Regression when recent > best * (1 + regression_pct %)
 and the difference is at least min_cost_ms_per_step, the series' own noise before
-(mad_threshold x 1.4826 x MAD of its first differences / sqrt 2: a slow trend is no noise) and, for the pace, its resolution (1/n per window of n
-iterations, at both ends); for the pace, recent is the minimum of those windows (every one
-must show it: a window's pace has no robustness to a one-off stall, the step time has its
-p25). The step time is checked first.
+(mad_threshold x 1.4826 x MAD of its first differences / sqrt 2: a slow trend is no noise)
+and, for the pace, its resolution (1/n per window of n iterations, at both ends); for the
+pace, recent is the minimum of those windows (every one must show it: a window's pace has no
+robustness to a one-off stall, the step time has its p25). The step time is checked first.
 
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose

@@ -101,26 +101,24 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
     with np.errstate(all="ignore"):
         minor = ((scored.z[0] >= pol.mad_threshold) & (scored.cost[0] > 0) & ~scored.outlier[0]
                  & (scored.cost[0] >= pol.min_excess * np.maximum(scored.median[0], 0.0)))
-    for i in np.flatnonzero(minor):
+    for i in np.flatnonzero(scored.outlier[0] | minor):
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
-        if _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
-                      float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g]))):
-            per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
-            rec.setdefault("minor_outliers", []).append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False))
-    for i in np.flatnonzero(scored.outlier[0]):
-        g = t.peer == t.peer[i]
-        mc = float(np.median(t.calls[g]))
+        sustained = _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
+                               float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g])))
+        per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
+        if minor[i]:
+            if sustained:
+                rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False))
+            continue
         intermittent = False
-        if not _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
-                          float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g]))):
+        if not sustained:
             # p50 unmoved: an intermittent slowdown (p90 up over enough calls) must persist
             # one window longer in the diagnoser; otherwise it is one-window jitter
             intermittent = _tail_only(p90[i], float(np.median(p90[g])), counts[i], pol)
             if not intermittent:
                 skipped["transient_outlier"] += 1
                 continue
-        per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
         rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
 
 

@@ -31,7 +31,7 @@ import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -78,12 +78,7 @@ def step_ms(rank_windows: dict[int, RankWindow], quantile: float = 50.0) -> floa
 def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[FunctionComparison],
                     policy: DetectionPolicy) -> list[Finding]:
     """All root-cause candidates of one window, most costly first."""
-    by_rank: dict[int, list[dict]] = defaultdict(list)
-    for c in comparisons:
-        if c["kind"] == SpanKind.COLLECTIVE:
-            continue
-        for o in c["outliers"]:
-            by_rank[o["rank"]].append({**o, "function": c["function"], "kind": c["kind"]})
+    by_rank = _by_rank(comparisons, "outliers")
     _drop_stage_outliers(by_rank, comparisons, rank_windows)
     stragglers, victims = _stragglers(comparisons, step_ms(rank_windows), policy)
     _drop_absorbed(by_rank, stragglers, comparisons, policy)
@@ -173,6 +168,18 @@ def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
     return late, victims
 
 
+def _by_rank(comparisons: list[FunctionComparison],
+             field: Literal["outliers", "minor_outliers"]) -> dict[int, list[dict]]:
+    """Rank -> its ``field`` entries (``outliers`` or ``minor_outliers``) of the non-collective
+    comparisons, each with its function and kind."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for c in comparisons:
+        if c["kind"] != SpanKind.COLLECTIVE:
+            for o in c.get(field) or []:
+                out[int(o["rank"])].append({**o, "function": c["function"], "kind": c["kind"]})
+    return out
+
+
 def _explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[dict]], excluded: set[int],
                            comparisons: list[FunctionComparison], policy: DetectionPolicy) -> None:
     """A late arriver with no outlier of its own, whose small excesses (``minor_outliers``: above
@@ -184,12 +191,7 @@ def _explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[
     backward (+0.95) and its data loader (+0.94), each under the 1 ms a finding needs, and was
     named "late into the all_reduce; none of its instrumented functions is slow, so the delay is
     in uninstrumented code" (the others waited 2.6 ms/step for it: the three excesses' sum)."""
-    minor: dict[int, list[dict]] = defaultdict(list)
-    for c in comparisons:
-        if c["kind"] != SpanKind.COLLECTIVE:
-            for o in c.get("minor_outliers") or []:
-                minor[int(o["rank"])].append({**o, "function": c["function"], "kind": c["kind"]})
-    for rank, outs in minor.items():
+    for rank, outs in _by_rank(comparisons, "minor_outliers").items():
         if rank not in late or rank in by_rank or rank in excluded:
             continue
         caused = max(float(s["caused_ms_per_step"]) for s in late[rank])
