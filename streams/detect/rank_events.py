@@ -16,6 +16,7 @@ windows keep closing. Bad columns and values are counted in ``skipped``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -111,61 +112,67 @@ class EventFolder:
             return True
         return False
 
-    def _note_event(self, wall_ms: int, function: str) -> None:
-        """The rank was in ``function`` at ``wall_ms`` (implausible times are ignored here;
-        the window lookup counts them)."""
-        if not self.windows.in_range(wall_ms):
-            return
-        self.progress.note_event(wall_ms, function)
-        self.windows.note_data(wall_ms)
-
     def _add_comms(self, batch: dict, names: list[str], offset_ns: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fold the collectives in; the intervals [start, end) (ns) of those kept."""
+        """Fold the collectives in; the intervals [start, end) (ns) of those kept. One pass, in
+        the batch's order (the rank's pending collective depends on it), with what is the same
+        for many calls looked up once per batch: each (op, group)'s function name and the
+        group's ranks, the plausible time range, the window length."""
         arrays = self._valid(batch["comms"], ("op", "group", "seq", "bytes", "start_ns", "dur_ns"))
         starts: list[int] = []
         ends: list[int] = []
-        if arrays is not None:
-            groups = batch.get("groups", [])
-            members: dict[int, list[int]] = {}  # a group's ranks, converted once per batch
-            for op, grp, seq, nbytes, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
+        if arrays is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        groups = batch.get("groups", [])
+        progress, windows, skipped = self.progress, self.windows, self.skipped
+        lo, hi = windows.range_ms()
+        wms, max_dur = self.policy.window_ms, self.policy.max_duration_s * 1e9
+        named: dict[tuple[float, float], tuple[str, str]] = {}  # (op, group) -> (function, group id)
+        members: dict[float, list[int]] = {}  # group index -> its ranks as ints, on first use
+        for op, grp, seq, nbytes, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
+            fn_group = named.get((op, grp))
+            if fn_group is None:
                 if not (0 <= op < len(names) and 0 <= grp < len(groups)):
-                    self.skipped["bad_name_index"] += 1
+                    skipped["bad_name_index"] += 1
                     continue
-                if self._add_comm(names[int(op)], groups[int(grp)], members, seq, nbytes, start, dur, offset_ns):
-                    starts.append(int(start))
-                    ends.append(int(start + dur))
+                group_id = str(groups[int(grp)]["group_id"])
+                fn_group = named[(op, grp)] = (comm_function(names[int(op)], group_id), group_id)
+            fname, group_id = fn_group
+            wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
+            in_range = lo <= wall_ms <= hi
+            if dur < 0 and math.isfinite(dur):  # entry marker of a call still in flight
+                progress.note_entry(group_id, int(seq), wall_ms, True)
+                if in_range:
+                    progress.note_event(wall_ms, fname)
+                    windows.note_data(wall_ms)
+                skipped["in_flight_collective"] += 1
+                continue
+            if not (math.isfinite(dur) and 0 <= dur <= max_dur):
+                skipped["bad_duration"] += 1
+                continue
+            iseq = int(seq)
+            progress.note_entry(group_id, iseq, wall_ms)
+            if not in_range:
+                skipped["bad_timestamp"] += 1
+                continue
+            progress.note_event(wall_ms, fname)
+            windows.note_data(wall_ms)
+            w = windows.open_slot(wall_ms // wms)
+            if w is None:
+                continue
+            ranks = members.get(grp)
+            if ranks is None:
+                ranks = members[grp] = [int(r) for r in groups[int(grp)]["ranks"]]
+            w.add_collective(fname, iseq, int(dur), ranks, nbytes)
+            if wall_ms > w.last_event_ms:
+                w.last_event_ms = wall_ms
+            starts.append(int(start))
+            ends.append(int(start + dur))
         return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-
-    def _add_comm(self, op: str, group: dict, members: dict[int, list[int]], seq: float, nbytes: float,
-                  start: float, dur: float, offset_ns: int) -> bool:
-        """One collective call; True when it was added to a window. ``members``: the batch's
-        groups' ranks as ints by ``id`` of the group, filled on first use."""
-        group_id = str(group["group_id"])
-        fname = comm_function(op, group_id)
-        wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
-        if dur < 0 and np.isfinite(dur):  # entry marker of a call still in flight
-            self._note_entry(group_id, int(seq), fname, wall_ms, in_flight=True)
-            self.skipped["in_flight_collective"] += 1
-            return False
-        if self._bad_dur(dur):
-            return False
-        self._note_entry(group_id, int(seq), fname, wall_ms)
-        w = self.windows.slot(wall_ms)
-        if w is None:
-            return False
-        ranks = members.get(id(group))
-        if ranks is None:
-            ranks = members[id(group)] = [int(r) for r in group["ranks"]]
-        w.add_collective(fname, int(seq), int(dur), ranks, nbytes)
-        w.last_event_ms = max(w.last_event_ms, wall_ms)
-        return True
-
-    def _note_entry(self, group: str, seq: int, fname: str, wall_ms: int, in_flight: bool = False) -> None:
-        self.progress.note_entry(group, seq, wall_ms, in_flight)
-        self._note_event(wall_ms, fname)
 
     def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
                    comm_iv: tuple[np.ndarray, np.ndarray]) -> None:
+        """Fold the spans in, net of the collective time nested in each (vectorized); then one
+        pass like :meth:`_add_comms`'s."""
         arrays = self._valid(cols, ("kind", "name", "start_ns", "dur_ns"))
         if arrays is None:
             return
@@ -175,20 +182,31 @@ class EventFolder:
             self.skipped["bad_duration"] += int((~ok).sum())
         start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
         net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
+        progress, windows, skipped = self.progress, self.windows, self.skipped
+        lo, hi = windows.range_ms()
+        wms = self.policy.window_ms
+        named: dict[tuple[float, float], str] = {}  # (name, kind) -> function
         for k, n, s, d, keep in zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(),
                                     strict=False):
             if not keep:
                 continue
-            if not 0 <= n < len(names):
-                self.skipped["bad_name_index"] += 1
-                continue
+            fname = named.get((n, k))
+            if fname is None:
+                if not 0 <= n < len(names):
+                    skipped["bad_name_index"] += 1
+                    continue
+                fname = named[(n, k)] = names[int(n)] or kind_function(int(k))
             wall_ms = int((offset_ns + s) // 1_000_000)
-            fname = names[int(n)] or kind_function(int(k))
-            self._note_event(wall_ms, fname)
-            w = self.windows.slot(wall_ms)
+            if not lo <= wall_ms <= hi:
+                skipped["bad_timestamp"] += 1
+                continue
+            progress.note_event(wall_ms, fname)
+            windows.note_data(wall_ms)
+            w = windows.open_slot(wall_ms // wms)
             if w is not None:
                 w.add_duration(fname, int(k), int(d))
-                w.last_event_ms = max(w.last_event_ms, wall_ms)
+                if wall_ms > w.last_event_ms:
+                    w.last_event_ms = wall_ms
 
     def _add_iterations(self, cols: dict, offset_ns: int) -> None:
         arrays = self._valid(cols, ("step", "start_ns", "dur_ns"))

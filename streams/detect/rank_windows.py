@@ -24,6 +24,7 @@ too many open): the RankWindow reports them with the collector's own drops.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from .accumulate import WindowAcc
@@ -50,8 +51,16 @@ class RankWindows:
 
     def in_range(self, wall_ms: int) -> bool:
         """Events happen before their batch is sent, and not hours before."""
+        lo, hi = self.range_ms()
+        return lo <= wall_ms <= hi
+
+    def range_ms(self) -> tuple[float, float]:
+        """The (lowest, highest) plausible event wall time of the batch being folded in
+        (everything before the first batch's time is known)."""
         ref = self.batch_wall_ms
-        return not ref or ref - self.policy.max_duration_s * 1000 <= wall_ms <= ref + self.policy.future_slack_ms
+        if not ref:
+            return -math.inf, math.inf
+        return ref - self.policy.max_duration_s * 1000, ref + self.policy.future_slack_ms
 
     def plausible(self, wall_ms: int) -> bool:
         """:meth:`in_range`, counting the events that are not."""
@@ -70,7 +79,10 @@ class RankWindows:
         """The open window holding ``wall_ms``; None (counted) when it cannot be kept."""
         if not self.plausible(wall_ms):
             return None
-        wid = wall_ms // self.policy.window_ms
+        return self.open_slot(wall_ms // self.policy.window_ms)
+
+    def open_slot(self, wid: int) -> WindowAcc | None:
+        """:meth:`slot` of window ``wid`` for a time already found plausible."""
         if self.next_window is not None and wid < self.next_window:
             self.skipped["late_event"] += 1
             self.dropped += 1
