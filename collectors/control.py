@@ -4,7 +4,9 @@ The consumer is *assigned* the partition (no consumer group to join, so no
 rebalance wait) and reads it from the beginning (the topic is small), so a
 request issued just before a rank started still reaches it. Messages of other
 jobs, requests issued more than ``STALE_S`` before this process attached, and
-repeated request ids are ignored.
+repeated request ids are ignored. When the job id changes (the ranks agreed on rank 0's id
+after start-up, :mod:`.job_agreement`), the partition is read again from the beginning: a
+request for the agreed id read under the provisional one was ignored then.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ class ControlFollower(threading.Thread):
         self.job = job
         self.windows = windows
         self.errors = errors
-        self.received = 0
+        self.received = 0  # requests for this job taken
+        self.read = 0  # messages read, any job
         self._conf = dict(conf)
         self._seen: set[str] = set()
         self._since_ms = int((time.time() - STALE_S) * 1000)
         self._stop_event = threading.Event()
+        self._rewind = threading.Event()  # the job id changed: read the partition again
         self._codec = codec  # a Codec or RegistryCodec of Control; None: the single-object one
 
     def run(self) -> None:
@@ -52,9 +56,13 @@ class ControlFollower(threading.Thread):
         try:
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
             while not self._stop_event.is_set():
+                if self._rewind.is_set():
+                    self._rewind.clear()
+                    consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
                 msg = consumer.poll(0.4)
                 if msg is None or msg.error():
                     continue
+                self.read += 1
                 try:
                     self.handle(codec.decode(msg.value() or b""))  # a null value is a bad message
                 except Exception as exc:  # noqa: BLE001 - a bad message is skipped
@@ -63,6 +71,12 @@ class ControlFollower(threading.Thread):
             self.errors.caught("control", exc)
         finally:
             consumer.close()
+
+    def set_job(self, job: str) -> None:
+        """The collector's job id changed: follow ``job``'s requests, those already read included."""
+        if job != self.job:
+            self.job = job
+            self._rewind.set()
 
     def handle(self, msg: dict) -> None:
         if msg.get("job") != self.job or msg["request_id"] in self._seen:

@@ -33,7 +33,7 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
         follower = ControlFollower(collector.kafka_conf, collector.topics.control,
                                    collector.identity.job, windows, collector.errors,
                                    collector.codec(CONTROL, collector.topics.control))
-        collector.on_identity(lambda ident: setattr(follower, "job", ident.job))
+        collector.on_identity(lambda ident: follower.set_job(ident.job))
         follower.start()
         collector.add_part(follower)
 
