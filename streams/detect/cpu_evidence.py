@@ -34,6 +34,7 @@ From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,24 +165,46 @@ def _where_per_step(rw: Mapping[str, Any]) -> dict[str, float]:
 
 def frame_location(rank: int, rank_windows: Mapping[int, Mapping[str, Any]], policy: DetectionPolicy) -> dict[str, Any]:
     """The user-code frame where ``rank`` spends the most extra time per step vs its peers'
-    median for the same frame (0 where a peer never sampled it); {} when none costs
-    ``location_min_ms`` or there are no samples."""
+    median for the same frame (0 where a peer never sampled it), beyond sampling noise: of
+    the frames with an excess >= ``location_min_ms``, the one whose excess is largest after
+    subtracting ``location_noise_sigmas`` x its sampling noise (:func:`_sampling_noise`).
+    A frame the peers also spend much time in (a collective they all wait in) shows a
+    difference of two large sample counts, noisy; a frame only this rank runs (a checkpoint
+    save every other step) shows a small count against none, clear. {} when no frame
+    qualifies or there are no samples."""
     rw = rank_windows.get(rank, {})
     hz = float(rw.get("stack_hz", 0.0))
     mine = _where_per_step(rw)
     if hz <= 0 or not mine:
         return {}
     peers = [_where_per_step(p) for r, p in rank_windows.items() if r != rank and p.get("stack_hz", 0) > 0]
-    ms = 1000.0 / hz
+    ms, steps = 1000.0 / hz, int(rw.get("steps", 0))
     best: dict[str, Any] = {}
+    best_score = -np.inf
     for frame, per_step in mine.items():
         peer = float(np.median([p.get(frame, 0.0) for p in peers])) if peers else 0.0
         extra = (per_step - peer) * ms
-        if extra >= policy.location_min_ms and extra > best.get("extra_ms_per_step", 0.0):
+        if extra < policy.location_min_ms:
+            continue
+        noise = _sampling_noise(per_step, peer, steps, len(peers)) * ms
+        score = extra - policy.location_noise_sigmas * noise
+        if score > best_score:
+            best_score = score
             best = {"frame": frame, "ms_per_step": round(per_step * ms, 2),
                     "peer_ms_per_step": round(peer * ms, 2), "extra_ms_per_step": round(extra, 2),
-                    "peers_sampled": len(peers)}
+                    "noise_ms_per_step": round(noise, 2), "peers_sampled": len(peers)}
     return best
+
+
+def _sampling_noise(mine: float, peer: float, steps: int, peers: int) -> float:
+    """Standard deviation, in samples per step, of (the rank's samples per step - the peers'
+    median) for one frame: sample counts are Poisson (variance = count), the rank's over its
+    ``steps``; the median of ``peers`` counts at the same rate has about pi/2 / peers times
+    one count's variance (peers' windows taken as long as the rank's)."""
+    if steps <= 0:
+        return 0.0
+    var = mine * steps + (math.pi / 2) * peer * steps / max(peers, 1)
+    return math.sqrt(var) / steps
 
 
 def top_frames(rw: Mapping[str, Any], n: int = 3) -> list[dict[str, Any]]:

@@ -100,6 +100,7 @@ class DetectionPolicy:
     # step time: then the wait comes with work it does itself (a slow phase), not a competitor
     cpu_work_share: float = 0.25
     location_min_ms: float = 1.0  # a sampled frame names where a rank's extra time goes from this many ms/step
+    location_noise_sigmas: float = 2.0  # frames ranked by excess minus this many sigmas of sampling noise
 
     @property
     def window_ms(self) -> int:

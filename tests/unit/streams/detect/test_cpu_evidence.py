@@ -259,3 +259,20 @@ def test_simulated_contention_is_named_from_run_queue_evidence():
     (a,) = opened(run_events("cpu-contention"))
     ev = json.loads(a["evidence_json"])
     assert a["cause"] == "host_cpu_contention" and ev["cpu_basis"] == "scheduler evidence"
+
+
+def test_frame_location_prefers_a_clear_excess_to_a_larger_noisy_one():
+    """The live suite's checkpoint run: rank 2 saves a checkpoint every other step (a frame only
+    it runs: a few samples against none) and, like every rank, waits in the step's all-reduce
+    (hundreds of samples each, the difference within sampling noise). Named: the save."""
+    save, sync = "train.py:212 after_step `torch.save(...)`", "train.py:233 job_sync `dist.all_reduce(flags)`"
+    steps = 200  # 25 Hz, 40 ms per sample: 1 extra sample per 200 steps = 0.2 ms/step
+    rws = {r: cpu_rw(r, steps=steps, frames=[(sync, n)]) for r, n in ((0, 20), (1, 21), (3, 19))}
+    rws[2] = cpu_rw(2, steps=steps, frames=[(sync, 27), (save, 6)])  # +1.4 ms/step vs +1.2 ms/step
+    loc = frame_location(2, rws, POL)
+    assert loc["frame"] == save and loc["extra_ms_per_step"] == pytest.approx(1.2)
+    assert loc["noise_ms_per_step"] == pytest.approx(40 * 6 ** 0.5 / steps, abs=0.01)
+    # both clear (well beyond their noise): the larger one wins
+    rws = {r: cpu_rw(r, steps=steps, frames=[(sync, 200)]) for r in (0, 1, 3)}
+    rws[2] = cpu_rw(2, steps=steps, frames=[(sync, 400), (save, 60)])  # +40 +- 4.5 vs +12 +- 1.5 ms/step
+    assert frame_location(2, rws, POL)["frame"] == sync
