@@ -61,8 +61,27 @@ def stream_codecs(settings: Settings, names: TopicNames) -> dict[str, Any]:
 
 def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) -> faust.App:
     """A Faust app with the summarize, compare and diagnose agents registered."""
-    check_bind(settings.streams.web_host, settings.http_token, "streams.web_host")
+    app = bare_app(settings, bootstrap, web_port)
     names = TopicNames.for_prefix(settings.kafka.topic_prefix)
+    ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
+    ctx.codecs.update(stream_codecs(settings, names))
+    def raw_topic(*topic_names: str) -> Any:
+        return app.topic(*topic_names, key_type=bytes, value_type=bytes, key_serializer="raw",
+                         value_serializer="raw", internal=False)
+
+    ctx.topics = {role: raw_topic(*topics) for role, topics in role_topics(names).items()}
+    ctx.topics["deadletter"] = raw_topic(names.deadletter)
+    observers = {SUMMARIZE.name: SummarizerGaps(ctx.counters)}
+    for i, s in enumerate(STAGES):
+        stage.register(app, ctx, s, observers.get(s.name), upstream=tuple(u.topic for u in STAGES[:i]))
+    register_views(app, ctx)
+    register_metrics(app, ctx, settings.streams)
+    return app
+
+
+def bare_app(settings: Settings, bootstrap: str, web_port: int | None = None) -> faust.App:
+    """The worker's Faust app with its consumer, producer and web settings, and no agents."""
+    check_bind(settings.streams.web_host, settings.http_token, "streams.web_host")
     brokers = ";".join(f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip())
     app = fetch_wait.App(
         settings.streams.app_id,
@@ -87,17 +106,4 @@ def create_app(settings: Settings, bootstrap: str, web_port: int | None = None) 
         worker_redirect_stdouts=False,
         fetch_wait_ms=settings.streams.fetch_wait_ms,
     )
-    ctx = StreamContext(names=names, policy=DetectionPolicy.from_settings(settings.detection, settings.streams))
-    ctx.codecs.update(stream_codecs(settings, names))
-    def raw_topic(*topic_names: str) -> Any:
-        return app.topic(*topic_names, key_type=bytes, value_type=bytes, key_serializer="raw",
-                         value_serializer="raw", internal=False)
-
-    ctx.topics = {role: raw_topic(*topics) for role, topics in role_topics(names).items()}
-    ctx.topics["deadletter"] = raw_topic(names.deadletter)
-    observers = {SUMMARIZE.name: SummarizerGaps(ctx.counters)}
-    for i, s in enumerate(STAGES):
-        stage.register(app, ctx, s, observers.get(s.name), upstream=tuple(u.topic for u in STAGES[:i]))
-    register_views(app, ctx)
-    register_metrics(app, ctx, settings.streams)
     return app
