@@ -28,6 +28,9 @@ From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack s
   waited 3.6x as long.
   ``not_contended`` when at least one of these was measured on the rank and its peers and
   none fired; ``unavailable`` when none could be (old collectors, no ``/proc``, no peers).
+* :func:`job_cpu_per_step` and :func:`job_cpu_note`: for a job-wide regression, whether the
+  median rank's CPU time or run-queue wait per step rose with it (its own code does more, or
+  its hosts' CPUs are oversubscribed) or neither.
 * :func:`frame_location`: the sampled user-code frame where the rank spends the most
   time per step beyond its peers ("rank 2 spends 12 ms/step in train.py:88 step `x.clone()`").
 """
@@ -205,6 +208,44 @@ def _sampling_noise(mine: float, peer: float, steps: int, peers: int) -> float:
         return 0.0
     var = mine * steps + (math.pi / 2) * peer * steps / max(peers, 1)
     return math.sqrt(var) / steps
+
+
+def job_cpu_per_step(rank_windows: Mapping[int, Mapping[str, Any]], window_ms: float) -> tuple[float, float]:
+    """(The median rank's run-queue wait ms per step, its CPU ms per step) of one window, each
+    over the ranks that measured it; -1 where none did (old collectors, no ``/proc``)."""
+    waits = [float(rw.get("runqueue_wait_ms_per_step", -1)) for rw in rank_windows.values()]
+    cpus = [_cpu_ms_per_step(rw, window_ms) for rw in rank_windows.values()]
+    waits, cpus = [w for w in waits if w >= 0], [c for c in cpus if c > 0]
+    return (float(np.median(waits)) if waits else -1.0), (float(np.median(cpus)) if cpus else -1.0)
+
+
+def job_cpu_note(before: tuple[float, float], recent: tuple[float, float], excess_ms: float,
+                 policy: DetectionPolicy) -> tuple[str, dict[str, Any]]:
+    """Words and evidence on a job-wide slowdown of ``excess_ms`` per step from the median rank's
+    (run-queue wait, CPU) ms per step before and recently (:func:`job_cpu_per_step`): its own
+    code doing more CPU work per step (>= max(``cpu_wait_min_ms``, ``cpu_work_share`` x the
+    excess) more), else its CPUs oversubscribed (run-queue wait up by >= max(``cpu_wait_min_ms``,
+    ``cpu_wait_share`` x the excess)), else neither: the time went to something the CPU
+    readings do not show (GPU work, I/O, communication, sleeps). ("", {}) when unmeasured."""
+    (wait0, cpu0), (wait1, cpu1) = before, recent
+    if wait0 < 0 or wait1 < 0:
+        return "", {}
+    ev: dict[str, Any] = {"runqueue_wait_ms_per_step": round(wait1, 3), "best_runqueue_wait_ms_per_step": round(wait0, 3)}
+    if cpu0 > 0 and cpu1 > 0:
+        ev.update(cpu_ms_per_step=round(cpu1, 3), best_cpu_ms_per_step=round(cpu0, 3))
+        if cpu1 - cpu0 >= max(policy.cpu_wait_min_ms, policy.cpu_work_share * excess_ms):
+            ev["cpu_basis"] = "own work"
+            return (f"each step does more CPU work of its own ({cpu0:.1f} -> {cpu1:.1f} ms of CPU/step, "
+                    "median rank): the job's code does more, not a shortage of CPUs"), ev
+    if wait1 - wait0 >= max(policy.cpu_wait_min_ms, policy.cpu_wait_share * excess_ms):
+        ev["cpu_basis"] = "oversubscribed"
+        return (f"every rank waits longer for a CPU (run-queue wait {wait0:.1f} -> {wait1:.1f} ms/step, "
+                "median rank): its hosts' CPUs are oversubscribed (other processes, data-loader workers, "
+                "too many threads)"), ev
+    ev["cpu_basis"] = "unchanged"
+    return (f"its CPU time and run-queue wait per step did not change enough to explain it (wait {wait0:.1f} -> "
+            f"{wait1:.1f} ms/step): the time goes to waiting these do not show (GPU work, I/O, communication, "
+            "sleeps)"), ev
 
 
 def top_frames(rw: Mapping[str, Any], n: int = 3) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ...schemas.records import Control, FunctionComparison, RankWindow
 from ...schemas.vocabulary import CONTROL_VERSION, ControlCommand
+from .cpu_evidence import job_cpu_per_step
 from .findings import Finding
 from .incidents import Track, explained_ms, persisting
 from .liveness import LivenessState, hang, note_collectives, regression
@@ -61,7 +62,8 @@ class JobChecks:
         window, so its iterations per window say nothing of the job's pace."""
         period, n = (0.0, 0) if partial else iteration_period(rank_windows, self.policy.window_ms)
         reg = regression(self.live, wid, step_ms(rank_windows, quantile=REGRESSION_STEP_QUANTILE), self.policy,
-                         period_ms=period, period_steps=n)
+                         period_ms=period, period_steps=n,
+                         cpu_per_step=job_cpu_per_step(rank_windows, self.policy.window_s * 1000.0))
         if reg is None:
             return None, []
         controls = self._profile(wid, now, reg)

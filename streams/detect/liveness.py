@@ -24,7 +24,9 @@ never the waiting ranks; if every rank is outside collectives the finding says s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,7 @@ from ...schemas.causes import Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S, Kind
 from .columnar import MAD_TO_SIGMA
+from .cpu_evidence import job_cpu_note
 from .findings import Finding
 from .hang import HangState, HangVerdict, RankSeen, Wait, verdict
 from .model import COMM_PREFIX
@@ -44,6 +47,7 @@ class LivenessState:
 
     history: list[tuple[int, float]] = field(default_factory=list)  # (window, step ms)
     periods: list[tuple[int, float, float]] = field(default_factory=list)  # (window, wall ms per iteration, 1/iterations)
+    cpu: list[tuple[int, float, float]] = field(default_factory=list)  # (window, run-queue wait, CPU ms per step)
     idle_windows: int = 0
     alive_windows: int = 0  # idle windows after the first one that brought a batch
     idle_since_alive: int = 0  # idle windows since the last one that brought a batch
@@ -57,26 +61,50 @@ def note_collectives(state: LivenessState, comparisons: list[FunctionComparison]
 
 
 def regression(state: LivenessState, window_id: int, step_ms: float,
-               policy: DetectionPolicy, period_ms: float = 0.0, period_steps: int = 0) -> Finding | None:
+               policy: DetectionPolicy, period_ms: float = 0.0, period_steps: int = 0,
+               cpu_per_step: tuple[float, float] = (-1.0, -1.0)) -> Finding | None:
     """The job's regression this window, if any, on either measure (see the module docstring):
     ``step_ms`` (the iteration's own time) or ``period_ms`` (wall time per completed iteration,
-    ``period_steps`` iterations in the window; 0 for a window that is partial)."""
+    ``period_steps`` iterations in the window; 0 for a window that is partial). ``cpu_per_step``:
+    the window's median (run-queue wait, CPU) ms per step (:func:`.cpu_evidence.job_cpu_per_step`),
+    compared before and recently to say whether CPUs explain a regression."""
     if step_ms > 0:
         state.history = (state.history + [(window_id, step_ms)])[-policy.history_windows:]
     if period_ms > 0 and period_steps > 0:
         state.periods = (state.periods + [(window_id, period_ms, 1.0 / period_steps)])[-policy.history_windows:]
-    found = None
+    if cpu_per_step[0] >= 0:
+        state.cpu = (state.cpu + [(window_id, *cpu_per_step)])[-policy.history_windows:]
     if step_ms > 0:
         found = _regressed([v for _, v in state.history], [0.0] * len(state.history), policy)
-    if found is None and period_ms > 0 and period_steps > 0:
+        if found is not None:
+            return _regression_finding(*found, policy, "recent steps take", _cpu_change(state, [w for w, _ in state.history], found, policy))
+    if period_ms > 0 and period_steps > 0:
         found = _regressed([v for _, v, _ in state.periods], [q for _, _, q in state.periods], policy,
                            every_window=True)
         if found is not None:
             return _regression_finding(*found, policy, "each iteration (the time between iterations included: "
-                                       "code after the optimizer step, logging, syncs) takes")
-    if found is None:
-        return None
-    return _regression_finding(*found, policy, "recent steps take")
+                                       "code after the optimizer step, logging, syncs) takes",
+                                       _cpu_change(state, [w for w, _, _ in state.periods], found, policy))
+    return None
+
+
+def _cpu_change(state: LivenessState, windows: Sequence[int], found: tuple[float, float, float, float],
+                policy: DetectionPolicy) -> tuple[str, dict[str, Any]]:
+    """:func:`.cpu_evidence.job_cpu_note` over the windows of the regressed series: its last
+    persist_windows + 1 (recent) and those before (median of each)."""
+    k = policy.persist_windows + 1
+    recent_ids = set(windows[-k:])
+    cpu = [(w, wait, c) for w, wait, c in state.cpu if w <= windows[-1]]
+    recent = [(wait, c) for w, wait, c in cpu if w in recent_ids]
+    before = [(wait, c) for w, wait, c in cpu if w < min(recent_ids)]
+    if not recent or not before:
+        return "", {}
+
+    def median(rows: list[tuple[float, float]]) -> tuple[float, float]:
+        cpus = [c for _, c in rows if c > 0]
+        return float(np.median([w for w, _ in rows])), (float(np.median(cpus)) if cpus else -1.0)
+
+    return job_cpu_note(median(before), median(recent), found[0] - found[1], policy)
 
 
 def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy,
@@ -119,16 +147,16 @@ def _trend_free_mad(past: np.ndarray) -> float:
 
 
 def _regression_finding(recent: float, best: float, noise: float, required: float, policy: DetectionPolicy,
-                        what: str) -> Finding:
+                        what: str, cpu: tuple[str, dict[str, Any]] = ("", {})) -> Finding:
     excess = recent - best
     k = policy.persist_windows + 1
     summary = (f"iteration time regressed: {what} {recent:.1f} ms vs the best {best:.1f} ms "
-               f"(+{100 * excess / best:.0f}%) on all ranks with no single culprit; a synchronized profile "
-               f"was requested")
+               f"(+{100 * excess / best:.0f}%) on all ranks with no single culprit; "
+               + (f"{cpu[0]}; " if cpu[0] else "") + "a synchronized profile was requested")
     evidence = {"recent_step_ms": round(recent, 3), "best_step_ms": round(best, 3),
                 "pct": round(100 * excess / best, 2), "windows": k, "noise_ms": round(noise, 3),
                 "required_ms": round(required, 3),
-                "measure": "step" if what.startswith("recent steps") else "period"}
+                "measure": "step" if what.startswith("recent steps") else "period", **cpu[1]}
     return Finding(kind=Kind.REGRESSION, cause=Cause.REGRESSION, identity="regression", ranks=(), hosts=(),
                    gpus=(), function="iteration", score=float(recent / best), impact_ms=float(excess),
                    summary=summary, evidence=evidence, extra_windows=1)

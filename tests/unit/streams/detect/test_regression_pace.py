@@ -8,6 +8,7 @@ machine moved the step time by 25 % over a minute and a regression was reported.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
 
 from .synth import T0_WINDOW, W_MS, rank_window
@@ -123,3 +124,37 @@ def test_noise_that_wanders_without_a_trend_is_no_regression_on_many_seeds():
     for seed in range(20):
         rng = np.random.default_rng(seed)
         assert not regressions(run([(40, 100.0 * rng.lognormal(0, 0.08)) for _ in range(16)])), seed
+
+
+def cpu_run(wait_ms: tuple[float, float], cpu_ms: tuple[float, float]) -> dict:
+    """Steps 10 -> 14 ms after 6 windows; the ranks' run-queue wait and CPU ms per step before and
+    after (cpu_ratio = CPU ms per step x steps / window ms). The regression's first version."""
+    d = JobDiagnoser("job", POL)
+    now, out = T0_WINDOW * W_MS, []
+    for i in range(12):
+        after = i >= 6
+        steps = 100
+        for r in range(4):
+            d.add("RankWindow", rank_window(r, window=T0_WINDOW + i, world=4, steps=steps, step_ms=14.0 if after else 10.0,
+                                            runqueue_wait_ms_per_step=wait_ms[after] + 0.01 * r,
+                                            cpu_ratio=cpu_ms[after] * steps / W_MS), now + i * W_MS)
+        out += d.poll(now + i * W_MS + 8000)[0]
+    (a, *_) = regressions(out)
+    return a
+
+
+def test_a_regression_says_whether_cpus_explain_it():
+    """Job-wide, +4 ms per step: every rank waiting 2 ms/step longer for a CPU with the same work
+    is an oversubscribed host; 3 ms more CPU per step of its own is the job's code; neither
+    moving is something the CPU readings do not show."""
+    import json
+
+    short = cpu_run(wait_ms=(0.5, 2.5), cpu_ms=(8.0, 8.2))
+    ev = json.loads(short["evidence_json"])
+    assert ev["cpu_basis"] == "oversubscribed" and "oversubscribed" in short["summary"]
+    assert ev["best_runqueue_wait_ms_per_step"] == pytest.approx(0.515) and ev["runqueue_wait_ms_per_step"] == pytest.approx(2.515)
+    own = cpu_run(wait_ms=(0.5, 2.5), cpu_ms=(8.0, 11.0))
+    assert "more CPU work of its own (8.0 -> 11.0 ms" in own["summary"]
+    neither = cpu_run(wait_ms=(0.5, 0.9), cpu_ms=(8.0, 8.5))  # +0.4 < max(0.5, 0.25 x 4)
+    assert "did not change enough" in neither["summary"]
+    assert "run-queue" not in regressions(run([(250, 10.0)] * 6 + [(125, 10.0)] * 6))[0]["summary"]  # not measured
