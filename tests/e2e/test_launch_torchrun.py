@@ -8,7 +8,7 @@ from .helpers import by_rank, comm_rows, consume_events, launch_profiled, span_n
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 40
+STEPS = 100  # ~2 s of training: a profile requested before the start is summarized while it runs, not only at exit
 PROFILE_STEP = 15
 
 
