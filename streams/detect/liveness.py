@@ -13,6 +13,8 @@ and the difference is at least min_cost_ms_per_step, the series' own noise befor
 and, for the pace, its resolution (1/n per window of n iterations, at both ends); for the
 pace, recent is the minimum of those windows (every one must show it: a window's pace has no
 robustness to a one-off stall, the step time has its p25). The step time is checked first.
+A regression also says whether CPUs explain it: the median rank's CPU ms and run-queue wait per
+step over the same windows, recent against before (:func:`.cpu_evidence.job_cpu_note`).
 
 Hang: consecutive windows in which no rank completed an iteration while the
 collectors still send batches (heartbeats, at least every ``HEARTBEAT_S``): a job whose
