@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -169,25 +170,32 @@ class EventFolder:
             ends.append(int(start + dur))
         return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
 
-    def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
-                   comm_iv: tuple[np.ndarray, np.ndarray]) -> None:
-        """Fold the spans in, net of the collective time nested in each (vectorized); then one
-        pass like :meth:`_add_comms`'s."""
+    def _span_rows(self, cols: dict, comm_iv: tuple[np.ndarray, np.ndarray]) -> Iterator[tuple] | None:
+        """The spans as (kind, name, start ns, duration net of the collective time nested in it,
+        plausible duration) rows, computed column-wise (implausible durations counted); None
+        when the columns are ragged."""
         arrays = self._valid(cols, ("kind", "name", "start_ns", "dur_ns"))
         if arrays is None:
-            return
+            return None
         kind, name, start, dur = arrays
         ok = np.isfinite(dur) & (dur >= 0) & (dur <= self.policy.max_duration_s * 1e9)
         if not ok.all():
             self.skipped["bad_duration"] += int((~ok).sum())
         start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
         net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
+        return zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(), strict=False)
+
+    def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
+                   comm_iv: tuple[np.ndarray, np.ndarray]) -> None:
+        """Fold the spans in (:meth:`_span_rows`) in one pass like :meth:`_add_comms`'s."""
+        rows = self._span_rows(cols, comm_iv)
+        if rows is None:
+            return
         progress, windows, skipped = self.progress, self.windows, self.skipped
         lo, hi = windows.range_ms()
         wms = self.policy.window_ms
         named: dict[tuple[float, float], str] = {}  # (name, kind) -> function
-        for k, n, s, d, keep in zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(),
-                                    strict=False):
+        for k, n, s, d, keep in rows:
             if not keep:
                 continue
             fname = named.get((n, k))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from perftracker.streams.detect.model import comm_function, kind_function
-from perftracker.streams.detect.rank_events import EventFolder, covered_ns
+from perftracker.streams.detect.rank_events import EventFolder
 
 
 class ReferenceFolder(EventFolder):
@@ -67,17 +67,10 @@ class ReferenceFolder(EventFolder):
 
     def _add_spans(self, cols: dict, names: list[str], offset_ns: int,
                    comm_iv: tuple[np.ndarray, np.ndarray]) -> None:
-        arrays = self._valid(cols, ("kind", "name", "start_ns", "dur_ns"))
-        if arrays is None:
+        rows = self._span_rows(cols, comm_iv)
+        if rows is None:
             return
-        kind, name, start, dur = arrays
-        ok = np.isfinite(dur) & (dur >= 0) & (dur <= self.policy.max_duration_s * 1e9)
-        if not ok.all():
-            self.skipped["bad_duration"] += int((~ok).sum())
-        start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
-        net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
-        for k, n, s, d, keep in zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(),
-                                    strict=False):
+        for k, n, s, d, keep in rows:
             if not keep:
                 continue
             if not 0 <= n < len(names):
