@@ -430,11 +430,18 @@ def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindo
         have = {r for p in parts for r in p.ranks}
         verdicts = {r: cpu_verdict(r, rank_windows, impact, policy) for r, rw in sorted(rank_windows.items())
                     if host is not None and rw.get("host") == host and r not in have and r not in named}
-        culprits = [_extra_wait(cpu_verdict(r, rank_windows, impact, policy).evidence) for r in sorted(have)]
-        worst = max((w for w in culprits if w is not None), default=None)
-        joined = {r: v for r, v in verdicts.items() if v.verdict == CONTENDED and _comparable(v, worst, policy)}
+        contended = {r: v for r, v in verdicts.items() if v.verdict == CONTENDED}
+        worst = _worst_extra_wait(have, rank_windows, impact, policy) if contended else None
+        joined = {r: v for r, v in contended.items() if _comparable(v, worst, policy)}
         merged.append(parts[0] if len(parts) == 1 and not joined else _join_host(parts, joined))
     return rest + merged
+
+
+def _worst_extra_wait(ranks: set[int], rank_windows: dict[int, RankWindow], impact: float,
+                      policy: DetectionPolicy) -> float | None:
+    """The largest :func:`_extra_wait` of ``ranks`` (a host-level finding's own ranks); None unknown."""
+    waits = [_extra_wait(cpu_verdict(r, rank_windows, impact, policy).evidence) for r in sorted(ranks)]
+    return max((w for w in waits if w is not None), default=None)
 
 
 def _extra_wait(ev: Mapping[str, Any]) -> float | None:
