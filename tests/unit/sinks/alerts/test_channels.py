@@ -32,8 +32,11 @@ def test_webhook_signature_verifies_and_rejects_tampering_and_replay():
 
 
 def test_delivery_id_is_stable_per_incident_event():
-    assert note().delivery_id == note().delivery_id
-    assert note().delivery_id != note(Event.RESOLVE).delivery_id
+    # one incident event: the sample's last_seen defaults to now, in whole seconds, so two calls
+    # across a second boundary were two events (a fresh-clone failure, 2026-11-26)
+    at = {"last_seen_s": 1_700_000_000.0}
+    assert note(**at).delivery_id == note(**at).delivery_id
+    assert note(**at).delivery_id != note(Event.RESOLVE, **at).delivery_id
 
 
 def test_slack_message_says_who_what_why_cost_and_links():
