@@ -269,7 +269,7 @@ def produce_backlog(bootstrap: str, topic: str, ranks: int, seconds: int, functi
 def read_back(bootstrap: str, prefix: str) -> Outcome:
     """The RankWindows on the findings topic and the OPEN anomalies on the anomalies topic."""
     from confluent_kafka import Consumer, TopicPartition
-    from perftracker.schemas import MultiCodec
+    from perftracker.schemas import MultiCodec, bundle
     from perftracker.schemas.topics import TopicNames
     from perftracker.schemas.vocabulary import FUNCTION_COMPARISON
 
@@ -289,8 +289,8 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
                         if msg.error().code() == -191:  # partition EOF
                             pending.discard(msg.partition())
                         continue
-                    name, rec = codec.decode(msg.value())
-                    out.keep(name, rec)
+                    for item in bundle.records_in(msg.value()):  # RecordBundles: each record
+                        out.keep(*codec.decode(item))
         finally:
             c.close()
     return out

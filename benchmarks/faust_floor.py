@@ -92,7 +92,10 @@ def run(w: Workload, agent: bool) -> dict:
             r = catch_up(broker.bootstrap, TOPIC.split(".")[0], job.batches)
             out.update({"worker_events_per_s": rate(round(r["batches"] * per_msg), r["seconds"]),
                         "worker_cpu_events_per_s": rate(round(r["batches"] * per_msg), r["cpu_s"]),
-                        "worker_us_per_message": round(1e6 * r["seconds"] / max(r["batches"], 1), 1)})
+                        "worker_us_per_message": round(1e6 * r["seconds"] / max(r["batches"], 1), 1),
+                        "worker_drained_events_per_s": rate(round(r["batches"] * per_msg), r["drained_s"]),
+                        "worker_drained_cpu_events_per_s": rate(round(r["batches"] * per_msg), r["drained_cpu_s"]),
+                        "worker_downstream_records": r["downstream_records"]})
             out["floor_share_of_worker_time"] = round(out["floor_us_per_message"] / out["worker_us_per_message"], 3)
     finally:
         broker.stop()

@@ -4,7 +4,8 @@ up on a backlog of EventBatches already on the broker.
 Used by ``python -m benchmarks.throughput --faust``: the worker is started after the
 batches were produced; its ``/perftracker/stats/`` counters are polled every 0.1 s, and the
 rate is the batches consumed between the first poll that saw any and the poll that saw
-them all, times events per batch. ``worker_cpu_s`` is the worker process's CPU time over
+them all, times events per batch; ``drained_s`` runs on until the worker's compare and
+diagnose agents have also consumed every record it produced until then (the pipeline's rate). ``worker_cpu_s`` is the worker process's CPU time over
 the same span (from /proc), so the rate per CPU second can be compared on a shared host.
 """
 
@@ -45,9 +46,21 @@ def start_worker(bootstrap: str, prefix: str, log: Path, app_id: str | None = No
     return proc, port
 
 
+def counters(port: int) -> dict:
+    return (worker_stats(port) or {}).get("counters", {})
+
+
 def consumed(port: int) -> int:
-    stats = worker_stats(port) or {}
-    return int(stats.get("counters", {}).get("records_in.EventBatch", 0))
+    return int(counters(port).get("records_in.EventBatch", 0))
+
+
+DOWNSTREAM = ("FunctionPattern", "RankWindow", "FunctionComparison")  # records the worker sends itself
+
+
+def downstream(c: dict) -> tuple[int, int]:
+    """(records the worker produced for its own compare and diagnose agents, records those consumed)."""
+    return (sum(int(c.get(f"records_out.{n}", 0)) for n in DOWNSTREAM),
+            sum(int(c.get(f"records_in.{n}", 0)) for n in DOWNSTREAM))
 
 
 def _spy(pid: int, out: str) -> subprocess.Popen | None:
@@ -57,6 +70,21 @@ def _spy(pid: int, out: str) -> subprocess.Popen | None:
         return None
     return subprocess.Popen([str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
                              "--nonblocking", "--output", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _drained(port: int, pid: int, first: tuple[float, int, float], deadline: float) -> dict:
+    """Once every batch is consumed: when the worker's compare and diagnose agents have consumed
+    every pattern, window and comparison produced so far (the whole pipeline's share of the
+    backlog; the windows still open then close a grace period later and are not counted):
+    ``drained_s`` and ``drained_cpu_s`` from the same start, and the record counts."""
+    produced, _ = downstream(counters(port))
+    while time.monotonic() < deadline:
+        out, taken = downstream(counters(port))
+        if taken >= produced:
+            return {"drained_s": time.perf_counter() - first[0], "drained_cpu_s": _cpu_s(pid) - first[2],
+                    "downstream_records": taken}
+        time.sleep(POLL_S / 2)
+    raise RuntimeError(f"the worker's own agents consumed {taken} of the {produced} records it produced")
 
 
 def catch_up(bootstrap: str, prefix: str, batches: int, timeout_s: float = 600.0,
@@ -76,8 +104,9 @@ def catch_up(bootstrap: str, prefix: str, batches: int, timeout_s: float = 600.0
             if n and first is None:
                 first = (now, n, _cpu_s(proc.pid))
             if first and n >= batches:
-                seconds = now - first[0]
-                return {"batches": n - first[1], "seconds": seconds, "cpu_s": _cpu_s(proc.pid) - first[2]}
+                seconds, cpu_s = now - first[0], _cpu_s(proc.pid) - first[2]
+                return {"batches": n - first[1], "seconds": seconds, "cpu_s": cpu_s,
+                        **_drained(port, proc.pid, first, deadline)}
             time.sleep(POLL_S)
         raise RuntimeError(f"the worker consumed {consumed(port)} of {batches} batches in {timeout_s:.0f}s; see {log}")
     finally:

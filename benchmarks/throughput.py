@@ -310,6 +310,7 @@ def faust_rates(job: Job, run: dict) -> dict:
     events = job.events * run["batches"] / job.batches
     return {"faust_events_per_s": rate(round(events), run["seconds"]),
             "faust_cpu_events_per_s": rate(round(events), run["cpu_s"]),
+            "faust_drained_events_per_s": rate(round(events), run["drained_s"]),
             "faust_batches_timed": run["batches"], "faust_seconds": round(run["seconds"], 2)}
 
 

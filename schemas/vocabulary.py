@@ -20,8 +20,9 @@ RANK_WINDOW = "RankWindow"
 FUNCTION_COMPARISON = "FunctionComparison"
 ANOMALY = "Anomaly"
 CONTROL = "Control"
+RECORD_BUNDLE = "RecordBundle"  # an envelope of several framed records of one topic and key (schemas/bundle.py)
 RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON,
-                ANOMALY, CONTROL)
+                ANOMALY, CONTROL, RECORD_BUNDLE)
 
 # --- schema versions a record's ``schema_version`` field is set to where it is built ----
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
@@ -32,6 +33,7 @@ RANK_WINDOW_VERSION = 4
 FUNCTION_COMPARISON_VERSION = 2
 ANOMALY_VERSION = 2
 CONTROL_VERSION = 1
+RECORD_BUNDLE_VERSION = 1
 
 # --- framing (see schemas/codec.py and docs/schemas.md) ----------------------------------
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"  # Avro single-object encoding

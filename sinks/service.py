@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..schemas import SchemaError, bundled_schemas
+from ..schemas import SchemaError, bundle, bundled_schemas
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.http_auth import check_bind
@@ -241,7 +241,24 @@ class SinkService:
         self._maybe_flush(caught_up=not msgs)
 
     def handle(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+        """One consumed message: its record, or each record of a bundle (:mod:`..schemas.bundle`)."""
         self._consumed.value += 1
+        if type(value) is bytes and bundle.is_bundle(value):
+            try:
+                items = bundle.unpack(value)
+            except SchemaError as exc:
+                self._offsets[(topic, partition)] = offset
+                self.stats.inc(SinkCounters.decode_errors)
+                self._dead_letter(topic, partition, offset, value, f"undecodable: {exc}")
+                return
+            for item in items:  # all writers known before any item counts as handled
+                self._wait_for_registry(item)
+            for item in items:
+                self._handle_record(topic, partition, offset, item)
+            return
+        self._handle_record(topic, partition, offset, value)
+
+    def _handle_record(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         self._wait_for_registry(value)  # before the offset counts as handled
         self._offsets[(topic, partition)] = offset
         assert self.sink is not None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schemas import Codec, MultiCodec, SchemaError
+from ..schemas import Codec, MultiCodec, SchemaError, bundle
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.records import Anomaly, RankWindow
 from ..schemas.registry import (
@@ -66,6 +66,8 @@ class StreamCounters(CounterSet):
                              "running totals in their batch headers)", labels=("job",))
     worst_rank_batches_lost = Counter("batches lost by the job's worst rank (one series per job: "
                                       "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
+    bundles_out = Counter("messages produced that carried several records of one key (RecordBundle), by "
+                          "topic role (records_out counts the records in them)", labels=("topic",))
     ranks_ended = Counter("ranks whose collector's final batch (clean exit) came")
     windows_closed_at_end = Counter("windows closed by a rank's final batch instead of by later data "
                                     "or the clock (a finished job's last, partial windows)")
@@ -170,6 +172,19 @@ class StreamContext:
             await self.dead_letter(source, raw, f"invalid: {reason}")
             return None
         return name, record
+
+    async def decode_all(self, codec: Any, source: str, raw: Any) -> list[tuple[str, dict]]:
+        """The records of one message (:meth:`decode`): a :mod:`RecordBundle <..schemas.bundle>`'s
+        items in order, each decoded, validated and dead-lettered on its own; a corrupt bundle
+        is dead-lettered whole."""
+        try:
+            items = bundle.records_in(raw)
+        except SchemaError as exc:
+            self.counters.inc(StreamCounters.decode_errors, source)
+            await self.dead_letter(source, raw, str(exc))
+            return []
+        decoded = [await self.decode(codec, source, item) for item in items]
+        return [d for d in decoded if d is not None]
 
     async def writer_ready(self, client: Any, raw: Any) -> None:
         """Fetch the writer schema of a Confluent-framed message, retrying with backoff while the

@@ -1,9 +1,15 @@
 """One Faust agent and one timer per stage of :mod:`..topology` (thin wiring, no logic).
 
-The agent decodes each message of the stage's topic, hands it to the core of its key
-(and, for a stage that polls on input, sends what that core closes right away); the timer polls the cores
-with something due (``Cores.due``: not every core) each ``POLL_INTERVAL_S``, sends what they return to the topic and key the topology
-names, and drops idle cores. A message or tick that raises is counted and skipped.
+The agent takes the messages of the stage's topic in chunks (up to ``TAKE_MESSAGES``, or
+what came within ``TAKE_WITHIN_S``: Faust's ``take_events``, which acks them once the
+chunk is done), decodes each (a bundle's records one by one), hands each record to the
+core of its key and, for a stage that polls on input, polls that core right away; what
+the chunk's polls closed is sent at the chunk's end. The timer polls the cores with
+something due (``Cores.due``: not every core) each ``POLL_INTERVAL_S`` and sends what they
+return. Sending puts the records of one key on the patterns and findings topics in
+bundles (:mod:`...schemas.bundle`), so a chunk of 500 input messages of 512 ranks makes a
+bundle per function and one per job instead of a message per rank, window and function.
+A record or tick that raises is counted and skipped.
 """
 
 from __future__ import annotations
@@ -12,13 +18,18 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
+from ...schemas import bundle
 from ...schemas.records import Anomaly, RankWindow
 from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
 from ..context import StreamContext, StreamCounters, now_ms
 from ..metrics import consumer_lag
-from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, message_key
+from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, TopicRole, message_key
 
 SKIPPED_REFRESH_MS = 2000  # the cores' skip counts reach ``records_skipped`` this often (a sum over cores)
+TAKE_MESSAGES = 500  # an agent takes up to this many messages at once (Faust ``take_events``) ...
+TAKE_WITHIN_S = 0.05  # ... or what came within this long, and sends what they closed together
+# the topics whose records of one key go out bundled (not anomalies and control: read by others)
+BUNDLED = frozenset({TopicRole.PATTERNS, TopicRole.FINDINGS})
 
 
 class Observer(Protocol):
@@ -39,50 +50,63 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
     cores = Cores(stage, ctx.policy)
     refreshed = [0]  # when the skip counts were last copied into the worker's counters
 
+    def feed(name: str, record: Mapping[str, Any], partition: int | None) -> list[Routed]:
+        """Feed one decoded record to the core of its key: what a poll right after returns."""
+        core = None
+        try:
+            key = cores.key_of(record)
+            core = cores.for_record(record, partition)
+            now = now_ms()
+            stage.feed(core, name, record, now)
+            if observer is not None:
+                observer.fed(core, name, record)
+            ctx.count_in(name)
+            out = stage.poll(core, now, False) if stage.poll_on_input else []
+            cores.schedule(key, core)  # for the tick at which it is next due
+            return out
+        except Exception as exc:
+            ctx.failed(stage.name, exc)
+            if core is not None:
+                cores.schedule(key, core)
+            return []
+
     @app.agent(ctx.topics[stage.topic], name=f"perftracker.{stage.name}")
     async def consume(stream: Any) -> None:
-        async for raw in stream:
-            decoded = await ctx.decode(ctx.codecs[stage.topic], stage.topic, raw)
-            if decoded is None:
-                continue
-            name, record = decoded
-            core = None
+        async for events in stream.take_events(TAKE_MESSAGES, within=TAKE_WITHIN_S):
+            out: list[Routed] = []
+            for event in events:
+                partition = partition_of(event)
+                for name, record in await ctx.decode_all(ctx.codecs[stage.topic], stage.topic, event.value):
+                    out += feed(name, record, partition)
             try:
-                key = cores.key_of(record)
-                core = cores.for_record(record, partition_of(stream))
-                now = now_ms()
-                stage.feed(core, name, record, now)
-                if observer is not None:
-                    observer.fed(core, name, record)
-                ctx.count_in(name)
-                out = stage.poll(core, now, False) if stage.poll_on_input else []
-                cores.schedule(key, core)  # for the tick at which it is next due
                 await send(ctx, out)
             except Exception as exc:
                 ctx.failed(stage.name, exc)
-                if core is not None:
-                    cores.schedule(key, core)
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
         cores.clocks.input_pending(any(input_pending(app, ctx.topics[role]) for role in (stage.topic, *upstream)))
         now = now_ms()
+        out: list[Routed] = []
         for key, core in cores.due(now):  # the cores with something due (topology.Cores.due)
             try:
-                await send(ctx, stage.poll(core, now, False))
+                out += stage.poll(core, now, False)
             except Exception as exc:
                 ctx.failed(f"{stage.name}.tick", exc)
             if cores.polled(key, core, now) and observer is not None:
                 observer.dropped(core)
+        try:
+            await send(ctx, out)
+        except Exception as exc:
+            ctx.failed(f"{stage.name}.tick", exc)
         if now - refreshed[0] >= SKIPPED_REFRESH_MS:
             refreshed[0] = now
             for reason, n in cores.skipped().items():
                 ctx.counters.set(StreamCounters.records_skipped, n, stage.name, reason)
 
 
-def partition_of(stream: Any) -> int | None:
-    """The partition the stream's current message was read from (None: unknown)."""
-    event = getattr(stream, "current_event", None)
+def partition_of(event: Any) -> int | None:
+    """The partition a stream event's message was read from (None: unknown)."""
     message = getattr(event, "message", None)
     partition = getattr(message, "partition", None)
     return int(partition) if isinstance(partition, int) else None
@@ -147,10 +171,17 @@ def _queued(topic: Any) -> int:
 
 async def send(ctx: StreamContext, records: list[Routed]) -> None:
     """Produce each record to its topic with its key, and count it (Anomalies by status);
-    a RankWindow and an Anomaly also time how long after their window they went out."""
+    a RankWindow and an Anomaly also time how long after their window they went out. The
+    records of one key on a topic of :data:`BUNDLED` go out together, in order, as
+    :mod:`RecordBundle <...schemas.bundle>` messages (one record alone as itself)."""
+    groups: dict[tuple[str, str], list[bytes]] = {}
     for name, record in records:
-        await ctx.topics[TOPIC_OF[name]].send(key=message_key(name, record).encode(),
-                                              value=ctx.encode(name, record))
+        role, key = TOPIC_OF[name], message_key(name, record)
+        value = ctx.encode(name, record)
+        if role in BUNDLED:
+            groups.setdefault((role, key), []).append(value)
+        else:
+            await ctx.topics[role].send(key=key.encode(), value=value)
         if name == RANK_WINDOW:
             ctx.window_closed(cast(RankWindow, record))
             ctx.count_out(name)
@@ -160,3 +191,8 @@ async def send(ctx: StreamContext, records: list[Routed]) -> None:
             ctx.anomaly_sent(anomaly)
         else:
             ctx.count_out(name)
+    for (role, key), items in groups.items():
+        for value in bundle.bundled(items):
+            await ctx.topics[role].send(key=key.encode(), value=value)
+            if len(items) > 1 and bundle.is_bundle(value):
+                ctx.counters.inc(StreamCounters.bundles_out, role)

@@ -26,7 +26,7 @@ from typing import Any
 
 from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.deploy.tansu import free_port
-from perftracker.schemas import Codec, MultiCodec
+from perftracker.schemas import Codec, MultiCodec, bundle
 from perftracker.schemas.kafka_admin import quiet_kafka_logger
 from perftracker.schemas.topics import TopicNames
 from perftracker.schemas.vocabulary import EVENT_BATCH
@@ -247,7 +247,7 @@ def read_topic(conf: dict[str, str], topic: str, names: list[str],
                     if msg.error().code() == -191:  # _PARTITION_EOF
                         pending.discard(msg.partition())
                     continue
-                out.append(codec.decode(msg.value()))
+                out += [codec.decode(item) for item in bundle.records_in(msg.value())]
         assert not pending, f"{topic}: partitions {sorted(pending)} not read to the end in {timeout_s}s"
         return out
     finally:

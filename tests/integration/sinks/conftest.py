@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.schemas import MultiCodec
+from perftracker.schemas import MultiCodec, bundle
 from perftracker.schemas.settings import KafkaSettings, Settings, StoreSettings, StreamSettings
 from perftracker.schemas.topics import TopicNames
 from perftracker.sinks.service import SinkService
@@ -67,16 +67,26 @@ def start_sink(tmp_path: Path) -> Iterator[Callable[..., RunningSink]]:
 
 @pytest.fixture
 def produce(kafka_conf: dict[str, str]) -> Callable[..., None]:
-    """produce(settings, [(record name, record), ...], raw=[bytes...])."""
-    def send(settings: Settings, records: list[tuple[str, dict]], raw: list[bytes] = ()) -> None:
+    """produce(settings, [(record name, record), ...], raw=[bytes...]); ``bundled``: the patterns
+    and findings of one topic and key in RecordBundles, as the stream workers send them."""
+    def send(settings: Settings, records: list[tuple[str, dict]], raw: list[bytes] = (),
+             bundled: bool = False) -> None:
         topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         codec = MultiCodec(CODEC_NAMES)
         where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
                  "FunctionComparison": topics.findings, "Anomaly": topics.anomalies}
         p = Producer({**kafka_conf, "linger.ms": 5})
+        groups: dict[tuple[str, bytes], list[bytes]] = {}
         for name, rec in records:
             if name in where:
-                p.produce(where[name], value=codec.encode(name, rec), key=rec["job"].encode())
+                value, topic = codec.encode(name, rec), where[name]
+                if bundled and topic != topics.anomalies:
+                    groups.setdefault((topic, rec["job"].encode()), []).append(value)
+                else:
+                    p.produce(topic, value=value, key=rec["job"].encode())
+        for (topic, key), items in groups.items():
+            for value in bundle.bundled(items, max_records=7):
+                p.produce(topic, value=value, key=key)
         for data in raw:
             p.produce(topics.findings, value=data, key=b"garbage")
         p.flush(10)

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer
+from perftracker.schemas import bundle
 from perftracker.schemas.settings import Secret
 from perftracker.schemas.stackfile import StackState
 from perftracker.sinks import client, samples
@@ -68,6 +69,52 @@ def test_records_reach_the_store_and_diagnose(sink_settings, start_sink, produce
     slow = client.query(sink_settings, "rank_function_slowdown", job=job)
     worst = max(slow, key=lambda r: r["slowdown"])
     assert worst["rank"] == 3 and "DataLoader" in worst["function"]
+
+
+@pytest.mark.parametrize("raw_ingest", [True, False], ids=["raw-avro", "python-decode"])
+def test_bundled_records_reach_the_store_as_plain_messages_would(sink_settings, start_sink, produce, unique,
+                                                                  kafka_conf, raw_ingest):
+    """Records in RecordBundles (as the workers send patterns and findings) give every row the
+    same records sent one per message give; a bad item is dead-lettered alone, a corrupt bundle whole."""
+    sink_settings = replace(sink_settings, store=replace(sink_settings.store, raw_ingest=raw_ingest))
+    job = f"bundled-{unique}"
+    sink = start_sink(sink_settings)
+    records = [(n, r) for n, r in samples.job_records(job, world=4, windows=2) if n in CODEC_NAMES]
+    expected = {t: 0 for t in TABLES}
+    for n, r in records:
+        for table, _row in flat_rows(n, r):
+            expected[table] += 1
+    corrupt = bundle.pack([b"x" * 40, b"y"])[:-20]
+    produce(sink_settings, records, raw=[bundle.pack([b"not avro, in a bundle", b"\xc3\x01 neither"]), corrupt],
+            bundled=True)
+    assert sink.ready.exists()
+    store = wait_for(lambda: sink.service.store if sink.service.idle() and sink.service.stats.dead_lettered == 3
+                     else None, 30)
+
+    def counts() -> dict[str, int]:
+        return {t: store.query(f"SELECT count() FROM {t} FINAL WHERE job = {{j:String}}", {"j": job}).rows[0][0]
+                for t in TABLES}
+
+    wait_for(lambda: counts() == expected or None, 30)
+    assert sum(expected.values()) > len(records)
+    dead = read_all(kafka_conf, f"{sink_settings.kafka.topic_prefix}.deadletter", unique, 3)
+    assert sorted(m.value() for m in dead) == sorted([b"not avro, in a bundle", b"\xc3\x01 neither", corrupt])
+
+
+def read_all(conf, topic, group, n):
+    c = Consumer({**conf, "group.id": f"dl-{group}", "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 6000})
+    c.subscribe([topic])
+    got = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m)
+        return got
+    finally:
+        c.close()
 
 
 class FlakyStore(Store):

@@ -25,8 +25,9 @@ def test_nothing_timed_is_a_zero_rate_not_an_error() -> None:
 
 
 def test_faust_rate_counts_only_the_batches_it_timed() -> None:
-    out = faust_rates(_job(), {"batches": 5, "seconds": 2.0, "cpu_s": 1.0})
+    out = faust_rates(_job(), {"batches": 5, "seconds": 2.0, "cpu_s": 1.0, "drained_s": 4.0})
     assert out["faust_events_per_s"] == 250 and out["faust_cpu_events_per_s"] == 500
+    assert out["faust_drained_events_per_s"] == 125  # the same events over the span to the downstream drain
 
 
 def test_offline_stages_smoke() -> None:

@@ -28,7 +28,7 @@ def test_every_record_name_has_a_bundled_schema():
 @pytest.mark.parametrize("name, version", [
     (v.EVENT_BATCH, v.EVENT_BATCH_VERSION), (v.FUNCTION_PATTERN, v.FUNCTION_PATTERN_VERSION),
     (v.RANK_WINDOW, v.RANK_WINDOW_VERSION), (v.FUNCTION_COMPARISON, v.FUNCTION_COMPARISON_VERSION),
-    (v.ANOMALY, v.ANOMALY_VERSION), (v.CONTROL, v.CONTROL_VERSION),
+    (v.ANOMALY, v.ANOMALY_VERSION), (v.CONTROL, v.CONTROL_VERSION), (v.RECORD_BUNDLE, v.RECORD_BUNDLE_VERSION),
 ])
 def test_written_schema_versions_are_the_latest_bundled(name: str, version: int):
     assert bundled_schemas().latest(name).version == version

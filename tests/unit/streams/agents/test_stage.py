@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 import pytest
-from perftracker.schemas import MultiCodec
+from perftracker.schemas import MultiCodec, bundle
 from perftracker.schemas.topics import TopicNames
 from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN
 from perftracker.streams.agents import stage as wiring
@@ -41,9 +41,32 @@ class FakeApp:
         return lambda fn: self.timers.append((interval, name, fn)) or fn
 
 
-async def stream_of(*messages: bytes):
-    for m in messages:
-        yield m
+class FakeMessage:
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+
+
+class FakeEvent:
+    def __init__(self, value: bytes, partition: int = 0) -> None:
+        self.value, self.message = value, FakeMessage(partition)
+
+
+class FakeStream:
+    """What the agent uses of a Faust stream: ``take_events`` (here: chunks of ``chunk`` events)."""
+
+    def __init__(self, messages: tuple[bytes, ...], chunk: int) -> None:
+        self.messages, self.chunk = messages, chunk
+        self.taken: list[int] = []
+
+    async def take_events(self, max_: int, within: float):
+        step = min(self.chunk, max_)
+        for i in range(0, len(self.messages), step):
+            self.taken.append(len(self.messages[i:i + step]))
+            yield [FakeEvent(m) for m in self.messages[i:i + step]]
+
+
+def stream_of(*messages: bytes, chunk: int = 2) -> FakeStream:
+    return FakeStream(messages, chunk)
 
 
 @pytest.fixture
@@ -218,3 +241,56 @@ def test_a_partition_not_read_from_yet_counts_as_pending_for_a_bounded_time():
     app = type("App", (), {"rebalancing": False, "consumer": Consumer({read: 10, unread: 10}, {read: 9})})()
     app.consumer._committed_offset = {}
     assert wiring.input_pending(app, Topic()) is True
+
+
+def test_records_of_one_key_go_out_as_one_bundle_and_the_next_stage_feeds_each(ctx, monkeypatch):
+    """Five patterns (three ranks of ``f``, two of ``g``) leave as two bundles keyed job|f and
+    job|g; the compare agent reading them feeds all five, as if each had been a message."""
+    records = [(FUNCTION_PATTERN, pattern(r, "f", 10.0)) for r in range(3)]
+    records += [(FUNCTION_PATTERN, pattern(r, "g", 5.0)) for r in range(2)]
+    asyncio.run(wiring.send(ctx, records))
+    sent = ctx.topics[TopicRole.PATTERNS].sent
+    assert [key for key, _ in sent] == [b"job|f", b"job|g"]
+    assert [len(bundle.records_in(value)) for _, value in sent] == [3, 2]
+    assert all(bundle.is_bundle(value) for _, value in sent)
+    counted = ctx.counters.snapshot()
+    assert counted["records_out.FunctionPattern"] == 5 and counted["bundles_out.patterns"] == 2
+
+    app = FakeApp()
+    wiring.register(app, ctx, COMPARE)
+    clock = [T0_WINDOW * W_MS]
+    monkeypatch.setattr(wiring, "now_ms", lambda: clock[0])
+    asyncio.run(app.agents["perftracker.compare"](stream_of(*(value for _, value in sent))))
+    assert ctx.counters.snapshot()["records_in.FunctionPattern"] == 5
+    clock[0] += POLICY.grace_ms + 1
+    ((_, _, tick),) = app.timers
+    asyncio.run(tick())
+    (key, value), = ctx.topics[TopicRole.FINDINGS].sent  # both comparisons keyed by job: one bundle
+    seen = sorted((r["function"], r["ranks_seen"]) for r in map(lambda m: MultiCodec([FUNCTION_COMPARISON]).decode(m)[1],
+                                                                  bundle.records_in(value)))
+    assert key == b"job" and seen == [("f", 3), ("g", 2)]
+
+
+def test_a_bad_record_in_a_bundle_is_dead_lettered_alone_and_a_corrupt_bundle_whole(ctx):
+    app = FakeApp()
+    wiring.register(app, ctx, COMPARE)
+    good = [ctx.encode(FUNCTION_PATTERN, pattern(r, "f", 10.0)) for r in range(2)]
+    mixed = bundle.pack([good[0], b"not avro", good[1]])
+    corrupt = mixed[:-7]  # cut short: the array cannot be read
+    asyncio.run(app.agents["perftracker.compare"](stream_of(mixed, corrupt, bundle.pack([mixed]))))
+    counted = ctx.counters.snapshot()
+    # the two good records fed; the bad item, the corrupt bundle and a bundle inside a bundle parked
+    assert counted["records_in.FunctionPattern"] == 2 and counted["dead_lettered.patterns"] == 3
+    parked = [value for _, value in ctx.topics["deadletter"].sent]
+    assert parked[0] == b"not avro" and parked[1] == corrupt
+
+
+def test_records_of_one_key_are_split_into_bundles_within_the_limits(ctx, monkeypatch):
+    monkeypatch.setattr(bundle, "MAX_RECORDS", 2)
+    records = [(FUNCTION_PATTERN, pattern(r, "f", 10.0)) for r in range(5)]
+    asyncio.run(wiring.send(ctx, records))
+    sent = ctx.topics[TopicRole.PATTERNS].sent
+    assert [len(bundle.records_in(v)) for _, v in sent] == [2, 2, 1]
+    assert not bundle.is_bundle(sent[-1][1])  # one record alone is sent as itself
+    items = [item for _, v in sent for item in bundle.records_in(v)]
+    assert [MultiCodec([FUNCTION_PATTERN]).decode(i)[1]["rank"] for i in items] == [0, 1, 2, 3, 4]
