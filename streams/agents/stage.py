@@ -176,8 +176,12 @@ async def send(ctx: StreamContext, records: list[Routed]) -> None:
     :mod:`RecordBundle <...schemas.bundle>` messages (one record alone as itself)."""
     groups: dict[tuple[str, str], list[bytes]] = {}
     for name, record in records:
-        role, key = TOPIC_OF[name], message_key(name, record)
-        value = ctx.encode(name, record)
+        role = TOPIC_OF[name]
+        try:
+            key, value = message_key(name, record), ctx.encode(name, record)
+        except Exception as exc:  # a record its schema refuses: that record is lost, not its chunk's others
+            ctx.failed(f"{role}.encode", exc)
+            continue
         if role in BUNDLED:
             groups.setdefault((role, key), []).append(value)
         else:

@@ -294,3 +294,13 @@ def test_records_of_one_key_are_split_into_bundles_within_the_limits(ctx, monkey
     assert not bundle.is_bundle(sent[-1][1])  # one record alone is sent as itself
     items = [item for _, v in sent for item in bundle.records_in(v)]
     assert [MultiCodec([FUNCTION_PATTERN]).decode(i)[1]["rank"] for i in items] == [0, 1, 2, 3, 4]
+
+
+def test_a_record_its_schema_refuses_is_counted_and_the_others_still_go_out(ctx):
+    bad = {**pattern(1, "f", 10.0), "rank": "not a number"}
+    records = [(FUNCTION_PATTERN, pattern(0, "f", 10.0)), (FUNCTION_PATTERN, bad), (FUNCTION_PATTERN, pattern(2, "f", 10.0))]
+    asyncio.run(wiring.send(ctx, records))
+    ((key, value),) = ctx.topics[TopicRole.PATTERNS].sent
+    assert key == b"job|f" and [MultiCodec([FUNCTION_PATTERN]).decode(i)[1]["rank"] for i in bundle.records_in(value)] == [0, 2]
+    counted = ctx.counters.snapshot()
+    assert counted["errors.patterns.encode"] == 1 and counted["records_out.FunctionPattern"] == 2
