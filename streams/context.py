@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Mapping
@@ -107,6 +108,10 @@ class StreamContext:
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
     counters: StreamCounters = field(default_factory=StreamCounters)
     codecs: dict[str, Any] = field(default_factory=topic_codecs)  # topic role -> its codec
+    # per topic role: messages an agent has taken from its stream but not processed yet (a chunk
+    # filling, or waiting for the agent), and records being sent to it; neither is in the
+    # consumer's lag nor in a stream's queue, and both are input to come for the stage
+    held: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
         """A record the worker writes, framed by the codec of its topic."""

@@ -14,6 +14,7 @@ A record or tick that raises is counted and skipped.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
@@ -70,14 +71,23 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 cores.schedule(key, core)
             return []
 
+    def taken(value: Any) -> Any:
+        """A stream processor, run as each message enters the agent's chunk: counted as held."""
+        ctx.held[stage.topic] += 1
+        return value
+
     @app.agent(ctx.topics[stage.topic], name=f"perftracker.{stage.name}")
     async def consume(stream: Any) -> None:
+        stream.add_processor(taken)  # before take_events adds its own: runs first
         async for events in stream.take_events(TAKE_MESSAGES, within=TAKE_WITHIN_S):
             out: list[Routed] = []
-            for event in events:
-                partition = partition_of(event)
-                for name, record in await ctx.decode_all(ctx.codecs[stage.topic], stage.topic, event.value):
-                    out += feed(name, record, partition)
+            try:
+                for event in events:
+                    partition = partition_of(event)
+                    for name, record in await ctx.decode_all(ctx.codecs[stage.topic], stage.topic, event.value):
+                        out += feed(name, record, partition)
+            finally:
+                ctx.held[stage.topic] -= len(events)
             try:
                 await send(ctx, out)
             except Exception as exc:
@@ -85,7 +95,8 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
 
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
-        cores.clocks.input_pending(any(input_pending(app, ctx.topics[role]) for role in (stage.topic, *upstream)))
+        cores.clocks.input_pending(any(ctx.held[role] > 0 or input_pending(app, ctx.topics[role])
+                                       for role in (stage.topic, *upstream)))
         now = now_ms()
         out: list[Routed] = []
         for key, core in cores.due(now):  # the cores with something due (topology.Cores.due)
@@ -195,8 +206,15 @@ async def send(ctx: StreamContext, records: list[Routed]) -> None:
             ctx.anomaly_sent(anomaly)
         else:
             ctx.count_out(name)
-    for (role, key), items in groups.items():
-        for value in bundle.bundled(items):
-            await ctx.topics[role].send(key=key.encode(), value=value)
-            if len(items) > 1 and bundle.is_bundle(value):
-                ctx.counters.inc(StreamCounters.bundles_out, role)
+    sending: collections.Counter[str] = collections.Counter()
+    for (role, _), items in groups.items():
+        sending[role] += len(items)
+    ctx.held.update(sending)  # input to come for the stages reading these topics, until sent
+    try:
+        for (role, key), items in groups.items():
+            for value in bundle.bundled(items):
+                await ctx.topics[role].send(key=key.encode(), value=value)
+                if len(items) > 1 and bundle.is_bundle(value):
+                    ctx.counters.inc(StreamCounters.bundles_out, role)
+    finally:
+        ctx.held.subtract(sending)

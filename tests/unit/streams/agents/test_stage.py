@@ -8,13 +8,13 @@ from collections import Counter
 import pytest
 from perftracker.schemas import MultiCodec, bundle
 from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN
+from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW
 from perftracker.streams.agents import stage as wiring
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.topology import COMPARE, Stage, TopicRole
 
-from ..detect.synth import T0_WINDOW, W_MS, pattern
+from ..detect.synth import T0_WINDOW, W_MS, pattern, rank_window
 
 POLICY = DetectionPolicy(window_s=5.0)
 
@@ -56,13 +56,20 @@ class FakeStream:
 
     def __init__(self, messages: tuple[bytes, ...], chunk: int) -> None:
         self.messages, self.chunk = messages, chunk
-        self.taken: list[int] = []
+        self.processors: list = []
+
+    def add_processor(self, fn) -> None:
+        self.processors.append(fn)
 
     async def take_events(self, max_: int, within: float):
+        """Chunks of ``chunk`` events; each message goes through the processors as it is taken."""
         step = min(self.chunk, max_)
         for i in range(0, len(self.messages), step):
-            self.taken.append(len(self.messages[i:i + step]))
-            yield [FakeEvent(m) for m in self.messages[i:i + step]]
+            chunk = self.messages[i:i + step]
+            for m in chunk:
+                for fn in self.processors:
+                    fn(m)
+            yield [FakeEvent(m) for m in chunk]
 
 
 def stream_of(*messages: bytes, chunk: int = 2) -> FakeStream:
@@ -304,3 +311,34 @@ def test_a_record_its_schema_refuses_is_counted_and_the_others_still_go_out(ctx)
     assert key == b"job|f" and [MultiCodec([FUNCTION_PATTERN]).decode(i)[1]["rank"] for i in bundle.records_in(value)] == [0, 2]
     counted = ctx.counters.snapshot()
     assert counted["errors.patterns.encode"] == 1 and counted["records_out.FunctionPattern"] == 2
+
+
+def test_messages_taken_but_not_processed_and_records_being_sent_count_as_input_to_come(ctx, monkeypatch):
+    """A chunk filling (or waiting for the agent) is in neither the consumer's lag nor the
+    stream's queue: the timer must still count it as the stage's input to come, or it closes a
+    job's windows on the wall clock while the job's data waits in the chunk."""
+    app = FakeApp()
+    seen: list[tuple[int, int]] = []
+
+    def feed(core, name, rec, now):
+        seen.append((ctx.held[TopicRole.PATTERNS], ctx.held[TopicRole.FINDINGS]))
+
+    probe = Stage(name="probe", topic=TopicRole.PATTERNS, create=lambda rec, policy: Boom(), feed=feed,
+                  poll=lambda core, now, flush: [])
+    wiring.register(app, ctx, probe)
+    msgs = [ctx.encode(FUNCTION_PATTERN, pattern(r, "f", 1.0)) for r in range(5)]
+    asyncio.run(app.agents["perftracker.probe"](stream_of(*msgs, chunk=3)))
+    assert seen == [(3, 0)] * 3 + [(2, 0)] * 2  # the chunk's messages held while it is processed
+    assert ctx.held[TopicRole.PATTERNS] == 0
+
+    class Watching(FakeTopic):
+        async def send(self, key, value, headers=None):
+            seen.append((ctx.held[TopicRole.PATTERNS], ctx.held[TopicRole.FINDINGS]))
+            await super().send(key, value, headers)
+
+    ctx.topics[TopicRole.FINDINGS] = Watching()
+    seen.clear()
+    records = [(RANK_WINDOW, rank_window(r)) for r in range(3)] + [(RANK_WINDOW, {**rank_window(0), "job": "other"})]
+    asyncio.run(wiring.send(ctx, records))
+    assert seen == [(0, 4), (0, 4)]  # two keys (two jobs): all four records held until both are sent
+    assert ctx.held[TopicRole.FINDINGS] == 0
