@@ -127,7 +127,8 @@ def input_pending(app: Any, topic: Any) -> bool:
     """Whether messages of ``topic`` wait for the stage: unread by the worker's consumer (its lag
     on one of the topic's partitions it is assigned), or read and queued for the agent (Faust
     hands up to ``stream_buffer_maxsize`` messages ahead to the agent's queue, which the lag no
-    longer counts): a backlog not processed yet, whatever the wall clock says. While the consumer
+    longer counts; those taken into the agent's chunk, and records being sent, are counted
+    apart in ``StreamContext.held``): a backlog not processed yet, whatever the wall clock says. While the consumer
     group rebalances (Faust's ``app.rebalancing``: consumption stops, seconds with tansu's slow
     group joins) the input counts as pending: a pause of reading is not the job's input stopping
     (a 512-rank backlog read by the real worker had 1,932 events dropped as late when its windows
