@@ -78,6 +78,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
 
     @app.agent(ctx.topics[stage.topic], name=f"perftracker.{stage.name}")
     async def consume(stream: Any) -> None:
+        ctx.held[stage.topic] = 0  # a restarted agent: what its last chunk held is gone with it
         stream.add_processor(taken)  # before take_events adds its own: runs first
         async for events in stream.take_events(TAKE_MESSAGES, within=TAKE_WITHIN_S):
             out: list[Routed] = []
