@@ -152,7 +152,7 @@ _RANK_WINDOW: tuple[Rule, ...] = _WINDOW + (Times(("window_start_ms",)),) + _RAN
     IntArrays(("step_time_ns",), 0, DURATION), Times(("last_event_ms",), unset_ok=True),
     Strs(("last_function",), FUNCTION), Strs(("pending_group",), NAME),
     Ints(("dropped_events", "lost_batches", "bytes_received", "hw_samples", "nvlink_errors",
-          "ecc_uncorrected", "xid", "batches"), 0, COUNT),
+          "ecc_uncorrected", "xid", "batches", "restarts"), 0, COUNT),
     Ints(("throttle_reasons",), -1, COUNT), Ints(("pcie_gen_min", "pcie_width_min"), -1, Lim("max_kind")),
     Floats(("sm_clock_mhz", "sm_clock_max_mhz", "temp_c_max", "power_w_mean", "util_gpu_pct"), -1, FLOAT),
 )

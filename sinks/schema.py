@@ -220,6 +220,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "parallel layout: rank_windows.mesh_coords", statements=_mesh_statements()),
     Migration(6, "FunctionPattern v2 mesh_coords: the raw tables again (the field is read, not stored)",
               statements=_raw_constraint_statements()),
+    Migration(7, "RankWindow.restarts at least 0: the raw tables again (a negative count passed the rules "
+                 "and wrapped around in the UInt32 column)", statements=_raw_constraint_statements()),
 )
 
 

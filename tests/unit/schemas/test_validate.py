@@ -113,6 +113,7 @@ def test_limits_follow_the_detection_policy():
     ("FunctionPattern", "window_start_ms", 5000, "FunctionPattern.window_start_ms = 5000 ms"),
     ("RankWindow", "step_time_ns", [1, -3], "RankWindow.step_time_ns[1] = -3"),
     ("RankWindow", "sm_clock_mhz", math.inf, "RankWindow.sm_clock_mhz = inf"),
+    ("RankWindow", "restarts", -1, "RankWindow.restarts = -1"),  # a UInt32 column: it wrapped around
     ("FunctionComparison", "members", [0, -5], "FunctionComparison.members[1] = -5"),
     ("FunctionComparison", "wait_ms_per_step", math.nan, "FunctionComparison.wait_ms_per_step = nan"),
     ("Anomaly", "ranks", [10**9], "Anomaly.ranks[0] = 1000000000"),
