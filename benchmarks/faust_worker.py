@@ -79,7 +79,7 @@ def _drained(port: int, pid: int, first: tuple[float, int, float], deadline: flo
     ``drained_s`` and ``drained_cpu_s`` from the same start, and the record counts."""
     produced, _ = downstream(counters(port))
     while time.monotonic() < deadline:
-        out, taken = downstream(counters(port))
+        taken = downstream(counters(port))[1]
         if taken >= produced:
             return {"drained_s": time.perf_counter() - first[0], "drained_cpu_s": _cpu_s(pid) - first[2],
                     "downstream_records": taken}

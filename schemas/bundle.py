@@ -28,7 +28,12 @@ import fastavro
 
 from .codec import bundled_schemas, writer_fingerprint
 from .errors import SchemaError
-from .vocabulary import RECORD_BUNDLE, SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_MAGIC
+from .vocabulary import (
+    RECORD_BUNDLE,
+    RECORD_BUNDLE_VERSION,
+    SINGLE_OBJECT_HEADER_LEN,
+    SINGLE_OBJECT_MAGIC,
+)
 
 MAX_RECORDS = 1000  # items a worker puts in one bundle
 MAX_BYTES = 512 * 1024  # bytes of items in one bundle (Kafka's default message limit is 1 MiB)
@@ -50,13 +55,13 @@ def pack(items: Sequence[bytes]) -> bytes:
     header, parsed = _writer()
     buf = io.BytesIO()
     buf.write(header)
-    fastavro.schemaless_writer(buf, parsed, {"schema_version": 1, "records": list(items)})
+    fastavro.schemaless_writer(buf, parsed, {"schema_version": RECORD_BUNDLE_VERSION, "records": list(items)})
     return buf.getvalue()
 
 
 def unpack(data: bytes) -> list[bytes]:
     """The items of a bundle; :class:`SchemaError` naming the problem when it is corrupt."""
-    header, parsed = _writer()
+    parsed = _writer()[1]
     if not is_bundle(data):
         raise SchemaError("not a RecordBundle message")
     try:
