@@ -255,6 +255,8 @@ class SinkService:
                 self._wait_for_registry(item)
             for item in items:
                 self._handle_record(topic, partition, offset, item)
+            if not items:  # nothing in it to store: handled all the same, not re-read after a restart
+                self._offsets[(topic, partition)] = offset
             return
         self._handle_record(topic, partition, offset, value)
 
