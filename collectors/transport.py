@@ -201,7 +201,9 @@ class Sender(threading.Thread):
         self._stacks: list[StackRow] = []  # stack rows for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
-        self._lock = threading.Lock()
+        self._tasks_lock = threading.Lock()  # the periodic tasks: one run at a time
+        self._lock = threading.Lock()  # sending (drain, build, send): short, never held by a task
+        self._ended = False  # the exit flush sent the final batch: nothing is sent after it
         self._last_send = 0.0
         self._may_send: Callable[[], bool] = lambda: True
 
@@ -238,15 +240,29 @@ class Sender(threading.Thread):
     def flush_once(self, final: bool = False) -> None:
         """One send cycle; never raises. ``final``: the exit flush: send even an empty batch,
         and mark the last batch ``final`` (EventBatch v4: the rank ended cleanly)."""
+        with self._tasks_lock:
+            self._run_tasks()
+        self._send_cycle(final)
+
+    def _run_tasks(self) -> None:
+        try:
+            for task in self._tasks:
+                task()
+        except Exception as exc:  # noqa: BLE001 - the sender thread must survive
+            self.recorder.errors.caught("sender", exc)
+
+    def _send_cycle(self, final: bool) -> None:
         with self._lock:
+            if self._ended:  # the exit flush went first (this thread was in a long task meanwhile)
+                return
             try:
-                for task in self._tasks:
-                    task()
                 if final or self._may_send():
                     self._send_available(final)
                 self.sink.poll()
             except Exception as exc:  # noqa: BLE001 - the sender thread must survive
                 self.recorder.errors.caught("sender", exc)
+            finally:
+                self._ended = self._ended or final
 
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
@@ -280,12 +296,24 @@ class Sender(threading.Thread):
                 return
 
     def close(self, timeout_s: float) -> None:
-        """Stop the thread, send what is left, wait for delivery at most ``timeout_s``."""
+        """Stop the thread, send what is left, wait for delivery at most ``timeout_s``. The
+        tasks run once more only if the sender thread is not inside one: a task can take long
+        (summarizing a profiling window's trace: seconds to a minute of Python) and the training
+        process must end when its user's code ends; the final batch goes out either way (the
+        send lock is never held by a task), and the thread sends nothing after it."""
         deadline = time.monotonic() + timeout_s
         self._stop_event.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(max(0.0, min(0.5, deadline - time.monotonic())))
-        self.flush_once(final=True)
+        if self._tasks_lock.acquire(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
+            try:
+                self._run_tasks()
+            finally:
+                self._tasks_lock.release()
+        else:
+            self.recorder.counters.inc(CollectorCounters.exit_tasks_skipped)
+            log.info("perftracker: the sender thread is busy in a task at exit; sending the last batch without it")
+        self._send_cycle(final=True)
         left = self.sink.flush(deadline - time.monotonic())
         if left:
             counters = self.sink.counters

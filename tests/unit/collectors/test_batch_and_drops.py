@@ -147,3 +147,40 @@ def test_exit_flush_with_nothing_left_still_sends_a_final_batch():
     rec.span(SpanKind.USER, "x", 0, 1)
     sender.close(timeout_s=1.0)
     assert [(b["final"], len(b["spans"]["kind"])) for b in sink.sent] == [(True, 1)]
+
+
+
+def test_exit_does_not_wait_for_a_task_the_sender_thread_is_inside():
+    """A periodic task can run for a minute (summarizing a profiling window's trace took 30 s+
+    on a loaded host in the live fault suite and held the ranks' exit up until the launcher
+    interrupted them): close sends the last batch without waiting for it, and the sender's
+    cycle, once its task returns, sends nothing after that batch."""
+    import threading
+
+    rec = recorder()
+    sink = _Keep()
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorSettings(), b"j|2")
+    exiting = threading.current_thread()
+    inside, release = threading.Event(), threading.Event()
+
+    def long_task():
+        if threading.current_thread() is not exiting:
+            inside.set()
+            release.wait(60)
+
+    sender.add_task(long_task)
+    rec.span(SpanKind.USER, "x", 0, 1)
+    cycle = threading.Thread(target=sender.flush_once)  # the sender thread's periodic cycle
+    cycle.start()
+    assert inside.wait(10)
+    closing = threading.Thread(target=sender.close, args=(1.0,))
+    closing.start()
+    closing.join(30)  # a guard against a hang, not a timing bound
+    try:
+        assert not closing.is_alive(), "close waited for the sender thread's task"
+        assert [(b["final"], len(b["spans"]["kind"])) for b in sink.sent] == [(True, 1)]
+        assert rec.counters.exit_tasks_skipped == 1
+    finally:
+        release.set()
+        cycle.join(10)
+    assert len(sink.sent) == 1  # the cycle's send, after its task, found the final batch sent
