@@ -102,6 +102,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("job-wide-slowdown", "job-wide-slowdown", Expect(job_cause="regression"), extra_budget_s=30.0),
     Scenario("none", "none", Expect()),
     Scenario("two-nodes-slow-backward-hook", "slow-backward-hook", Expect({3: SF}), nodes=2),
+    Scenario("gc-storm", "gc-storm", Expect({1: "gc_pause"})),
+    Scenario("intermittent-straggler", "intermittent-straggler", Expect({1: SF})),
+    Scenario("untimed-sleep", "untimed-sleep", Expect({3: SF}, location="untimed-sleep")),
 )}
 
 

@@ -27,6 +27,7 @@ which ``file:line`` a correct location names.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -44,11 +45,14 @@ from torch.utils.data.dataloader import default_collate
 
 FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodule", "host-copies",
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
-          "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown")
+          "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
+          "gc-storm", "intermittent-straggler", "untimed-sleep")
 ALL_RANKS = ("job-wide-slowdown",)
 CREEP_S = 40.0  # gradual-creep: the delay grows from 0 to LF_DELAY_MS x 2 over this many seconds
 HOGS = 2  # cpu-contention: busy processes sharing the culprit's core
 STALL_MAX_S = 240.0
+EVERY_NTH = 4  # intermittent-straggler: one step in this many is slow (by this many times the delay)
+GC_OBJECTS = 200_000  # gc-storm: small containers kept alive, which every collection walks
 
 
 class Fault:
@@ -71,6 +75,8 @@ class Fault:
         self.on = False
         self.since = 0.0
         self.spiked = False
+        self.calls = 0
+        self.heap: list = []
         self.hogs: list[subprocess.Popen] = []
 
     def active(self, name: str) -> bool:
@@ -119,6 +125,10 @@ class Encoder(nn.Module):
         self.proj = nn.Linear(64, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if FAULT.active("intermittent-straggler"):
+            FAULT.calls += 1
+            if FAULT.calls % EVERY_NTH == 0:
+                busy(EVERY_NTH * FAULT.delay_s, x.detach()[:16, :16].clone())  # LF:intermittent-straggler
         return torch.relu(self.proj(x))
 
 
@@ -215,6 +225,12 @@ def after_step(model: nn.Module, step: int, ballast: torch.Tensor, ckpt_path: st
         time.sleep(1.5)  # LF:one-off-spike
     if FAULT.active("job-wide-slowdown"):
         time.sleep(FAULT.delay_s)  # LF:job-wide-slowdown
+    if FAULT.active("untimed-sleep"):
+        time.sleep(FAULT.delay_s)  # LF:untimed-sleep
+    if FAULT.active("gc-storm"):
+        if not FAULT.heap:
+            FAULT.heap = [[i] for i in range(GC_OBJECTS)]  # a cache of small objects ...
+        gc.collect()  # LF:gc-storm ... walked by a full collection each step (a library's "free memory" call)
 
 
 def pair_sync(value: torch.Tensor, group: object) -> None:

@@ -46,6 +46,7 @@ from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
 from .model import COMM_PREFIX, KIND_PREFIX, comm_op
 from .onset import onset_step
+from .peers import INF_RATIO
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
 from .rank_cpu import with_cpu_evidence as _with_cpu
@@ -330,7 +331,7 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     kind = Kind.IMBALANCE if cause == Cause.DATA_IMBALANCE else Kind.OUTLIER
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short(ranks)}"
     summary = (f"{who} on {', '.join(hosts[:3])}: {top['function']} takes {top['value_ms_per_step']:.1f} ms/step "
-               f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({top['ratio']:.2f}x) - "
+               f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({_times(top['ratio'])}) - "
                f"{CAUSES[cause].reason}; costs the job ~{impact:.1f} ms per step")
     intermittent = all(o.get("intermittent", False) for o in outs)
     if intermittent:
@@ -340,6 +341,12 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
                    gpus=gpus, function=top["function"], score=float(max(o["robust_z"] for o in outs)),
                    impact_ms=float(impact), summary=summary, evidence=evidence,
                    extra_windows=1 if intermittent else 0)
+
+
+def _times(ratio: float) -> str:
+    """``'3.20x'``; for a function the median peer spends no time in (:data:`.peers.INF_RATIO`),
+    words instead of a made-up factor."""
+    return f"{ratio:.2f}x" if ratio < INF_RATIO / 10 else "its median peer spends none"
 
 
 def _short(ranks: tuple[int, ...]) -> str:
