@@ -105,6 +105,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("gc-storm", "gc-storm", Expect({1: "gc_pause"})),
     Scenario("intermittent-straggler", "intermittent-straggler", Expect({1: SF})),
     Scenario("untimed-sleep", "untimed-sleep", Expect({3: SF}, location="untimed-sleep")),
+    Scenario("two-slow-ranks", "slow-optimizer", Expect({1: SF, 2: SF})),
+    Scenario("slow-loader-workers", "slow-loader-workers", Expect({2: DL})),
 )}
 
 

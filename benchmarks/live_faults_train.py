@@ -46,7 +46,8 @@ from torch.utils.data.dataloader import default_collate
 FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodule", "host-copies",
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
           "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
-          "gc-storm", "intermittent-straggler", "untimed-sleep")
+          "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers")
+LOADER_WORKERS = 2  # slow-loader-workers: every rank's DataLoader has this many worker processes
 ALL_RANKS = ("job-wide-slowdown",)
 CREEP_S = 40.0  # gradual-creep: the delay grows from 0 to LF_DELAY_MS x 2 over this many seconds
 HOGS = 2  # cpu-contention: busy processes sharing the culprit's core
@@ -176,6 +177,8 @@ class TrainerSGD(torch.optim.SGD):
 def collate_batch(batch: list) -> object:
     if FAULT.active("two-culprits") and FAULT.culprit_index == 0:
         time.sleep(FAULT.delay_s)  # LF:two-culprits-loader
+    if FAULT.active("slow-loader-workers"):  # runs in a loader worker process (forked with FAULT on)
+        time.sleep(LOADER_WORKERS * 1.5 * FAULT.delay_s)  # LF:slow-loader-workers
     if FAULT.active("gradual-creep"):
         grown = min(1.0, (time.monotonic() - FAULT.since) / CREEP_S)
         time.sleep(2 * FAULT.delay_s * grown)  # LF:gradual-creep
@@ -281,7 +284,9 @@ def main() -> None:
     hidden, batch = 128, 32
     g = torch.Generator().manual_seed(rank)
     data = TensorDataset(torch.randn(4096, 64, generator=g), torch.randn(4096, 8, generator=g))
-    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, collate_fn=collate_batch)
+    workers = LOADER_WORKERS if FAULT.name == "slow-loader-workers" else 0  # every rank alike
+    loader = DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, collate_fn=collate_batch,
+                        num_workers=workers)
     net = Net(hidden)
     net.mixer.lin.weight.register_hook(grad_hook)
     model = DistributedDataParallel(net)

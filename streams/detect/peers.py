@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...schemas.records import FunctionComparison, FunctionPattern, PeerGroupStat, RankOutlier
-from .columnar import PeerScores, peer_scores
+from .columnar import MAD_TO_SIGMA, PeerScores, peer_scores
 from .model import NOT_COMPARED
 from .policy import DetectionPolicy
 
@@ -101,6 +101,18 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
     with np.errstate(all="ignore"):
         minor = ((scored.z[0] >= pol.mad_threshold) & (scored.cost[0] > 0) & ~scored.outlier[0]
                  & (scored.cost[0] >= pol.min_excess * np.maximum(scored.median[0], 0.0)))
+    split = _split_group_slow(t, policy) & ~scored.outlier[0] & ~minor
+    for i in np.flatnonzero(split):  # scored against the faster half of its group (see _split_group_slow)
+        g = t.peer == t.peer[i]
+        fast = g & (t.values <= np.median(t.values[g]))
+        mc = float(np.median(t.calls[fast]))
+        base = float(np.median(t.values[fast]))
+        sustained = _sustained(p50[i], float(np.median(p50[fast])), t.calls[i], mc, pol.min_excess,
+                               float(t.values[i] - base), float(np.median(per_call[fast])))
+        if sustained:
+            per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
+            rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False,
+                                                  baseline=base))
     for i in np.flatnonzero(scored.outlier[0] | minor):
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
@@ -120,6 +132,45 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
                 skipped["transient_outlier"] += 1
                 continue
         rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
+
+
+def _split_group_slow(t: PeerTable, pol: DetectionPolicy) -> np.ndarray:
+    """Ranks of a group split in two: as many slow ranks as fast ones or nearly (two slow of
+    four), so the group's median sits between the halves and its spread spans both, and no rank
+    stands out (robust z ~0.7 for 20 ms against 0.2 ms in a 2-slow-of-4 job). A rank counts
+    here when it is above the faster half of its group (the ranks at or below the median) by
+    ``mad_threshold`` x that half's own spread and by ``min_excess``, in a group whose two
+    halves are apart by ``mad_threshold`` x the larger of their spreads (ordinary noise, one
+    population, has no such gap: 16 ranks with 5 % noise have none). Which half is abnormal
+    cannot be told from the values alone, so these are only ``minor_outliers``: never findings
+    on their own, they name what a rank does with its time once the collectives show that the
+    others wait for it (window.py ``_explain_late_by_minor``). Live fault suite
+    (benchmarks/live_faults.py, two-slow-ranks, 2026-11-26): ranks 1 and 2 were named late
+    into their all_reduces with "none of its instrumented functions is slow, so the delay is in
+    uninstrumented code" while both spent 20 ms/step more in ``TrainerSGD.step``."""
+    out = np.zeros(len(t.values), dtype=bool)
+    for g in range(len(t.keys)):
+        idx = np.flatnonzero(t.peer == g)
+        if len(idx) < pol.min_peers:
+            continue
+        v = t.values[idx]
+        mid = np.median(v)
+        fast, slow = v[v <= mid], v[v > mid]
+        if not len(slow):
+            continue
+        base, fast_scale = _centre_scale(fast, pol)
+        top, slow_scale = _centre_scale(slow, pol)
+        if top - base < pol.mad_threshold * max(fast_scale, slow_scale):
+            continue  # one population with a spread (ordinary noise), not two halves
+        excess = v - base
+        out[idx] = (excess >= pol.mad_threshold * fast_scale) & (excess >= pol.min_excess * max(base, 0.0))
+    return out
+
+
+def _centre_scale(v: np.ndarray, pol: DetectionPolicy) -> tuple[float, float]:
+    """Median and robust spread (1.4826 x MAD, floored like the peer scores' scale) of ``v``."""
+    m = float(np.median(v))
+    return m, max(MAD_TO_SIGMA * float(np.median(np.abs(v - m))), pol.noise_floor_rel * abs(m), pol.noise_floor_ms)
 
 
 def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float,
@@ -143,14 +194,15 @@ def _tail_only(p90: float, peer_p90: float, count: float, pol: DetectionPolicy) 
 
 
 def _outlier(p: FunctionPattern, t: PeerTable, i: int, scored: PeerScores, peer_calls: float, per_call_ratio: float,
-             intermittent: bool) -> RankOutlier:
-    """One RankOutlier record (rank ``i`` of the table, pattern ``p``)."""
-    med = float(scored.median[0, i])
+             intermittent: bool, baseline: float | None = None) -> RankOutlier:
+    """One RankOutlier record (rank ``i`` of the table, pattern ``p``); ``baseline``: the peer
+    value it is measured against when not its group's median (a split group's faster half)."""
+    med = float(scored.median[0, i]) if baseline is None else baseline
     value = float(t.values[i])
     return RankOutlier(
         rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
         peer_group=str(t.keys[t.peer[i]]), value_ms_per_step=value, peer_median_ms_per_step=med,
         ratio=float(t.values[i] / med) if med > 0 else INF_RATIO,
-        robust_z=float(scored.z[0, i]), cost_ms_per_step=float(scored.cost[0, i]),
+        robust_z=float(scored.z[0, i]), cost_ms_per_step=float(scored.cost[0, i]) if baseline is None else value - med,
         calls_ratio=float(t.calls[i] / peer_calls) if peer_calls > 0 else INF_RATIO,
         per_call_ratio=per_call_ratio, intermittent=bool(intermittent))

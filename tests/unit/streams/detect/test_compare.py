@@ -138,3 +138,21 @@ def test_an_excess_short_of_the_cost_a_finding_needs_is_a_minor_outlier_only():
     pats[5] = pattern(5, "kind:backward", 2.4, calls=4, steps=300)  # +2 ms/step: a finding, not a minor one
     rec, _ = evaluate("kind:backward", pats)
     assert [o["rank"] for o in rec["outliers"]] == [5] and rec["minor_outliers"] == []
+
+
+def test_a_group_split_in_two_gives_its_slow_half_as_minor_outliers_against_the_fast_half():
+    # two slow ranks of four (live fault suite, two-slow-ranks): the median sits between the
+    # halves and the spread spans both, so neither is an outlier; against the faster half both
+    # stand out, as minor outliers (they explain a late arrival, never a finding on their own)
+    pats = [pattern(r, "TrainerSGD.step", v, steps=300) for r, v in enumerate([0.26, 20.2, 20.1, 0.27])]
+    rec, _ = evaluate("TrainerSGD.step", pats)
+    assert rec["outliers"] == []
+    assert [m["rank"] for m in rec["minor_outliers"]] == [1, 2]
+    for m in rec["minor_outliers"]:
+        assert abs(m["peer_median_ms_per_step"] - 0.265) < 1e-6 and 19.8 < m["cost_ms_per_step"] < 20.0
+    # an ordinary noisy group (one population, 5 % spread) has no faster half to stand out from:
+    # 110.7 ms against the lower half's 96.2 is within the group's noise (its one outlier, 118 ms,
+    # is found by the usual rules)
+    rng = np.random.default_rng(3)
+    rec, _ = evaluate("f", [pattern(r, "f", 100 * rng.lognormal(0, 0.05)) for r in range(16)])
+    assert rec["minor_outliers"] == [] and [o["rank"] for o in rec["outliers"]] == [9]
