@@ -4,8 +4,8 @@
 (``benchmarks/live_faults_train.py``, no fault) under ``perftracker launch`` with
 duty-cycle profiling windows of ``--profile-duration-s`` every ``--profile-every-s``, so
 that when the job is told to stop one window is still running and the one before it is
-being summarized on each rank's sender thread (turning a trace into op summaries takes
-seconds to a minute of Python on a loaded host). After ``--seconds`` of training the
+being summarized (turning a trace into op summaries takes seconds to a minute of Python
+on a loaded host). After ``--seconds`` of training the
 benchmark removes the job's run file (every rank stops at the same step, then exits) and
 measures the time from that moment to the launcher's exit:
 
@@ -15,8 +15,8 @@ What a job's exit should cost is its own teardown (a barrier, destroying the pro
 ~1-3 s here) plus at most ``exit_flush_s`` (2 s) per rank for the collectors. No broker is
 started: the collectors count their batches instead of sending them, which does not change
 the exit path measured (the sender's last flush and the profile summaries). Before the
-sender stopped waiting at exit for a summary its thread was working on, this took ~45 s
-longer (docs/benchmarks.md).
+summaries moved off the sender thread and its exit flush stopped waiting for its tasks,
+this took ~45 s longer (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ class Expect:
     culprits: Mapping[int, str] = field(default_factory=dict)
     job_cause: str | None = None
     location: str | None = None
+    clears: bool = False  # the fault stops: each culprit's incident must be RESOLVED "cleared" while the job runs
 
     @property
     def alerts(self) -> bool:
@@ -78,6 +79,7 @@ class Scenario:
     nodes: int = 1
     hang: bool = False  # needs hang_floor_s (30 s) + a window before it can be named
     extra_budget_s: float = 0.0  # watched this much longer (a regression needs 4+ windows by design)
+    fault_for_s: float = 0.0  # the fault stops this long after its onset (0: it never does)
 
     @property
     def culprit_ranks(self) -> tuple[int, ...]:
@@ -107,6 +109,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("untimed-sleep", "untimed-sleep", Expect({3: SF}, location="untimed-sleep")),
     Scenario("two-slow-ranks", "slow-optimizer", Expect({1: SF, 2: SF})),
     Scenario("slow-loader-workers", "slow-loader-workers", Expect({2: DL})),
+    Scenario("long-pause", "long-pause", Expect(), ranks=(1,)),
+    Scenario("fault-clears", "slow-optimizer", Expect({1: SF}, clears=True), fault_for_s=20.0, extra_budget_s=45.0),
 )}
 
 
@@ -136,7 +140,9 @@ def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | Non
       culprit gives ``location``;
     * detected: what the latency clock stops on: every culprit named with its cause, or the
       job-wide row (never for scenarios that expect no alert);
-    * false_ranks: ranks blamed that are not culprits.
+    * false_ranks: ranks blamed that are not culprits;
+    * cleared: None unless the fault stops (``expect.clears``), else whether every culprit's
+      incident was seen RESOLVED with the reason "cleared" (not the job's end).
     """
     rows = list(rows)
     culprits = set(expect.culprits)
@@ -158,8 +164,13 @@ def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | Non
     if expect.location is not None:
         location_correct = bool(location) and any(
             location in _text(row) for c in culprits for row in naming[c])
+    cleared = None
+    if expect.clears:
+        cleared = all(any(row.get("status") == "RESOLVED" and row.get("resolved_reason") == "cleared"
+                          for row in naming[c]) for c in culprits)
     return {"culprit_correct": bool(culprit_correct), "cause_correct": bool(cause_correct),
-            "location_correct": location_correct, "detected": bool(detected), "false_ranks": false_ranks}
+            "location_correct": location_correct, "detected": bool(detected), "false_ranks": false_ranks,
+            "cleared": cleared}
 
 
 def totals(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -185,7 +196,8 @@ def totals(results: list[dict[str, Any]]) -> dict[str, Any]:
             "p95_s_without_hangs": round(float(np.percentile(quick, 95)), 1) if quick else None,
             "missed": [r["scenario"] for r in results if r["expected"]["alerts"] and r["seconds_to_detect"] is None],
             "wrong": [r["scenario"] for r in results
-                      if not (r["culprit_correct"] and r["cause_correct"] and r["location_correct"] is not False)]}
+                      if not (r["culprit_correct"] and r["cause_correct"] and r["location_correct"] is not False
+                              and r.get("cleared") is not False)]}
 
 
 def marker_lines(script: Path = TRAIN_SCRIPT) -> dict[str, str]:
@@ -243,7 +255,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
     env.update({"LF_FAULT": scenario.fault, "LF_RANKS": ",".join(map(str, scenario.culprit_ranks)),
                 "LF_ONSET_S": str(onset_s), "LF_DELAY_MS": str(delay_ms), "LF_ONSET_FILE": str(onset_file),
                 "LF_RUN_FILE": str(run_file), "LF_MAX_S": str(onset_s + budget_s + 120),
-                "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+                "LF_FOR_S": str(scenario.fault_for_s), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     location = marker_lines().get(scenario.expect.location or "", None)
     budget = budget_s + (45.0 if scenario.hang else 0.0) + scenario.extra_budget_s
     started = time.time()
@@ -261,11 +273,15 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
                 elif time.time() - started > onset_s + 180:
                     break  # never started
                 continue
-            _note(seen, diagnose(settings, job))
+            _note(seen, diagnose(settings, job, include_resolved=scenario.expect.clears))
             now = time.time()
-            if detected_at is None and score(scenario.expect, seen.values(), location)["detected"]:
+            scored = score(scenario.expect, seen.values(), location)
+            if detected_at is None and scored["detected"]:
                 detected_at = now
-            if now - onset > budget or (detected_at is not None and now - detected_at >= linger_s):
+            done = detected_at is not None and now - detected_at >= linger_s
+            if scenario.expect.clears:  # and watched on until its incidents clear
+                done = done and bool(scored["cleared"])
+            if now - onset > budget or done:
                 break
     finally:
         run_file.unlink(missing_ok=True)

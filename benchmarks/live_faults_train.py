@@ -17,6 +17,7 @@ Environment (all optional):
     LF_RANKS      culprit ranks, comma-separated (default 2)
     LF_ONSET_S    the fault starts this many seconds after the first step (default 20)
     LF_DELAY_MS   size of the injected delay (default 20)
+    LF_FOR_S      the fault stops this many seconds after it started (default 0: it never stops)
     LF_ONSET_FILE the first culprit (rank 0 for job-wide faults) writes {"wall_time", "pid", ...} there
     LF_RUN_FILE   train while this file exists (rank 0 looks; all ranks stop at the same step)
     LF_MAX_S      stop after this many seconds in any case (default 600)
@@ -46,7 +47,8 @@ from torch.utils.data.dataloader import default_collate
 FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodule", "host-copies",
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
           "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
-          "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers")
+          "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers", "long-pause")
+LONG_PAUSE_S = 12.0  # long-pause: one stall, shorter than a hang (hang_floor_s 30 s)
 LOADER_WORKERS = 2  # slow-loader-workers: every rank's DataLoader has this many worker processes
 ALL_RANKS = ("job-wide-slowdown",)
 CREEP_S = 40.0  # gradual-creep: the delay grows from 0 to LF_DELAY_MS x 2 over this many seconds
@@ -70,6 +72,7 @@ class Fault:
         self.writer = rank == (0 if self.name in ALL_RANKS + ("none",) else min(culprits, default=-1))
         self.culprit_index = culprits.index(rank) if rank in culprits else -1
         self.onset_s = float(env.get("LF_ONSET_S", "20"))
+        self.for_s = float(env.get("LF_FOR_S", "0"))  # the fault stops this long after it started (0: never)
         self.delay_s = float(env.get("LF_DELAY_MS", "20")) / 1000
         self.onset_file = env.get("LF_ONSET_FILE", "")
         self.run_file = env.get("LF_RUN_FILE", "")
@@ -81,7 +84,8 @@ class Fault:
         self.hogs: list[subprocess.Popen] = []
 
     def active(self, name: str) -> bool:
-        return self.on and self.mine and self.name == name
+        return (self.on and self.mine and self.name == name
+                and not (self.for_s and time.monotonic() - self.since >= self.for_s))
 
     def start(self, step: int) -> None:
         self.on, self.since = True, time.monotonic()
@@ -226,6 +230,9 @@ def after_step(model: nn.Module, step: int, ballast: torch.Tensor, ckpt_path: st
     if FAULT.active("one-off-spike") and not FAULT.spiked:
         FAULT.spiked = True
         time.sleep(1.5)  # LF:one-off-spike
+    if FAULT.active("long-pause") and not FAULT.spiked:
+        FAULT.spiked = True
+        time.sleep(LONG_PAUSE_S)  # LF:long-pause
     if FAULT.active("job-wide-slowdown"):
         time.sleep(FAULT.delay_s)  # LF:job-wide-slowdown
     if FAULT.active("untimed-sleep"):

@@ -36,9 +36,8 @@ class CollectorCounters(CounterSet):
     profile_windows = Counter("profiling windows summarized and queued for sending")
     profile_windows_dropped = Counter("profiling windows running or unsummarized at exit, dropped: "
                                       "summarizing a trace would hold the process's exit up")
-    exit_tasks_skipped = Counter("exits at which the sender thread was inside a periodic task (e.g. summarizing "
-                                 "a profiling window's trace, whose summary is then not sent): the last batch "
-                                 "went out without waiting for it")
+    exit_tasks_skipped = Counter("exits at which the sender thread was inside a periodic task (a CPU sample, the "
+                                 "job agreement): the last batch went out without waiting for it")
     cpu_read_errors = Counter("/proc files of the training thread or host that could not be read or parsed "
                               "(no schedstat, thread gone, garbage); their values are sent as unknown")
     stack_samples = Counter("samples taken of the training thread's Python stack")

@@ -6,7 +6,9 @@ iterations), or, for the low duty cycle, the first boundary after each multiple
 of ``profile_every_s`` of wall time (ranks' clocks agree to well under one
 iteration). It stops at the first boundary after ``duration_s``. Starting and
 stopping run on the training thread (cheap); turning the trace into per-op
-summaries (count, total, p50, p99, max) runs on the sender thread.
+summaries (count, total, p50, p99, max) runs on a thread of its own (``perftracker-profile``,
+started by the sender when a window has finished), never on the sender thread, whose
+batches must keep going out meanwhile.
 
 At exit a window still running is stopped and summarized with any finished one not yet
 summarized, on a separate thread given at most ``exit_budget_s``; what is not done by then
@@ -64,7 +66,9 @@ class ProfileWindows:
         self.on_dropped = on_dropped
         self.exit_budget_s = exit_budget_s
         self._closed = False
-        self._parsing = 0  # windows popped and not yet emitted
+        self._parsing = 0  # windows popped and not yet emitted (by the summary thread or the exit one)
+        self._parsing_lock = threading.Lock()
+        self._summarizer: threading.Thread | None = None  # the summary thread, while it has work
         self._gave_up = False  # the exit budget ran out: the exit thread emits nothing more
         self._requests: deque[ProfileRequest] = deque(maxlen=16)
         self._stop_requested = threading.Event()
@@ -125,16 +129,30 @@ class ProfileWindows:
 
     # -- sender thread --------------------------------------------------------------------
     def summarize_finished(self) -> None:
+        """The sender's task: hand finished windows to a summary thread and return at once.
+        Summarizing a window's trace takes seconds to a minute of Python on a loaded host;
+        run on the sender thread, it held every batch back meanwhile (the live fault suite:
+        50 s without a batch from any rank after a requested 20 s window, so the pipeline saw
+        steps stop and could not see the fault clear)."""
         if not self._closed:
-            self._summarize_all()
+            worker = self._summarizer
+            if self._finished and (worker is None or not worker.is_alive()):
+                self._summarizer = threading.Thread(target=self._summarize_quietly, name="perftracker-profile",
+                                                    daemon=True)
+                self._summarizer.start()
             return
-        if not self._finished:
+        background = self._summarizer
+        busy = background is not None and background.is_alive()
+        if not self._finished and not busy:
             return
         # at exit: within a time budget (see the module's docstring)
-        worker = threading.Thread(target=self._summarize_at_exit, name="perftracker-profile-exit", daemon=True)
+        deadline = time.monotonic() + self.exit_budget_s
+        worker = threading.Thread(target=self._summarize_quietly, name="perftracker-profile-exit", daemon=True)
         worker.start()
-        worker.join(self.exit_budget_s)
-        if worker.is_alive():
+        for thread in (worker, background):
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive() or (background is not None and background.is_alive()):
             self._gave_up = True
             dropped = len(self._finished) + self._parsing
             self._finished.clear()
@@ -142,25 +160,34 @@ class ProfileWindows:
             log.info("perftracker: %d profiling window(s) not summarized within %.1f s at exit",
                      dropped, self.exit_budget_s)
 
-    def _summarize_at_exit(self) -> None:
+    def wait_summarized(self, timeout_s: float) -> bool:
+        """Wait until the summary thread has nothing left (tests); whether it finished."""
+        worker = self._summarizer
+        if worker is not None:
+            worker.join(timeout_s)
+        return not self._finished and not self._parsing
+
+    def _summarize_quietly(self) -> None:
         try:
             self._summarize_all()
-        except Exception as exc:  # noqa: BLE001 - never raised into the exiting process
+        except Exception as exc:  # noqa: BLE001 - never raised into the training process
             self.errors.caught("profile summary", exc)
 
     def _summarize_all(self) -> None:
         while self._finished:
             try:
                 request_id, profiler = self._finished.popleft()
-            except IndexError:  # cleared at exit meanwhile
+            except IndexError:  # taken by another thread, or cleared at exit meanwhile
                 return
-            self._parsing = 1
+            with self._parsing_lock:
+                self._parsing += 1
             try:
                 ops = summarize_events(profiler.events(), request_id)
                 if not self._gave_up:
                     self.emit(ops)
             finally:
-                self._parsing = 0
+                with self._parsing_lock:
+                    self._parsing -= 1
 
 
 def classify(name: str, is_device: bool) -> OpKind:

@@ -14,7 +14,7 @@ def row(cause: str, ranks: list[int], summary: str = "", **evidence: object) -> 
 def test_the_culprit_with_its_cause_and_nobody_else_is_right() -> None:
     got = score(Expect({1: "slow_function"}), [row("slow_function", [1])])
     assert got == {"culprit_correct": True, "cause_correct": True, "location_correct": None,
-                   "detected": True, "false_ranks": []}
+                   "detected": True, "false_ranks": [], "cleared": None}
 
 
 def test_a_victim_blamed_beside_the_culprit_is_a_false_rank() -> None:
@@ -57,7 +57,7 @@ def test_job_wide_cause_needs_its_row_and_no_rank_blamed() -> None:
     expect = Expect(job_cause="regression")
     assert score(expect, [row("regression", [])]) == {
         "culprit_correct": True, "cause_correct": True, "location_correct": None, "detected": True,
-        "false_ranks": []}
+        "false_ranks": [], "cleared": None}
     blamed = score(expect, [row("regression", []), row("slow_function", [2])])
     assert not blamed["culprit_correct"] and not blamed["cause_correct"] and blamed["false_ranks"] == [2]
     assert not score(expect, [])["detected"]
@@ -65,7 +65,7 @@ def test_job_wide_cause_needs_its_row_and_no_rank_blamed() -> None:
 
 def test_nothing_expected_means_no_row_at_all() -> None:
     assert score(Expect(), []) == {"culprit_correct": True, "cause_correct": True, "location_correct": None,
-                                   "detected": False, "false_ranks": []}
+                                   "detected": False, "false_ranks": [], "cleared": None}
     regression = score(Expect(), [row("regression", [])])
     assert regression["culprit_correct"] and not regression["cause_correct"] and not regression["detected"]
     assert score(Expect(), [row("slow_function", [2])])["false_ranks"] == [2]
@@ -98,3 +98,17 @@ def test_the_suite_has_its_scenarios_and_every_expected_location_has_a_marker() 
     for s in SCENARIOS.values():
         if s.expect.location:
             assert s.expect.location in markers, s.name
+
+
+def test_a_fault_that_stops_must_see_its_incident_cleared_not_only_ended_with_the_job() -> None:
+    expect = Expect({1: "slow_function"}, clears=True)
+    opened = {**row("slow_function", [1]), "status": "OPEN", "resolved_reason": ""}
+    ended = {**opened, "status": "RESOLVED", "resolved_reason": "job finished"}
+    cleared = {**opened, "status": "RESOLVED", "resolved_reason": "cleared"}
+    assert score(expect, [opened])["cleared"] is False
+    assert score(expect, [opened, ended])["cleared"] is False
+    assert score(expect, [opened, cleared])["cleared"] is True
+    result = {"scenario": "fault-clears", "culprit_correct": True, "cause_correct": True, "location_correct": None,
+              "cleared": False, "false_ranks": [], "seconds_to_detect": 5.0, "expected": {"alerts": True}}
+    assert totals([result])["wrong"] == ["fault-clears"]
+    assert totals([{**result, "cleared": True}])["wrong"] == []

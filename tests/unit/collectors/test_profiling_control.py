@@ -32,7 +32,8 @@ def test_window_starts_on_the_requested_step_and_summarizes_cpu_ops():
         a = a @ a
     windows.on_step(6)
     assert changes == [True, False]
-    windows.summarize_finished()
+    windows.summarize_finished()  # hands the window to the summary thread
+    assert windows.wait_summarized(30)
     ops = emitted[0]
     mm = [o for o in ops if o.name == "aten::mm"]
     assert mm and mm[0].count == 3 and mm[0].profile_id == "req-1" and mm[0].kind is OpKind.CPU_OP
@@ -100,3 +101,48 @@ def test_duty_cycle_window_is_aligned_on_wall_clock():
     torch = pytest.importorskip("torch")
     windows = ProfileWindows(torch, lambda ops: None, ErrorBudget(), every_s=3600, duration_s=1)
     assert windows._next_duty % 3600 == 0 and windows._next_duty > time.time()
+
+
+def test_the_sender_task_never_waits_for_a_summary():
+    """Summarizing a long window takes up to a minute; the sender's task returns at once and
+    the summary arrives later from the summary thread (the sender's batches keep going out)."""
+    torch = pytest.importorskip("torch")
+    emitted = []
+    release = threading.Event()
+
+    class SlowProfiler:
+        def events(self):
+            release.wait(30)
+            return []
+
+    windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0)
+    windows._finished.append(("slow", SlowProfiler()))
+    task = threading.Thread(target=windows.summarize_finished)
+    task.start()
+    task.join(30)  # a guard against a hang, not a timing bound
+    assert not task.is_alive(), "the sender's task waited for the summary"
+    assert emitted == []  # still being summarized
+    release.set()
+    assert windows.wait_summarized(30) and emitted == [[]]
+
+
+def test_a_summary_still_running_at_exit_is_dropped_and_counted():
+    torch = pytest.importorskip("torch")
+    emitted, dropped = [], []
+    release = threading.Event()
+
+    class SlowProfiler:
+        def events(self):
+            release.wait(30)
+            return []
+
+    windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
+                             on_dropped=dropped.append, exit_budget_s=0.05)
+    windows._finished.append(("slow", SlowProfiler()))
+    windows.summarize_finished()  # the summary thread takes it ...
+    windows.close()
+    windows.summarize_finished()  # ... and is still at it when the process exits
+    assert dropped == [1]
+    release.set()
+    windows.wait_summarized(30)
+    assert emitted == []  # given up: nothing emitted after the budget ran out
