@@ -25,7 +25,8 @@ def start_optional_parts(collector: Collector, torch: ModuleType) -> None:
     on_change = sampler.set_fast if sampler is not None else (lambda active: None)
     windows = ProfileWindows(torch, collector.sender.add_kernels, collector.errors,
                              cfg.profile_every_s, cfg.profile_duration_s, on_change,
-                             lambda n: _count_dropped(collector, n), exit_budget_s=cfg.exit_flush_s / 2)
+                             lambda n: _count_dropped(collector, n), exit_budget_s=cfg.exit_flush_s / 2,
+                             max_steps=cfg.profile_max_steps)
     collector.recorder.add_step_listener(windows.on_step)
     collector.sender.add_task(windows.summarize_finished)
     collector.add_part(windows, close_first=True)

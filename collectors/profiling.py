@@ -4,8 +4,13 @@ A window starts at an iteration boundary: the ``start_step`` of a ``pt.control``
 PROFILE request (identical on every rank, so all ranks profile the same
 iterations), or, for the low duty cycle, the first boundary after each multiple
 of ``profile_every_s`` of wall time (ranks' clocks agree to well under one
-iteration). It stops at the first boundary after ``duration_s``. Starting and
-stopping run on the training thread (cheap); turning the trace into per-op
+iteration). It stops at the first boundary after ``duration_s``, or after ``max_steps``
+iterations (``profile_max_steps``, 10) if that comes first. Starting and stopping run on the
+training thread; stopping is *not* cheap: torch.profiler's ``stop()`` processes every op
+recorded, ~30 us per op on the 2-core VM (a 10 s window of a loop of small CPU ops, 2.06 M
+ops, took 68 s to stop), and a requested 20 s window of the live fault suite's job stalled
+the rank and with it the whole job for ~50 s. The step limit bounds that to a few steps'
+worth of ops (summaries need a few iterations, not thousands). Turning the trace into per-op
 summaries (count, total, p50, p99, max) runs on a thread of its own (``perftracker-profile``,
 started by the sender when a window has finished), never on the sender thread, whose
 batches must keep going out meanwhile.
@@ -50,13 +55,15 @@ class _Active:
     profiler: Any
     request_id: str
     stop_at: float
+    steps: int = 0  # iteration boundaries passed since the start
 
 
 class ProfileWindows:
     def __init__(self, torch: Any, emit: Callable[[list[OpSummary]], None], errors: ErrorBudget,
                  every_s: float, duration_s: float,
                  on_change: Callable[[bool], None] = lambda active: None,
-                 on_dropped: Callable[[int], None] = lambda n: None, exit_budget_s: float = 1.0):
+                 on_dropped: Callable[[int], None] = lambda n: None, exit_budget_s: float = 1.0,
+                 max_steps: int = 0):
         self.torch = torch
         self.emit = emit
         self.errors = errors
@@ -65,6 +72,7 @@ class ProfileWindows:
         self.on_change = on_change
         self.on_dropped = on_dropped
         self.exit_budget_s = exit_budget_s
+        self.max_steps = max_steps  # a window ends after this many iterations at most (0: no limit)
         self._closed = False
         self._parsing = 0  # windows popped and not yet emitted (by the summary thread or the exit one)
         self._parsing_lock = threading.Lock()
@@ -88,8 +96,11 @@ class ProfileWindows:
 
     # -- training thread (a step listener) -----------------------------------------------
     def on_step(self, step: int) -> None:
-        if self._active is not None:
-            if time.monotonic() >= self._active.stop_at or self._stop_requested.is_set():
+        active = self._active
+        if active is not None:
+            active.steps += 1
+            if (time.monotonic() >= active.stop_at or self._stop_requested.is_set()
+                    or (self.max_steps and active.steps >= self.max_steps)):
                 self._stop()
             return
         if self._stop_requested.is_set():  # a stop that came with no window running

@@ -211,6 +211,10 @@ class CollectorSettings:
     control: bool = field(default=True, metadata={"doc": "follow pt.control profiling requests"})
     profile_every_s: float = field(default=600.0, metadata={"doc": "duty-cycle profiling window period; 0 = only on request"})
     profile_duration_s: float = field(default=2.0, metadata={"doc": "length of a duty-cycle profiling window"})
+    profile_max_steps: int = field(default=10, metadata={"doc": "a profiling window (duty-cycle or requested) ends after "
+                                                                "this many iterations at most: stopping torch.profiler "
+                                                                "costs the training thread time in proportion to the ops "
+                                                                "recorded (0 = no limit)"})
     nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
     nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
     log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})

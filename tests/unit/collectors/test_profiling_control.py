@@ -146,3 +146,20 @@ def test_a_summary_still_running_at_exit_is_dropped_and_counted():
     release.set()
     windows.wait_summarized(30)
     assert emitted == []  # given up: nothing emitted after the budget ran out
+
+
+def test_a_window_ends_after_max_steps_however_long_it_was_asked_to_run():
+    """Stopping torch.profiler costs the training thread ~30 us per op recorded: a requested
+    20 s window of a fast job stalled it ~50 s; a window is bounded by iterations too."""
+    torch = pytest.importorskip("torch")
+    changes = []
+    windows = ProfileWindows(torch, lambda ops: None, ErrorBudget(), every_s=0, duration_s=0.0,
+                             on_change=changes.append, max_steps=3)
+    windows.request(ProfileRequest("req-1", start_step=1, duration_s=3600.0))
+    windows.on_step(1)
+    assert changes == [True]
+    windows.on_step(2)
+    windows.on_step(3)
+    assert changes == [True]  # two iterations in
+    windows.on_step(4)
+    assert changes == [True, False] and windows._active is None and len(windows._finished) == 1
