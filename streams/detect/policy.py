@@ -87,7 +87,7 @@ class DetectionPolicy:
     regression_explained_share: float = 0.5  # root causes covering this share of a regression absorb it
     full_progress_share: float = 0.5  # a window counts as clean when the job ran this share of its usual steps
     profile_request_ahead_steps: int = 5  # a PROFILE request starts this many steps past the latest step seen
-    profile_request_duration_s: float = 20.0  # ... and lasts this long
+    profile_request_duration_s: float = 20.0  # ... and lasts this long (or profile_max_steps iterations, collectors)
     profile_request_cooldown_windows: int = 12  # at most one PROFILE request per this many windows
     # CPU evidence (streams/detect/cpu_evidence.py): a rank "waited for a CPU more than its peers" when
     cpu_wait_min_ms: float = 0.5  # its run-queue wait per step exceeds the peers' median by this much
