@@ -85,6 +85,14 @@ class JobChecks:
         """Median step time over the regression history; ``default`` before there is one."""
         return float(np.median([v for _, v in self.live.history])) if self.live.history else default
 
+    def typical_period_ms(self, default: float) -> float:
+        """Median pace (wall ms per completed iteration, the time between iterations included)
+        over the regression history; :meth:`typical_step_ms` (then ``default``) before there is
+        one. A window's usual number of steps is ``window_ms`` / this: the step time alone leaves
+        out what runs between iterations (syncs, logging, untimed code)."""
+        periods = [p for _, p, _ in self.live.periods]
+        return float(np.median(periods)) if periods else self.typical_step_ms(default)
+
     def _profile(self, wid: int, now: int, reg: Finding) -> list[Control]:
         pol = self.policy
         last = self.last_profile_window

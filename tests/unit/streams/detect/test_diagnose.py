@@ -275,3 +275,22 @@ def test_a_shared_share_of_the_step_is_judged_only_where_the_job_ran():
     assert _gc_job([(20, 24.7), (20, 24.7)] + [(380, 0.2)] * 4) == []
     # the same share of the step in windows the job ran through: a shared inefficiency
     assert _gc_job([(380, 3.0)] * 4) == ["shared_inefficiency"]
+
+
+def test_a_window_is_clean_by_the_jobs_pace_not_its_step_time():
+    """The iteration's own time leaves out what runs between iterations (syncs, logging): in
+    the live fault suite's job each iteration took ~7 ms of ~16 ms, so by the step time a 5 s
+    window 'usually' held ~357 steps, windows of ~310 never counted as clean and an incident
+    whose fault had stopped never cleared (fault-clears, 2026-11-26)."""
+    from perftracker.streams.detect import JobDiagnoser
+
+    from .synth import rank_window
+
+    d = JobDiagnoser("job", DetectionPolicy())
+    for w in range(8):  # 310 iterations of 7 ms each per 5 s window
+        rws = {r: rank_window(r, window=T0_WINDOW + w, steps=310, step_ms=7.0, world=4) for r in range(4)}
+        d.checks.regression(T0_WINDOW + w, 0, rws, [], {})
+    usual = {r: rank_window(r, window=T0_WINDOW + 8, steps=300, step_ms=7.0, world=4) for r in range(4)}
+    stalled = {r: rank_window(r, window=T0_WINDOW + 8, steps=100, step_ms=7.0, world=4) for r in range(4)}
+    assert d._full_progress(usual, 7.0)
+    assert not d._full_progress(stalled, 7.0)
