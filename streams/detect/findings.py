@@ -108,7 +108,7 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
 def _more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
     """Data/MoE imbalance: a function called more often per step than on peers at the same
     per-call time explains (>= ``explains_share`` of) the rank's largest excess. GC excluded."""
-    work = [o for o in outliers if o["kind"] != SpanKind.GC and _finite_ratio(o["calls_ratio"])
+    work = [o for o in outliers if o["kind"] != SpanKind.GC and finite_ratio(o["calls_ratio"])
             and o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess]
     if not work:
         return False
@@ -116,8 +116,8 @@ def _more_work(outliers: list[dict], min_excess: float, explains_share: float) -
     return max(o["cost_ms_per_step"] for o in work) >= explains_share * top
 
 
-def _finite_ratio(ratio: float) -> bool:
-    """False for :data:`.peers.INF_RATIO` (peers make no calls at all); a tenth of it is a
+def finite_ratio(ratio: float) -> bool:
+    """False for :data:`.peers.INF_RATIO` (peers make no calls, or spend no time, at all); a tenth of it is a
     safe margin below the sentinel and far above any real ratio."""
     return ratio < INF_RATIO / 10
 
@@ -129,7 +129,7 @@ def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
     """The most specific costly outlier: of the cause's own kind when it has one (GC for
     gc_pause), and a named function rather than a ``kind:`` aggregate."""
     if cause == Cause.DATA_IMBALANCE:  # the function doing the extra calls
-        return max(outliers, key=lambda o: (o["calls_ratio"] if _finite_ratio(o["calls_ratio"]) else 0.0,
+        return max(outliers, key=lambda o: (o["calls_ratio"] if finite_ratio(o["calls_ratio"]) else 0.0,
                                             o["cost_ms_per_step"]))
     own_kind = CAUSE_KINDS.get(cause) if cause is not None else None
     pool = [o for o in outliers if o["kind"] == own_kind] or outliers

@@ -40,13 +40,12 @@ from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
-from .findings import Finding, classify, rank_impact, throttle_evidence, top_function
+from .findings import Finding, classify, finite_ratio, rank_impact, throttle_evidence, top_function
 from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
 from .model import COMM_PREFIX, KIND_PREFIX, comm_op
 from .onset import onset_step
-from .peers import INF_RATIO
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
 from .rank_cpu import with_cpu_evidence as _with_cpu
@@ -344,9 +343,9 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
 
 
 def _times(ratio: float) -> str:
-    """``'3.20x'``; for a function the median peer spends no time in (:data:`.peers.INF_RATIO`),
+    """``'3.20x'``; for a function the median peer spends no time in (:func:`.findings.finite_ratio`),
     words instead of a made-up factor."""
-    return f"{ratio:.2f}x" if ratio < INF_RATIO / 10 else "its median peer spends none"
+    return f"{ratio:.2f}x" if finite_ratio(ratio) else "its median peer spends none"
 
 
 def _short(ranks: tuple[int, ...]) -> str:
