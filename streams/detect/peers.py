@@ -16,6 +16,7 @@ Waiting and periodic all-rank kinds (``NOT_COMPARED``) get group medians, never 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,18 +102,15 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
     with np.errstate(all="ignore"):
         minor = ((scored.z[0] >= pol.mad_threshold) & (scored.cost[0] > 0) & ~scored.outlier[0]
                  & (scored.cost[0] >= pol.min_excess * np.maximum(scored.median[0], 0.0)))
-    split = _split_group_slow(t, policy) & ~scored.outlier[0] & ~minor
-    for i in np.flatnonzero(split):  # scored against the faster half of its group (see _split_group_slow)
-        g = t.peer == t.peer[i]
-        fast = g & (t.values <= np.median(t.values[g]))
+    for fast, slow, base in _split_groups(t, policy):  # scored against the faster half (see _split_groups)
         mc = float(np.median(t.calls[fast]))
-        base = float(np.median(t.values[fast]))
-        sustained = _sustained(p50[i], float(np.median(p50[fast])), t.calls[i], mc, pol.min_excess,
-                               float(t.values[i] - base), float(np.median(per_call[fast])))
-        if sustained:
-            per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
-            rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False,
-                                                  baseline=base))
+        for i in slow[~scored.outlier[0, slow] & ~minor[slow]]:
+            sustained = _sustained(p50[i], float(np.median(p50[fast])), t.calls[i], mc, pol.min_excess,
+                                   float(t.values[i] - base), float(np.median(per_call[fast])))
+            if sustained:
+                per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
+                rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False,
+                                                      baseline=base))
     for i in np.flatnonzero(scored.outlier[0] | minor):
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
@@ -134,10 +132,10 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
         rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
 
 
-def _split_group_slow(t: PeerTable, pol: DetectionPolicy) -> np.ndarray:
-    """Ranks of a group split in two: as many slow ranks as fast ones or nearly (two slow of
-    four), so the group's median sits between the halves and its spread spans both, and no rank
-    stands out (robust z ~0.7 for 20 ms against 0.2 ms in a 2-slow-of-4 job). A rank counts
+def _split_groups(t: PeerTable, pol: DetectionPolicy) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
+    """(The faster half's ranks, the ranks above it, that half's median) of each peer group
+    split in two: as many slow ranks as fast ones or nearly (two slow of four), so the group's
+    median sits between the halves and its spread spans both, and no rank stands out (robust z ~0.7 for 20 ms against 0.2 ms in a 2-slow-of-4 job). A rank counts
     here when it is above the faster half of its group (the ranks at or below the median) by
     ``mad_threshold`` x that half's own spread and by ``min_excess``, in a group whose two
     halves are apart by ``mad_threshold`` x the larger of their spreads (ordinary noise, one
@@ -148,23 +146,21 @@ def _split_group_slow(t: PeerTable, pol: DetectionPolicy) -> np.ndarray:
     (benchmarks/live_faults.py, two-slow-ranks, 2026-11-26): ranks 1 and 2 were named late
     into their all_reduces with "none of its instrumented functions is slow, so the delay is in
     uninstrumented code" while both spent 20 ms/step more in ``TrainerSGD.step``."""
-    out = np.zeros(len(t.values), dtype=bool)
     for g in range(len(t.keys)):
         idx = np.flatnonzero(t.peer == g)
         if len(idx) < pol.min_peers:
             continue
         v = t.values[idx]
-        mid = np.median(v)
-        fast, slow = v[v <= mid], v[v > mid]
-        if not len(slow):
+        is_fast = v <= np.median(v)
+        if is_fast.all():
             continue
-        base, fast_scale = _centre_scale(fast, pol)
-        top, slow_scale = _centre_scale(slow, pol)
+        base, fast_scale = _centre_scale(v[is_fast], pol)
+        top, slow_scale = _centre_scale(v[~is_fast], pol)
         if top - base < pol.mad_threshold * max(fast_scale, slow_scale):
             continue  # one population with a spread (ordinary noise), not two halves
         excess = v - base
-        out[idx] = (excess >= pol.mad_threshold * fast_scale) & (excess >= pol.min_excess * max(base, 0.0))
-    return out
+        above = (excess >= pol.mad_threshold * fast_scale) & (excess >= pol.min_excess * max(base, 0.0))
+        yield idx[is_fast], idx[above], base
 
 
 def _centre_scale(v: np.ndarray, pol: DetectionPolicy) -> tuple[float, float]:
