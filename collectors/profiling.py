@@ -19,8 +19,8 @@ At exit a window still running is stopped and summarized with any finished one n
 summarized, on a separate thread given at most ``exit_budget_s``; what is not done by then
 is dropped and counted (``profile_windows_dropped``): turning a long window's trace into
 summaries takes seconds to a minute of Python, and the training process must end when its
-user's code ends (ranks took 30-75 s to exit before). A summary the sender thread is
-already working on at exit is not waited for (``transport.Sender.close``).
+user's code ends (ranks took 30-75 s to exit before). A summary the summary thread is still
+working on at exit gets the same budget, then is dropped and counted the same way.
 """
 
 from __future__ import annotations

@@ -253,7 +253,7 @@ class Sender(threading.Thread):
 
     def _send_cycle(self, final: bool) -> None:
         with self._lock:
-            if self._ended:  # the exit flush went first (this thread was in a long task meanwhile)
+            if self._ended:  # the exit flush went first (this thread was inside a task meanwhile)
                 return
             try:
                 if final or self._may_send():
@@ -297,10 +297,10 @@ class Sender(threading.Thread):
 
     def close(self, timeout_s: float) -> None:
         """Stop the thread, send what is left, wait for delivery at most ``timeout_s``. The
-        tasks run once more only if the sender thread is not inside one: a task can take long
-        (summarizing a profiling window's trace: seconds to a minute of Python) and the training
-        process must end when its user's code ends; the final batch goes out either way (the
-        send lock is never held by a task), and the thread sends nothing after it."""
+        tasks run once more only if the sender thread is not inside one (a task that blocks,
+        as a profile summary once did on this thread, must not hold the training process's
+        exit up); the final batch goes out either way (the send lock is never held by a task),
+        and the thread sends nothing after it."""
         deadline = time.monotonic() + timeout_s
         self._stop_event.set()
         if self.is_alive() and threading.current_thread() is not self:
