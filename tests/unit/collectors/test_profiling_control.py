@@ -9,6 +9,17 @@ from perftracker.collectors.safety import ErrorBudget
 from perftracker.schemas.vocabulary import OpKind
 
 
+class SlowProfiler:
+    """A finished window whose trace takes long to turn into summaries: until ``release`` is set."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def events(self):
+        self.release.wait(30)
+        return []
+
+
 def test_classify():
     assert classify("aten::mm", False) is OpKind.CPU_OP
     assert classify("Memcpy HtoD (Pageable -> Device)", True) is OpKind.MEMCPY
@@ -58,15 +69,9 @@ def test_a_window_not_summarized_within_the_exit_budget_is_dropped_and_counted()
     torch = pytest.importorskip("torch")
     emitted, dropped = [], []
     release = threading.Event()
-
-    class SlowProfiler:
-        def events(self):
-            release.wait(10)  # a trace that takes long to turn into summaries
-            return []
-
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
                              on_dropped=dropped.append, exit_budget_s=0.05)
-    windows._finished.extend([("a", SlowProfiler()), ("b", SlowProfiler())])
+    windows._finished.extend([("a", SlowProfiler(release)), ("b", SlowProfiler(release))])
     windows.close()
     windows.summarize_finished()
     assert dropped == [2]
@@ -109,14 +114,8 @@ def test_the_sender_task_never_waits_for_a_summary():
     torch = pytest.importorskip("torch")
     emitted = []
     release = threading.Event()
-
-    class SlowProfiler:
-        def events(self):
-            release.wait(30)
-            return []
-
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0)
-    windows._finished.append(("slow", SlowProfiler()))
+    windows._finished.append(("slow", SlowProfiler(release)))
     task = threading.Thread(target=windows.summarize_finished)
     task.start()
     task.join(30)  # a guard against a hang, not a timing bound
@@ -130,15 +129,9 @@ def test_a_summary_still_running_at_exit_is_dropped_and_counted():
     torch = pytest.importorskip("torch")
     emitted, dropped = [], []
     release = threading.Event()
-
-    class SlowProfiler:
-        def events(self):
-            release.wait(30)
-            return []
-
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0.0,
                              on_dropped=dropped.append, exit_budget_s=0.05)
-    windows._finished.append(("slow", SlowProfiler()))
+    windows._finished.append(("slow", SlowProfiler(release)))
     windows.summarize_finished()  # the summary thread takes it ...
     windows.close()
     windows.summarize_finished()  # ... and is still at it when the process exits
