@@ -31,28 +31,24 @@ import time
 import numpy as np
 from perftracker.collectors.batch import event_count
 from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.detect.accumulate import WindowAcc
 from perftracker.streams.detect.model import comm_function
 from perftracker.streams.detect.rank_events import covered_ns
 
-from .throughput import decode_all, encode_job
+from .throughput import AgentCalls, decode_all, encode_job
 from .workload import Workload
 
 COLLECTIVE_KIND = int(SpanKind.COLLECTIVE)
 
 
-def event_fold(decoded: list[dict], policy: DetectionPolicy) -> float:
-    """CPU seconds of ``add_events`` over every batch, one summarizer per rank."""
-    summarizers: dict[int, RankSummarizer] = {}
+def event_fold(decoded: list[dict]) -> float:
+    """CPU seconds of ``add_events`` over every batch, one summarizer per rank (as the agent keeps them)."""
+    calls = AgentCalls.create()
     now = time.time_ns() // 1_000_000
     start = time.process_time()
     for batch in decoded:
-        rank = int(batch["rank"])
-        s = summarizers.get(rank)
-        if s is None:
-            s = summarizers[rank] = RankSummarizer(batch["job"], rank, policy)
-        s.add_events(batch, now)
+        calls.summarizer_for(batch).add_events(batch, now)
     return time.process_time() - start
 
 
@@ -127,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     job = encode_job(Workload(ranks=args.ranks, seconds=args.seconds), time.time_ns() - (args.seconds + 5) * 10**9)
     decoded = [r for _n, r in decode_all(job)]
     events = sum(event_count(b) for b in decoded)
-    event_s = min(event_fold(decoded, policy) for _ in range(args.repeat))
+    event_s = min(event_fold(decoded) for _ in range(args.repeat))
     chunk_runs = []
     for _ in range(args.repeat):
         windows: dict[tuple[int, int], WindowAcc] = {}
