@@ -14,7 +14,8 @@ consumed, sampled every 0.5 s) must stay **bounded**: below two windows of the j
 quarter at most one second of batches (N) above the mean of its first quarter. The rank
 count is doubled from ``--start`` while trials pass, then bisected ``--bisect`` times between
 the last passing and the first failing count. The same search runs with two workers in one
-consumer group (``scale_2_workers``: their largest N over one worker's).
+consumer group, starting at one worker's count (``scale_2_workers``: their largest N over one
+worker's).
 
 ``memory_mb_per_rank``: the worker's RSS growth from before the first batch to the end of
 the largest passing one-worker trial, over its ranks. ``cpus`` and ``load_avg_1m`` say what the
@@ -182,11 +183,13 @@ def _cpu_s(pid: int) -> float:
     return cpu(pid)
 
 
-def search(bootstrap: str, workers: int, args: argparse.Namespace, log: list[dict]) -> dict[str, Any] | None:
-    """Largest passing trial: doubling from ``args.start``, then ``args.bisect`` bisections."""
+def search(bootstrap: str, workers: int, args: argparse.Namespace, log: list[dict],
+           start: int | None = None) -> dict[str, Any] | None:
+    """Largest passing trial: doubling from ``start`` (default ``args.start``), then
+    ``args.bisect`` bisections."""
     good: dict[str, Any] | None = None
     bad: int | None = None
-    n = args.start
+    n = start or args.start
     while n <= args.max_ranks:
         r = trial(bootstrap, n, workers, args)
         log.append(r)
@@ -234,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     broker = start_broker()
     try:
         one = search(broker.bootstrap, 1, args, trials)
-        two = None if args.no_two else search(broker.bootstrap, 2, args, trials)
+        # two workers follow at least what one does: their search starts at one worker's count
+        two = None if args.no_two else search(broker.bootstrap, 2, args, trials,
+                                               start=one["ranks"] if one else None)
     finally:
         broker.stop()
     ranks_1 = one["ranks"] if one else 0
