@@ -59,10 +59,15 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _consumed(port: int) -> int:
+def _consumed(port: int) -> int | None:
+    """Batches the worker took in; None when its stats did not answer within 1 s (a worker
+    busy with a chunk): such a sample is left out rather than read as nothing consumed."""
     from perftracker.deploy.stack import worker_stats
 
-    return int(((worker_stats(port) or {}).get("counters") or {}).get("records_in.EventBatch", 0))
+    stats = worker_stats(port)
+    if stats is None:
+        return None
+    return int((stats.get("counters") or {}).get("records_in.EventBatch", 0))
 
 
 def _assigned(port: int) -> int:
@@ -144,17 +149,21 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
         sender = Sender(bootstrap, TopicNames.for_prefix(prefix).events, batches, start_ms)
         sender.start()
         samples: list[tuple[float, int]] = []
+        unanswered = 0  # samples left out: a worker's stats did not answer
         end_ms = start_ms + seconds * 1000
         while time.time_ns() // MS < end_ms:
             time.sleep(0.5)
             t = (time.time_ns() // MS - start_ms) / 1000
-            lag = sender.sent - sum(_consumed(port) for _, port in procs)
-            samples.append((t, lag))
+            sent, consumed_now = sender.sent, [_consumed(port) for _, port in procs]
+            if None in consumed_now:
+                unanswered += 1
+                continue
+            samples.append((t, sent - sum(c for c in consumed_now if c is not None)))
         sender.stop_flag.set()
         sender.join(10)
         rss = [_rss_mb(p.pid) for p, _ in procs]
         cpu = [_cpu_s(p.pid) - c0 for (p, _), c0 in zip(procs, cpu0, strict=True)]
-        consumed = sum(_consumed(port) for _, port in procs)
+        consumed = sum(_consumed(port) or 0 for _, port in procs)
     finally:
         for p, _ in procs:
             os.killpg(p.pid, signal.SIGTERM)
@@ -174,7 +183,7 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
             "events_per_s": ranks * events_per_batch, "rss_mb": [round(x, 1) for x in rss],
             "rss_growth_mb": round(sum(rss) - sum(rss0), 1), "worker_cpu_s": [round(c, 1) for c in cpu],
             "events_per_worker_cpu_s": round(consumed * events_per_batch / max(sum(cpu), 1e-9)),
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+            "stats_unanswered": unanswered, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def _cpu_s(pid: int) -> float:
