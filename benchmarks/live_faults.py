@@ -80,6 +80,7 @@ class Scenario:
     hang: bool = False  # needs hang_floor_s (30 s) + a window before it can be named
     extra_budget_s: float = 0.0  # watched this much longer (a regression needs 4+ windows by design)
     fault_for_s: float = 0.0  # the fault stops this long after its onset (0: it never does)
+    onset_s: float | None = None  # the fault starts this long after training starts (None: --onset-s)
 
     @property
     def culprit_ranks(self) -> tuple[int, ...]:
@@ -111,6 +112,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("slow-loader-workers", "slow-loader-workers", Expect({2: DL})),
     Scenario("long-pause", "long-pause", Expect(), ranks=(1,)),
     Scenario("fault-clears", "slow-optimizer", Expect({1: SF}, clears=True), fault_for_s=20.0, extra_budget_s=45.0),
+    Scenario("slow-from-start", "slow-optimizer", Expect({3: SF}), onset_s=0.0, extra_budget_s=20.0),
+    Scenario("noisy-none", "jitter", Expect(), onset_s=0.0, extra_budget_s=20.0),
 )}
 
 
@@ -249,6 +252,7 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
     from perftracker.sinks.client import diagnose
 
     job = f"lf-{scenario.name}-{int(time.time())}"
+    onset_s = scenario.onset_s if scenario.onset_s is not None else onset_s
     onset_file, run_file = work / f"{job}.onset.json", work / f"{job}.run"
     run_file.write_text("training runs while this file exists")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PERFTRACKER_", "TORCHELASTIC_"))}

@@ -15,7 +15,7 @@ Environment (all optional):
 
     LF_FAULT      none (default) or a name in FAULTS
     LF_RANKS      culprit ranks, comma-separated (default 2)
-    LF_ONSET_S    the fault starts this many seconds after the first step (default 20)
+    LF_ONSET_S    the fault starts this many seconds after the first step (default 20; 0: from the first step)
     LF_DELAY_MS   size of the injected delay (default 20)
     LF_FOR_S      the fault stops this many seconds after it started (default 0: it never stops)
     LF_ONSET_FILE the first culprit (rank 0 for job-wide faults) writes {"wall_time", "pid", ...} there
@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -47,15 +48,17 @@ from torch.utils.data.dataloader import default_collate
 FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodule", "host-copies",
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
           "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
-          "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers", "long-pause")
+          "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers", "long-pause",
+          "jitter")
 LONG_PAUSE_S = 12.0  # long-pause: one stall, shorter than a hang (hang_floor_s 30 s)
 LOADER_WORKERS = 2  # slow-loader-workers: every rank's DataLoader has this many worker processes
-ALL_RANKS = ("job-wide-slowdown",)
+ALL_RANKS = ("job-wide-slowdown", "jitter")
 CREEP_S = 40.0  # gradual-creep: the delay grows from 0 to LF_DELAY_MS x 2 over this many seconds
 HOGS = 2  # cpu-contention: busy processes sharing the culprit's core
 STALL_MAX_S = 240.0
 EVERY_NTH = 4  # intermittent-straggler: one step in this many is slow (by this many times the delay)
 GC_OBJECTS = 200_000  # gc-storm: small containers kept alive, which every collection walks
+JITTER_P = 0.05  # jitter: each rank's optimizer step is this often 1.5 x the delay slower, at random
 
 
 class Fault:
@@ -82,6 +85,7 @@ class Fault:
         self.calls = 0
         self.heap: list = []
         self.hogs: list[subprocess.Popen] = []
+        self.random = random.Random(rank)  # jitter: each rank its own draws
 
     def active(self, name: str) -> bool:
         return (self.on and self.mine and self.name == name
@@ -173,6 +177,9 @@ class TrainerSGD(torch.optim.SGD):
         loss = super().step(closure)
         if FAULT.active("slow-optimizer") or (FAULT.active("two-culprits") and FAULT.culprit_index == 1):
             busy(FAULT.delay_s, torch.ones(16, 16))  # LF:slow-optimizer
+        if FAULT.active("jitter"):  # every rank: short waits each step, now and then a long one
+            long = FAULT.random.random() < JITTER_P
+            busy(FAULT.delay_s * (1.5 if long else FAULT.random.uniform(0, 0.1)), torch.ones(16, 16))  # LF:jitter
         return loss
 
 
