@@ -114,6 +114,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("fault-clears", "slow-optimizer", Expect({1: SF}, clears=True), fault_for_s=20.0, extra_budget_s=45.0),
     Scenario("slow-from-start", "slow-optimizer", Expect({3: SF}), onset_s=0.0, extra_budget_s=20.0),
     Scenario("noisy-none", "jitter", Expect(), onset_s=0.0, extra_budget_s=20.0),
+    Scenario("gil-thread", "gil-thread", Expect({2: SF}, location="gil-thread")),
 )}
 
 

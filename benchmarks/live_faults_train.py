@@ -35,6 +35,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -49,7 +50,7 @@ FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodul
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
           "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
           "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers", "long-pause",
-          "jitter")
+          "jitter", "gil-thread")
 LONG_PAUSE_S = 12.0  # long-pause: one stall, shorter than a hang (hang_floor_s 30 s)
 LOADER_WORKERS = 2  # slow-loader-workers: every rank's DataLoader has this many worker processes
 ALL_RANKS = ("job-wide-slowdown", "jitter")
@@ -95,6 +96,8 @@ class Fault:
         self.on, self.since = True, time.monotonic()
         if self.mine and self.name == "cpu-contention":
             self.hogs = start_hogs()
+        if self.mine and self.name == "gil-thread":
+            threading.Thread(target=gil_hog, name="metrics-export", daemon=True).start()
         if self.writer and self.onset_file:
             info = {"fault": self.name, "rank": self.rank, "step": step, "pid": os.getpid(), "wall_time": time.time()}
             with open(self.onset_file + ".tmp", "w") as f:
@@ -272,6 +275,15 @@ def stall() -> None:
     end = time.monotonic() + STALL_MAX_S
     while FAULT.running() and time.monotonic() < end:
         time.sleep(0.2)  # LF:stall
+
+
+def gil_hog() -> None:
+    """A background thread of the training process in pure Python (a metrics exporter that
+    serializes in a loop, say): it holds the GIL whenever the training thread lets go of it."""
+    x = 0
+    while FAULT.running():
+        for _ in range(100_000):
+            x += 1  # LF:gil-thread
 
 
 def start_hogs() -> list[subprocess.Popen]:
