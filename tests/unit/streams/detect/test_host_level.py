@@ -258,3 +258,30 @@ def test_a_host_peer_with_a_trace_of_the_culprits_cpu_wait_is_not_joined():
     # rank 3 waited 16.8 ms/step above its peers, rank 2 only 3.8: contended too, but not alike
     (f,) = blamed(diagnose_window(job({2: 4.0, 3: 17.0}), [allreduce(straggler(3))], POL))
     assert f.ranks == (3,) and f.cause == Cause.HOST_CPU_CONTENTION and "joined_ranks" not in f.evidence
+
+
+def outlier_of(fn: str, kind: SpanKind, cost: float, rank: int = 3) -> dict:
+    """A comparison where ``rank`` is an outlier (a finding on its own) costing ``cost`` ms/step."""
+    c = minor(fn, kind, cost, rank)
+    c["outliers"], c["minor_outliers"] = c["minor_outliers"], []
+    c["outliers"][0].update(calls_ratio=1.0, per_call_ratio=(0.4 + cost) / 0.4)
+    return c
+
+
+def test_an_outlier_that_explains_a_small_part_of_the_wait_leaves_the_late_entry_with_it_as_evidence():
+    """Live fault suite, host-copies (2026-11-27): rank 1 cloned tensors in untimed code for
+    20 ms a step; the clones' garbage gave it kind:gc 1.8 ms/step against 0.1 on its peers, and
+    it was named gc_pause "costs the job ~22.6 ms per step". 1.7 ms/step explains less than
+    0.7 of the 19.8 the others wait for it: the late entry is the finding, the GC its evidence."""
+    gc = outlier_of("kind:gc", SpanKind.GC, 1.7)
+    (f,) = blamed(diagnose_window(job({}), [gc, allreduce(straggler(3, 1.0, 19.8))], POL))
+    assert f.cause == Cause.SLOW_FUNCTION and f.kind == Kind.STRAGGLER and f.identity == "late|3"
+    assert abs(f.impact_ms - 19.8) < 1e-6
+    assert "its slow instrumented functions explain only 1.7 ms/step of it (kind:gc +1.7 ms/step)" in f.summary
+    assert f.evidence["abnormal_functions"] == ["kind:gc"] and f.evidence["explained_ms_per_step"] == 1.7
+
+
+def test_an_outlier_that_explains_most_of_the_wait_stays_the_finding():
+    gc = outlier_of("kind:gc", SpanKind.GC, 15.0)
+    (f,) = blamed(diagnose_window(job({}), [gc, allreduce(straggler(3, 1.0, 19.8))], POL))
+    assert f.cause == Cause.GC_PAUSE and f.kind == Kind.OUTLIER and abs(f.impact_ms - 19.8) < 1e-6
