@@ -8,8 +8,9 @@ explain it, and the PROFILE request it triggers; a hang), then the incident life
 the root cause it comes from can open first and explain it. A window counts as clean
 (toward resolving incidents) only when the job ran most of it: the median rank completed
 ``full_progress_share`` of the steps a window usually holds (the window length over the
-job's median pace: wall time per iteration, the time between iterations included); a job's first or last,
-partial windows and stalls are missing data (an incident must not resolve as a job ends).
+job's median pace: wall time per iteration, the time between iterations included); a job's
+first or last, partial windows and stalls are missing data (an incident must not resolve as
+a job ends).
 
 A shared inefficiency (an all-rank function taking more of the step than a healthy job's,
 :func:`.window._expectations`) is judged only on windows in which the job ran most of its

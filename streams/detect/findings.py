@@ -117,8 +117,8 @@ def _more_work(outliers: list[dict], min_excess: float, explains_share: float) -
 
 
 def finite_ratio(ratio: float) -> bool:
-    """False for :data:`.peers.INF_RATIO` (peers make no calls, or spend no time, at all); a tenth of it is a
-    safe margin below the sentinel and far above any real ratio."""
+    """False for :data:`.peers.INF_RATIO` (peers make no calls, or spend no time, at all); a
+    tenth of it is a safe margin below the sentinel and far above any real ratio."""
     return ratio < INF_RATIO / 10
 
 

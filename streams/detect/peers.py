@@ -135,8 +135,9 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
 def _split_groups(t: PeerTable, pol: DetectionPolicy) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
     """(The faster half's ranks, the ranks above it, that half's median) of each peer group
     split in two: as many slow ranks as fast ones or nearly (two slow of four), so the group's
-    median sits between the halves and its spread spans both, and no rank stands out (robust z ~0.7 for 20 ms against 0.2 ms in a 2-slow-of-4 job). A rank counts
-    here when it is above the faster half of its group (the ranks at or below the median) by
+    median sits between the halves and its spread spans both, and no rank stands out (robust
+    z ~0.7 for 20 ms against 0.2 ms in a 2-slow-of-4 job). A rank counts here when it is
+    above the faster half of its group (the ranks at or below the median) by
     ``mad_threshold`` x that half's own spread and by ``min_excess``, in a group whose two
     halves are apart by ``mad_threshold`` x the larger of their spreads (ordinary noise, one
     population, has no such gap: 16 ranks with 5 % noise have none). Which half is abnormal
