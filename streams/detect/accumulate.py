@@ -66,9 +66,6 @@ class CpuAcc:
         self.stack_samples += max(0, int(s.get("stack_samples", 0)))
         self.stack_hz = max(self.stack_hz, float(s.get("stack_hz", 0.0)))
 
-    def add_frame(self, text: str, kind: int, count: int) -> None:
-        self.frames[(text, kind)] = self.frames.get((text, kind), 0) + count
-
     def total(self, k: str) -> int:
         """Sum of field ``k`` over the samples that knew it; -1 when none did."""
         return self.sums.get(k, 0) if self.known.get(k) else -1

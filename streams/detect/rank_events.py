@@ -9,13 +9,15 @@ the span covered by the union of those intervals, same monotonic clock), so a vi
 ``backward`` that merely waited in an all-reduce does not look slow. Iterations add
 their step and duration to the window they end in. A comm event with ``dur_ns < 0`` is
 the entry marker of a call still in flight: it only moves the rank's pending
-collective (hang culprits). A batch with nothing completed in it (a heartbeat, or only
+collective (hang culprits). A time that is not a finite number is counted
+(``bad_timestamp``, ``bad_duration``) and its event left out, never read. A batch with nothing completed in it (a heartbeat, or only
 entry markers) moves the rank's data to the batch's time, so a stalled or waiting rank's
 windows keep closing. Bad columns and values are counted in ``skipped``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -48,6 +50,7 @@ def covered_ns(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarra
     return upto(b) - upto(a)
 
 
+@functools.lru_cache(maxsize=8192)  # a job's stacks repeat the same few hundred frames
 def frame_text(name: str, line: int, code: str) -> str:
     """``'<file> <function>'`` + line + source -> ``'train.py:88 step `x.clone()`'``."""
     file, _, func = name.rpartition(" ")
@@ -93,12 +96,13 @@ class EventFolder:
         if len({len(c) for c in cols} | {len(codes)}) > 1:
             self.skipped["ragged_columns"] += 1
             return
+        frames, n = w.cpu.frames, len(names)
         for frame, line, kind, count, code in zip(*cols, codes, strict=True):
-            if not (0 <= frame < len(names) and -1 <= code < len(names)):
+            if not (0 <= frame < n and -1 <= code < n):
                 self.skipped["bad_name_index"] += 1
                 continue
-            w.cpu.add_frame(frame_text(names[frame], int(line), names[code] if code >= 0 else ""),
-                            int(kind), int(count))
+            key = (frame_text(names[frame], int(line), names[code] if code >= 0 else ""), int(kind))
+            frames[key] = frames.get(key, 0) + int(count)  # (frame text, kind) -> samples
 
     def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
         arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)
@@ -138,16 +142,22 @@ class EventFolder:
                 group_id = str(groups[int(grp)]["group_id"])
                 fn_group = named[(op, grp)] = (comm_function(names[int(op)], group_id), group_id)
             fname, group_id = fn_group
+            if not math.isfinite(start):
+                skipped["bad_timestamp"] += 1
+                continue
+            if not math.isfinite(dur):
+                skipped["bad_duration"] += 1
+                continue
             wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
             in_range = lo <= wall_ms <= hi
-            if dur < 0 and math.isfinite(dur):  # entry marker of a call still in flight
+            if dur < 0:  # entry marker of a call still in flight
                 progress.note_entry(group_id, int(seq), wall_ms, True)
                 if in_range:
                     progress.note_event(wall_ms, fname)
                     windows.note_data(wall_ms)
                 skipped["in_flight_collective"] += 1
                 continue
-            if not (math.isfinite(dur) and 0 <= dur <= max_dur):
+            if dur > max_dur:
                 skipped["bad_duration"] += 1
                 continue
             iseq = int(seq)
@@ -222,6 +232,9 @@ class EventFolder:
             return
         for step, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
             if self._bad_dur(dur):
+                continue
+            if not math.isfinite(start):
+                self.skipped["bad_timestamp"] += 1
                 continue
             wall_ms = int((offset_ns + start + dur) // 1_000_000)
             if not self.windows.plausible(wall_ms):

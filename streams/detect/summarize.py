@@ -20,14 +20,18 @@ Bad input is skipped and counted in ``skipped``; it never raises.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from ...schemas.records import FunctionPattern, RankWindow
 from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
+from .chunk_fold import ChunkResult, fold_chunk
 from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
 from .rank_windows import RankWindows
+
+ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError)
 
 
 class RankSummarizer:
@@ -53,12 +57,23 @@ class RankSummarizer:
     # ---- input -------------------------------------------------------------------------
     def add_events(self, batch: dict, now_wall_ms: int | None = None) -> None:
         """Fold one decoded EventBatch in. Never raises on bad content."""
+        if self._open(batch):
+            try:
+                self.events.fold(batch)
+                self._folded(batch, now_wall_ms)
+            except ERRORS as exc:
+                self._bad(exc)
+        self._note_dropped()
+        self._note_input(now_wall_ms)
+
+    def _open(self, batch: dict) -> bool:
+        """Check a batch's header (job, rank, batch seq) and take its identity; whether to fold it."""
         try:
             if int(batch["rank"]) != self.rank or batch["job"] != self.job:
                 self.skipped["wrong_rank_or_job"] += 1
-                return
+                return False
             if not self._accept_seq(int(batch.get("pid", 0)), int(batch["seq"])):
-                return
+                return False
             if self.ended:  # a new process of this rank (another pid) after the final batch
                 self.ended = False
                 self.windows.reopen()
@@ -67,17 +82,22 @@ class RankSummarizer:
                                  str(batch["host"]), int(batch["gpu"]),
                                  _mesh_coords(batch.get("mesh_coords")) or self.meta.mesh_coords)
             self.collector_dropped = int(batch.get("dropped_events", 0))
-            self.events.fold(batch)
-            self.clock.note(self.windows.batch_wall_ms, now_wall_ms)
-            if batch.get("final"):
-                self.ended = True
-                closed = self.windows.close_all()
-                self._closed_at_end += closed
-                self.final_closed += len(closed)
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
-            self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
-        self._note_dropped()
-        self._note_input(now_wall_ms)
+            return True
+        except ERRORS as exc:
+            self._bad(exc)
+            return False
+
+    def _folded(self, batch: dict, now_wall_ms: int | None) -> None:
+        """After a batch was folded in: the job's clock moves, a final batch ends the rank."""
+        self.clock.note(int(batch["wall_ns"]) // 1_000_000, now_wall_ms)
+        if batch.get("final"):
+            self.ended = True
+            closed = self.windows.close_all()
+            self._closed_at_end += closed
+            self.final_closed += len(closed)
+
+    def _bad(self, exc: Exception) -> None:
+        self.skipped[f"bad_batch:{type(exc).__name__}"] += 1
 
     def _accept_seq(self, pid: int, seq: int) -> bool:
         prev = self._batch_seq
@@ -107,7 +127,7 @@ class RankSummarizer:
                 w = self.windows.slot(int(wall) // 1_000_000)
                 if w is not None:
                     w.add_hw_sample(hw, i)
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        except ERRORS as exc:
             self.skipped[f"bad_hardware:{type(exc).__name__}"] += 1
         self._note_input(now_wall_ms)
 
@@ -157,3 +177,42 @@ def _mesh_coords(value: object) -> dict[str, int]:
     if not isinstance(value, dict) or not value:
         return {}
     return {str(k): int(v) for k, v in list(value.items())[:MAX_MESH_DIMS]}
+
+
+def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms: int | None = None) -> ChunkResult:
+    """Feed many decoded batches at once: ``(summarizer, is_hardware, batch)``, each rank's in the
+    order they came. The same as :meth:`RankSummarizer.add_events` and
+    :meth:`~RankSummarizer.add_hardware` one by one, in order, but the EventBatches are folded
+    together (:mod:`.chunk_fold`): in rounds, a rank's batches up to its next HardwareBatch or
+    final batch in one round, so what each rank sees comes in its own order."""
+    rounds: list[list[tuple[RankSummarizer, bool, dict]]] = []
+    level: dict[int, int] = {}  # id(summarizer) -> the round its next batch goes to
+    for item in items:
+        s, hardware, batch = item
+        k = level.get(id(s), 0)
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(item)
+        if hardware or (isinstance(batch, dict) and batch.get("final")):
+            level[id(s)] = k + 1  # what comes after it waits for the round to be folded
+    total = ChunkResult()
+    for round_items in rounds:
+        opened = [(s, b) for s, hardware, b in round_items if not hardware and s._open(b)]
+        result = fold_chunk([(s.events, b) for s, b in opened])
+        for i, (s, b) in enumerate(opened):
+            exc = result.errors.get(i)
+            try:
+                if exc is not None:
+                    raise exc
+                s._folded(b, now_wall_ms)
+            except ERRORS as err:
+                s._bad(err)
+        for s, hardware, b in round_items:
+            if hardware:
+                s.add_hardware(b, now_wall_ms)
+            else:
+                s._note_dropped()
+                s._note_input(now_wall_ms)
+        total.sequential += result.sequential
+        total.failure = total.failure or result.failure
+    return total

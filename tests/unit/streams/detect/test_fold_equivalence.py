@@ -17,7 +17,7 @@ MS = 1_000_000
 WALL0 = 1_700_000_000_000 * MS
 MONO0 = 10**12
 POL = DetectionPolicy(window_s=1.0, window_grace_s=1.0, max_open_windows=3, max_duration_s=5.0)
-NAMES = ["load", "", "all_reduce", "fwd", "all_gather"]
+NAMES = ["load", "", "all_reduce", "fwd", "all_gather", "comm:all_reduce:dp"]  # the last: a span named like a call
 GROUPS = [{"group_id": "dp", "ranks": [0, 1]}, {"group_id": "tp", "ranks": [0, 2, 4]}]
 
 times_ms = st.integers(min_value=-9_000, max_value=3_000)  # relative to the batch's time

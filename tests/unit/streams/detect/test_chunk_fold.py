@@ -1,0 +1,178 @@
+"""The chunk-wide fold (``chunk_fold.fold_chunk`` through ``summarize.add_batches``) against folding the
+same batches one at a time (``RankSummarizer.add_events``/``add_hardware``), which
+test_fold_equivalence.py holds to the event-at-a-time fold: random chunks of several ranks'
+batches, interleaved, with every kind of bad value of that test plus CPU samples, stack rows,
+HardwareBatches, final batches and duplicates, leave every rank in the same state after each
+chunk and close the same records; and on batches as the collectors build them most batches are
+folded column-wise, not one at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker.streams.detect.summarize import add_batches
+
+from .test_fold_equivalence import MS, POL, WALL0, batches, state
+
+RANKS = 3
+
+
+def full_state(s: RankSummarizer) -> tuple:
+    cpu = {wid: (w.cpu.samples, dict(w.cpu.frames), dict(w.hw)) for wid, w in s.windows.windows.items()}
+    return (state(s), cpu, s.windows.batch_wall_ms, s.ended, s.final_closed, vars(s.health),
+            s.collector_dropped, s.batches_since_close, s.meta)
+
+
+@st.composite
+def items(draw: st.DrawFn) -> tuple[int, bool, dict]:
+    """(rank, is_hardware, batch) with the rank and extras filled in."""
+    rank = draw(st.integers(0, RANKS - 1))
+    if draw(st.integers(0, 9)) == 0:  # a HardwareBatch
+        at = draw(st.integers(0, 12_000))
+        n = draw(st.integers(1, 3))
+        hw = {"job": "j", "rank": rank, "wall_ns": [WALL0 + (at + 100 * k) * MS for k in range(n)],
+              "throttle_reasons": [0] * n}
+        for f in ("sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "power_w", "util_gpu_pct", "pcie_gen",
+                  "pcie_width", "nvlink_errors", "ecc_uncorrected", "xid"):
+            hw[f] = [float(draw(st.integers(0, 100)))] * n
+        return rank, True, hw
+    b = dict(draw(batches()), rank=rank)
+    if draw(st.booleans()):
+        b["cpu"] = [{"interval_ns": 10**9, "thread_cpu_ns": draw(st.integers(0, 10**9)), "stack_samples": 3}]
+        b["stacks"] = {"frame": [0, 3], "line": [10, 20], "kind": [1, 0], "count": [2, 1], "code": [-1, 2]}
+    b["final"] = draw(st.integers(0, 14)) == 0
+    b["pid"] = draw(st.sampled_from([1, 1, 1, 2]))
+    return rank, False, b
+
+
+def check(chunks: list[list[tuple[int, bool, dict]]], poll: bool, policy: DetectionPolicy,
+          ordered: bool) -> tuple[int, int]:
+    """Feed ``chunks`` both ways and compare after each; ``ordered``: each group's collective
+    seqs made to increase in each rank's order, and its batches' times to move on mostly (as a
+    real rank's do). Returns (batches, folded
+    one at a time)."""
+    one = [RankSummarizer("j", r, policy) for r in range(RANKS)]
+    many = [RankSummarizer("j", r, policy) for r in range(RANKS)]
+    seq = [0] * RANKS
+    calls: dict[tuple[int, int], int] = {}
+    batches = sequential = 0
+    for chunk in chunks:
+        fed = []
+        for rank, hardware, batch in chunk:
+            if not hardware:
+                seq[rank] += 1
+                batch = dict(batch, seq=seq[rank] - (seq[rank] % 5 == 0))  # some duplicates
+                if ordered:  # and time moving on: 1.5 s a batch, give or take 0.75 s
+                    batch["wall_ns"] = WALL0 + (1500 * seq[rank] + (batch["wall_ns"] - WALL0) // MS // 16) * MS
+                    seqs = []
+                    for g in batch["comms"]["group"]:
+                        calls[rank, g] = calls.get((rank, g), 0) + 1
+                        seqs.append(calls[rank, g] // 2)  # a call's entry marker and its end share a seq
+                    batch["comms"] = dict(batch["comms"], seq=seqs)
+            fed.append((rank, hardware, batch))
+            if hardware:
+                one[rank].add_hardware(batch, now_wall_ms=0)
+            else:
+                one[rank].add_events(batch, now_wall_ms=0)
+        result = add_batches([(many[r], h, b) for r, h, b in fed], now_wall_ms=0)
+        assert result.failure is None
+        batches += sum(not h for _, h, _ in fed)
+        sequential += result.sequential
+        for a, b in zip(one, many, strict=True):
+            assert full_state(a) == full_state(b)
+        if poll:
+            at = chunk[-1][2]["wall_ns"]
+            at = (at[-1] if isinstance(at, list) else at) // MS
+            for a, b in zip(one, many, strict=True):
+                assert a.poll(at) == b.poll(at)
+    for a, b in zip(one, many, strict=True):
+        assert a.poll(0, flush=True) == b.poll(0, flush=True)
+    return batches, sequential
+
+
+CHUNKS = st.lists(st.lists(items(), min_size=1, max_size=10), min_size=1, max_size=5)
+WIDE = DetectionPolicy(window_s=1.0, window_grace_s=1.0, max_open_windows=64, max_duration_s=5.0)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CHUNKS, st.booleans())
+def test_chunk_fold_equals_folding_one_batch_at_a_time(chunks: list[list[tuple[int, bool, dict]]],
+                                                        poll: bool) -> None:
+    """Anything: random collective seqs, three windows open at most (mostly folded one at a time)."""
+    check(chunks, poll, POL, ordered=False)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CHUNKS, st.booleans())
+def test_chunk_fold_of_ordered_calls_equals_folding_one_batch_at_a_time(
+        chunks: list[list[tuple[int, bool, dict]]], poll: bool) -> None:
+    """Collective seqs in order and room for the windows: mostly folded column-wise."""
+    check(chunks, poll, WIDE, ordered=True)
+
+
+def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -> None:
+    """Batches of the throughput benchmark's workload (real collector layout: 32 ranks, spans, data-
+    and tensor-parallel collectives, iterations): after the chunk holding each rank's first batch
+    (which fixes its first window), every batch is folded column-wise, and the records closed are the one-at-a-time fold's."""
+    from benchmarks.throughput import decode_all, encode_job
+    from benchmarks.workload import Workload
+
+    decoded = [rec for _, rec in decode_all(encode_job(Workload(ranks=32, seconds=6), 1_700_000_000_000 * MS))]
+    pol = DetectionPolicy()
+    one: dict[int, RankSummarizer] = {}
+    many: dict[int, RankSummarizer] = {}
+    sequential = 0
+    for start in range(0, len(decoded), 40):
+        chunk = decoded[start:start + 40]
+        for b in chunk:
+            one.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)).add_events(b, 0)
+        res = add_batches([(many.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)), False, b)
+                           for b in chunk], 0)
+        assert res.failure is None
+        if start:
+            sequential += res.sequential
+    assert sequential == 0, sequential  # only the first chunk: each rank's first batch fixes its first window
+    assert len(decoded) > 5 * 32
+    for r in one:
+        assert full_state(one[r]) == full_state(many[r])
+        assert one[r].poll(0, flush=True) == many[r].poll(0, flush=True)
+    assert sum(len(s.skipped) for s in one.values()) == 0 or np.all(
+        [dict(one[r].skipped) == dict(many[r].skipped) for r in one])
+
+
+def _batch(seq: int, at_ms: int, comms: list[tuple[int, int, int, int]], spans: list[tuple[int, int, int]]) -> dict:
+    """A batch at ``at_ms`` after WALL0: comms (op, seq, start ms, dur ms) in group 0, spans (name, start ms,
+    dur ms) of kind 1, times relative to the batch's."""
+    mono0 = 10**12
+
+    def mono(rel: int) -> int:
+        return mono0 + (at_ms + rel) * MS
+
+    return {"job": "j", "rank": 0, "world_size": 2, "host": "h", "gpu": -1, "pid": 1, "seq": seq,
+            "wall_ns": WALL0 + at_ms * MS, "mono_ns": mono(0), "names": ["load", "", "all_reduce", "fwd"],
+            "groups": [{"group_id": "dp", "ranks": [0, 1]}],
+            "comms": {"op": [c[0] for c in comms], "group": [0] * len(comms), "seq": [c[1] for c in comms],
+                      "bytes": [8] * len(comms), "start_ns": [mono(c[2]) for c in comms],
+                      "dur_ns": [c[3] * MS for c in comms]},
+            "spans": {"kind": [1] * len(spans), "name": [s[0] for s in spans], "start_ns": [mono(s[1]) for s in spans],
+                      "dur_ns": [s[2] * MS for s in spans]},
+            "iterations": {"step": [], "start_ns": [], "dur_ns": []}}
+
+
+def test_latest_event_among_equal_times_is_the_last_folded_and_calls_in_order_end_pending() -> None:
+    """Two events at the rank's latest millisecond: the one folded last (the span: spans fold after
+    collectives) is where the rank was; the last call is pending, not in flight."""
+    pol = DetectionPolicy(window_s=1.0)
+    one, many = RankSummarizer("j", 0, pol), RankSummarizer("j", 0, pol)
+    first = _batch(0, 0, [], [(0, -500, 10)])
+    chunk = [_batch(1, 1000, [(2, 0, -300, 100), (2, 1, -100, 50)], [(3, -50, 5), (0, -400, 1)])]
+    for s in (one, many):
+        s.add_events(first, 0)
+    for b in chunk:
+        one.add_events(b, 0)
+    assert add_batches([(many, False, b) for b in chunk], 0).sequential == 0
+    assert full_state(one) == full_state(many)
+    assert (many.progress.last_function, many.progress.last_event_ms) == ("fwd", (WALL0 // MS) + 950)
+    assert (many.progress.pending_group, many.progress.pending_seq, many.progress.pending_in_flight) == ("dp", 1, False)
