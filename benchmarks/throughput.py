@@ -7,18 +7,19 @@ The batches are produced to a real tansu broker first (lz4, keyed job|rank, as t
 collectors send them), then timed in this one process:
 
 * ``events_per_s`` (end to end): a confluent-kafka consumer reads every partition from
-  the beginning (explicit assignment: no group join in the timing) and each message goes
-  through the summarize agent's own calls (the ``summarize`` stage of
-  ``streams/topology.py`` as ``streams/agents/stage.py`` wires it) -- the
-  input MultiCodec's ``decode`` and the content validation, ``RankSummarizer.add_events``,
-  the gap metrics and counters, ``poll`` and the encoding of every closed
+  the beginning (explicit assignment: no group join in the timing) and the messages go,
+  in chunks of up to 500 as the agent takes them, through the summarize agent's own calls
+  (the ``summarize`` stage of ``streams/topology.py`` as ``streams/agents/stage.py`` wires
+  it) -- the input MultiCodec's ``decode`` and the content validation, the chunk's
+  EventBatches folded together (``summarize.add_batches``: ``detect/chunk_fold.py``),
+  the gap metrics and counters, a ``poll`` of each summarizer fed and the encoding of every closed
   FunctionPattern/RankWindow with the agent's codecs -- plus the
   stage's timer every 0.5 s, and a final flush so every window is closed once.
   Not the Faust/aiokafka consumer: the calls the agent makes, with librdkafka fetching.
 * ``decode_events_per_s``: the input codec's ``decode`` and the validation alone over the
   encoded batches.
-* ``summarize_events_per_s``: ``add_events`` + ``poll`` (window closing included) alone
-  over decoded batches; ``emit_records_per_s``: encoding the closed records alone.
+* ``summarize_events_per_s``: the chunk fold + ``poll`` (window closing included) alone
+  over decoded batches (``sequential_batches``: those the chunk fold folded one at a time); ``emit_records_per_s``: encoding the closed records alone.
 * ``consume_events_per_s``: the consumer loop alone (message values touched, nothing
   decoded): the broker and librdkafka floor.
 
@@ -47,8 +48,10 @@ from perftracker.schemas.rules import limits_for
 from perftracker.schemas.topics import TopicNames
 from perftracker.schemas.validate import validate
 from perftracker.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
+from perftracker.streams.agents.stage import TAKE_MESSAGES
 from perftracker.streams.context import StreamContext
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker.streams.detect.summarize import add_batches
 from perftracker.streams.gaps import GapMetrics
 from perftracker.streams.topology import TopicRole
 
@@ -91,6 +94,7 @@ class AgentCalls:
     summarizers: dict[tuple[str, int], RankSummarizer] = field(default_factory=dict)
     emitted: int = 0
     invalid: int = 0
+    sequential: int = 0  # EventBatches folded one at a time in add_chunk (chunk_fold's fallback)
 
     def __post_init__(self) -> None:
         self.gaps = GapMetrics(self.ctx.counters)
@@ -131,10 +135,30 @@ class AgentCalls:
         if emit:
             self.emit(closed)
 
+    def add_chunk(self, decoded: list[tuple[str, dict]], now: int, emit: bool = True) -> None:
+        """The agent's calls for one chunk: every batch fed at once (``add_batches``: EventBatches
+        folded column-wise), then each summarizer fed polled once."""
+        items = [(self.summarizer_for(record), name == HARDWARE_BATCH, record) for name, record in decoded]
+        self.sequential += add_batches(items, now).sequential
+        fed: dict[int, RankSummarizer] = {}
+        for (s, hardware, record), (name, _) in zip(items, decoded, strict=True):
+            if not hardware:
+                self.gaps.batch_in(s.job, s.rank, s.health.lost_batches, s.health.dropped_events, record)
+            self.ctx.count_in(name)
+            fed.setdefault(id(s), s)
+        closed = [r for s in fed.values() for r in s.poll(now)]
+        if emit:
+            self.emit(closed)
+
     def on_message(self, raw: bytes, now: int) -> None:
         decoded = self.decode(raw)
         if decoded is not None:
             self.add(*decoded, now)
+
+    def on_messages(self, raws: list[bytes], now: int) -> None:
+        """A chunk of messages as the agent takes them (``TAKE_MESSAGES`` at most)."""
+        decoded = [d for d in map(self.decode, raws) if d is not None]
+        self.add_chunk(decoded, now)
 
     def tick(self, now: int, flush: bool = False, emit: bool = True) -> list[tuple[str, dict]]:
         closed: list[tuple[str, dict]] = []
@@ -178,11 +202,12 @@ def decode_all(job: Job) -> list[tuple[str, dict]]:
 
 
 def summarize_all(decoded: list[tuple[str, dict]]) -> AgentCalls:
-    """add_events + poll per batch, the timer's polls, a final flush; nothing encoded."""
+    """The agent's chunks (``TAKE_MESSAGES`` batches folded at once, each summarizer polled), the
+    timer's polls, a final flush; nothing encoded."""
     calls = AgentCalls.create()
     next_tick = time.perf_counter() + TICK_S
-    for name, record in decoded:
-        calls.add(name, record, now_ms(), emit=False)
+    for start in range(0, len(decoded), TAKE_MESSAGES):
+        calls.add_chunk(decoded[start:start + TAKE_MESSAGES], now_ms(), emit=False)
         if time.perf_counter() >= next_tick:
             next_tick += TICK_S
             calls.tick(now_ms(), emit=False)
@@ -230,9 +255,10 @@ def produce(bootstrap: str, job: Job) -> None:
         raise RuntimeError("the broker did not take every batch")
 
 
-def consume(bootstrap: str, total: int, on_value: Callable[[bytes], None],
+def consume(bootstrap: str, total: int, on_values: Callable[[list[bytes]], None],
             on_tick: Callable[[], None] = lambda: None) -> int:
-    """Read ``total`` messages of every partition from the beginning; ``on_value`` each."""
+    """Read ``total`` messages of every partition from the beginning; ``on_values`` takes them in
+    chunks of at most ``TAKE_MESSAGES``, as the agent does."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
@@ -241,11 +267,11 @@ def consume(bootstrap: str, total: int, on_value: Callable[[bytes], None],
     seen, next_tick = 0, time.perf_counter() + TICK_S
     try:
         while seen < total:
-            for msg in c.consume(num_messages=min(1000, total - seen), timeout=0.1):
-                if msg.error():
-                    continue
-                on_value(msg.value())
-                seen += 1
+            values = [m.value() for m in c.consume(num_messages=min(TAKE_MESSAGES, total - seen), timeout=0.1)
+                      if not m.error()]
+            if values:
+                on_values(values)
+                seen += len(values)
             if time.perf_counter() >= next_tick:
                 next_tick += TICK_S
                 on_tick()
@@ -256,7 +282,7 @@ def consume(bootstrap: str, total: int, on_value: Callable[[bytes], None],
 
 def end_to_end(bootstrap: str, job: Job) -> AgentCalls:
     calls = AgentCalls.create()
-    consume(bootstrap, job.batches, lambda v: calls.on_message(v, now_ms()), lambda: calls.tick(now_ms()))
+    consume(bootstrap, job.batches, lambda vs: calls.on_messages(vs, now_ms()), lambda: calls.tick(now_ms()))
     calls.tick(now_ms() + 1, flush=True)
     return calls
 
@@ -290,8 +316,8 @@ def summary(job: Job, e2e: tuple[float, float], decode: tuple[float, float], sum
         "cpu_events_per_s": rate(job.events, e2e[1]),
         "decode_cpu_s": round(decode[1], 3), "summarize_cpu_s": round(summarize[1], 3),
         "goal_events_per_s": GOAL_EVENTS_PER_S,
-        "path": "confluent-kafka consumer + the summarize agent's calls (decode, validate, add_events, gap "
-                "metrics, poll, encode of closed records); not the Faust/aiokafka consumer",
+        "path": "confluent-kafka consumer + the summarize agent's calls per chunk of 500 (decode, validate, "
+                "the chunk fold, gap metrics, poll, encode of closed records); not the Faust/aiokafka consumer",
     }
 
 
@@ -349,6 +375,7 @@ def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, fa
     out.update(worker)
     out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
     out["invalid_end_to_end"] = calls.invalid  # batches validation refused (none: the job is clean)
+    out["sequential_batches"] = calls.sequential  # folded one at a time (each rank's first batch)
     out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})

@@ -42,8 +42,10 @@ from ..schemas.vocabulary import (
     RANK_WINDOW,
 )
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
+from .detect.chunk_fold import ChunkResult
 from .detect.compare import caught_up_ms
 from .detect.job_clock import Due, JobClock, JobClocks
+from .detect.summarize import add_batches
 
 POLL_INTERVAL_S = 0.5  # every stage's timer
 
@@ -121,6 +123,10 @@ class Stage(Generic[C]):
     feed: Callable[[C, str, Record, int], None]  # (core, record name, record, now ms)
     poll: Callable[[C, int, bool], list[Routed]]  # (core, now ms, flush) -> records to route
     poll_on_input: bool = False
+    # optional: feed a chunk of (core, record name, record) at once, each key's in order (the
+    # agent then polls each core fed once, at the chunk's end); what it returns is ignored
+    # except a ``failure`` attribute (an unexpected error it recovered from, to be counted)
+    feed_chunk: Callable[[list[tuple[C, str, Record]], int], Any] | None = None
     # the cores of one job share a JobClock (streams/detect/job_clock.py) whose caught-up bound is
     # ``job_clock(policy)`` ms; ``create`` then takes it as a third argument
     job_clock: Callable[[DetectionPolicy], int] | None = None
@@ -137,6 +143,10 @@ def _feed_summarize(s: RankSummarizer, name: str, record: Record, now: int) -> N
         s.add_hardware(batch, now)
     else:
         s.add_events(batch, now)
+
+
+def _feed_summarize_chunk(items: list[tuple[RankSummarizer, str, Record]], now: int) -> ChunkResult:
+    return add_batches([(s, name == HARDWARE_BATCH, cast(dict, r)) for s, name, r in items], now)
 
 
 def _feed_compare(c: FunctionComparator, name: str, record: Record, now: int) -> None:
@@ -163,7 +173,7 @@ def _poll_diagnose(d: JobDiagnoser, now: int, flush: bool) -> list[Routed]:
 SUMMARIZE: Stage[RankSummarizer] = Stage(
     name="summarize", topic=TopicRole.INPUTS,
     create=lambda r, policy, clock: RankSummarizer(r["job"], int(r["rank"]), policy, clock),
-    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True,
+    feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True, feed_chunk=_feed_summarize_chunk,
     job_clock=lambda policy: policy.grace_ms)  # batches come each second: 3 s behind is behind
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
@@ -364,6 +374,26 @@ class LocalRunner:
             return []
         out = cores.stage.poll(core, now_ms, False)
         cores.schedule(key, core)
+        return self._route(out, now_ms)
+
+    def feed_chunk(self, records: list[tuple[str, Record]], now_ms: int) -> list[Routed]:
+        """Deliver records of one topic as the agent delivers a chunk: at once to a stage with
+        ``feed_chunk`` (each core fed then polled once), else one by one."""
+        cores = self._by_topic.get(TOPIC_OF[records[0][0]]) if records else None
+        if cores is None or cores.stage.feed_chunk is None:
+            return [r for name, record in records for r in self.feed(name, record, now_ms)]
+        items: list[tuple[Any, str, Record]] = []
+        fed: dict[str, Any] = {}
+        for name, record in records:
+            core = cores.for_record(record)
+            items.append((core, name, record))
+            fed.setdefault(cores.key_of(record), core)
+        cores.stage.feed_chunk(items, now_ms)
+        out: list[Routed] = []
+        for key, core in fed.items():
+            if cores.stage.poll_on_input:
+                out += cores.stage.poll(core, now_ms, False)
+            cores.schedule(key, core)
         return self._route(out, now_ms)
 
     def poll(self, stage: Stage[Any], now_ms: int, flush: bool = False) -> list[Routed]:

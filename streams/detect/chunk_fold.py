@@ -251,7 +251,9 @@ class _Plan:
         # function and group per (batch, op, group): one Python step per distinct one
         key = (cp * (1 << 20) + np.where(valid, op, 0).astype(np.int64)) * (1 << 20) + np.where(valid, grp, 0).astype(np.int64)
         uniq, inv = np.unique(np.where(valid, key, -1), return_inverse=True)
-        fid, gid, members = [], [], []
+        fid: list[int] = []
+        gid: list[int] = []
+        members: list[Any] = []
         for k in uniq.tolist():
             if k < 0:
                 fid.append(-1)
