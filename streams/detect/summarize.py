@@ -184,17 +184,21 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
     order they came. The same as :meth:`RankSummarizer.add_events` and
     :meth:`~RankSummarizer.add_hardware` one by one, in order, but the EventBatches are folded
     together (:mod:`.chunk_fold`): in rounds, a rank's batches up to its next HardwareBatch or
-    final batch in one round, so what each rank sees comes in its own order."""
+    final batch in one round (its first batch ever in a round of its own), so what each rank
+    sees comes in its own order."""
     rounds: list[list[tuple[RankSummarizer, bool, dict]]] = []
     level: dict[int, int] = {}  # id(summarizer) -> the round its next batch goes to
     for item in items:
         s, hardware, batch = item
+        first = id(s) not in level and s.windows.next_window is None
         k = level.get(id(s), 0)
         if k == len(rounds):
             rounds.append([])
         rounds[k].append(item)
-        if hardware or (isinstance(batch, dict) and batch.get("final")):
-            level[id(s)] = k + 1  # what comes after it waits for the round to be folded
+        if hardware or (isinstance(batch, dict) and batch.get("final")) or first:
+            # what comes after it waits for the round to be folded; so does what comes after the
+            # rank's first batch ever (it is folded one at a time: it fixes the rank's first window)
+            level[id(s)] = k + 1
     total = ChunkResult()
     for round_items in rounds:
         opened = [(s, b) for s, hardware, b in round_items if not hardware and s._open(b)]
