@@ -69,6 +69,9 @@ class StreamCounters(CounterSet):
                                       "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
     bundles_out = Counter("messages produced that carried several records of one key (RecordBundle), by "
                           "topic role (records_out counts the records in them)", labels=("topic",))
+    batches_folded = Counter("EventBatches the summarizers folded, by how: 'columnar' (a chunk's batches "
+                             "at once, detect/chunk_fold.py) or 'one_at_a_time' (a rank's first batch, "
+                             "calls out of order, values beyond the chunk fold's range)", labels=("how",))
     ranks_ended = Counter("ranks whose collector's final batch (clean exit) came")
     windows_closed_at_end = Counter("windows closed by a rank's final batch instead of by later data "
                                     "or the clock (a finished job's last, partial windows)")

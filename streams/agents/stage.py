@@ -89,9 +89,14 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
             items.append((core, name, record))
             fed.setdefault(key, core)
         try:
-            failure = getattr(stage.feed_chunk(items, now), "failure", None)
+            result = stage.feed_chunk(items, now)
+            failure = getattr(result, "failure", None)
             if failure is not None:  # recovered from (folded one at a time), but a defect to see
                 ctx.failed(f"{stage.name}.chunk", failure)
+            one_at_a_time, folded = getattr(result, "sequential", 0), getattr(result, "folded", 0)
+            if folded:
+                ctx.counters.inc(StreamCounters.batches_folded, "columnar", by=folded - one_at_a_time)
+                ctx.counters.inc(StreamCounters.batches_folded, "one_at_a_time", by=one_at_a_time)
         except Exception as exc:
             ctx.failed(stage.name, exc)
         for core, name, record in items:

@@ -59,6 +59,7 @@ class ChunkResult:
 
     errors: dict[int, Exception] = field(default_factory=dict)  # work index -> why its batch failed
     sequential: int = 0  # batches folded one at a time (see the module docstring)
+    folded: int = 0  # batches folded in all
     failure: Exception | None = None  # an unexpected error of the columnar fold (all went sequential)
 
 
@@ -118,7 +119,7 @@ def _floor_ms(ns: np.ndarray) -> np.ndarray:
 
 def fold_chunk(work: Sequence[tuple[EventFolder, dict]]) -> ChunkResult:
     """Fold ``work``'s batches (each rank's in order) into their folders; see the module docstring."""
-    result = ChunkResult()
+    result = ChunkResult(folded=len(work))
     if not work:
         return result
     rank_of: dict[int, int] = {}

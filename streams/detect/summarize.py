@@ -218,5 +218,6 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
                 s._note_dropped()
                 s._note_input(now_wall_ms)
         total.sequential += result.sequential
+        total.folded += result.folded
         total.failure = total.failure or result.failure
     return total
