@@ -113,6 +113,7 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
                 **{k: v for k, v in counters().items() if k.startswith(("records_", "errors"))}}
     wait_for(lambda: opened() >= live_incidents, 180, 2.0, state)
     dropped = {k: v for k, v in counters().items() if k.startswith("events_dropped")}
+    folded = {k: v for k, v in counters().items() if k.startswith("batches_folded")}
     stop_workers(d)
     for c in d.components:
         c.stop()
@@ -126,6 +127,8 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
     print(f"\nbacklog of {RANKS} ranks x {SECONDS} s ({len(records)} batches): {len(stored)} rank windows "
           f"stored, incidents {sorted(opened())}, worker drops {dropped}")
     assert not any(dropped.values()), dropped
+    # the agent folded its chunks column-wise: one at a time only each rank's first batch
+    assert folded.get("batches_folded.columnar", 0) > len(records) / 2, folded
     assert max(int(x) for *_, x in rows) == 0  # no RankWindow reports an event dropped
     assert {r for r, _ in stored} == set(range(RANKS))
     assert stored == live_windows  # the final batches close every window: the same windows, same steps
