@@ -42,3 +42,20 @@ def quantile(hist: list[int], q: float) -> float:
         return 0.0
     idx = int(np.searchsorted(np.cumsum(counts), q * total, side="left"))
     return float(2.0 ** ((idx + 0.5) / BUCKETS_PER_OCTAVE))
+
+
+def grouped_histograms(s: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> list[list[int]]:
+    """:func:`histogram` of many groups at once (``s``: each group's values sorted, group ``i``
+    at ``s[starts[i]:starts[i] + counts[i]]``): one bucketing and one bincount for all."""
+    groups = len(counts)
+    if len(s) == 0:
+        return [[] for _ in range(groups)]
+    bucket = bucket_of(s)
+    width = int(bucket.max()) + 1
+    group = np.repeat(np.arange(groups), counts)
+    table = np.bincount(group * width + bucket, minlength=groups * width).reshape(groups, width)
+    ends = (starts + counts - 1).tolist()
+    top = bucket.tolist()
+    rows = table.tolist()
+    # sorted values: a group's last value has its highest bucket (trailing zeros trimmed)
+    return [row[:top[e] + 1] if c else [] for row, e, c in zip(rows, ends, counts.tolist(), strict=True)]

@@ -23,9 +23,9 @@ from ...schemas.vocabulary import (
     SpanKind,
 )
 from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
-from .histogram import histogram
+from .histogram import grouped_histograms
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
-from .quantiles import percentiles
+from .quantiles import grouped_percentiles
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
@@ -40,8 +40,7 @@ def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, 
     if w.functions or steps:
         add_kind_aggregates(w)
     out: list[tuple[str, FunctionPattern | RankWindow]] = [
-        (FUNCTION_PATTERN, pattern_record(meta, window_id, window_s, sig, name, acc, steps))
-        for name, acc in sorted(w.functions.items())]
+        (FUNCTION_PATTERN, p) for p in pattern_records(meta, window_id, window_s, sig, sorted(w.functions.items()), steps)]
     out.append((RANK_WINDOW, rank_window_record(meta, window_id, window_s, sig, w, progress, health,
                                                  batches=batches, ended=ended)))
     return out
@@ -99,22 +98,41 @@ def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float
         rank=meta.rank, world_size=meta.world_size, host=meta.host, gpu=meta.gpu, signature=signature)
 
 
-def pattern_record(meta: RankMeta, window_id: int, window_s: float, signature: str,
-                   name: str, acc: FunctionAcc, steps: int) -> FunctionPattern:
-    """FunctionPattern for one function of one closed window."""
-    d = np.asarray(acc.durations if not acc.seqs else acc.seq_durs, dtype=np.int64)
-    if acc.seqs:
-        d = np.concatenate([d, np.asarray(acc.durations, dtype=np.int64)])
-    q = percentiles(d)
-    return FunctionPattern(
-        **_window_fields(FUNCTION_PATTERN_VERSION, meta, window_id, window_s, signature),
-        function=name, kind=int(acc.kind), steps=int(steps),
-        count=int(len(d) + acc.overflow), total_ns=int(d.sum()),
-        p50_ns=int(q[0]), p90_ns=int(q[1]), p99_ns=int(q[2]),
-        max_ns=int(d.max()) if len(d) else 0, hist=histogram(d),
+def pattern_records(meta: RankMeta, window_id: int, window_s: float, signature: str,
+                    functions: list[tuple[str, FunctionAcc]], steps: int) -> list[FunctionPattern]:
+    """FunctionPattern of each function of one closed window (collectives: their per-seq durations
+    first), computed together: one sort of every duration of the window by (function, value)
+    gives each function's count, total, max and exact p50/p90/p99 (:func:`.quantiles.grouped_percentiles`),
+    one bincount its histogram -- the numbers of one ``percentiles``/``histogram`` call per
+    function (tests/unit/streams/detect/test_quantiles.py)."""
+    values: list[int] = []
+    lengths: list[int] = []
+    for _, acc in functions:
+        if acc.seqs:
+            values += acc.seq_durs
+        values += acc.durations
+        lengths.append(len(acc.seq_durs) + len(acc.durations) if acc.seqs else len(acc.durations))
+    counts = np.asarray(lengths, np.int64)
+    d = np.asarray(values, dtype=np.int64)
+    group = np.repeat(np.arange(len(functions)), counts)
+    s = d[np.lexsort((d, group))]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    cum = np.concatenate([[0], np.cumsum(s)])
+    totals = (cum[starts + counts] - cum[starts]).tolist()
+    maxima = (np.where(counts > 0, s[np.maximum(starts + counts - 1, 0)], 0) if len(s)
+              else np.zeros(len(counts), np.int64)).tolist()
+    q = grouped_percentiles(s, starts, counts).tolist()
+    hists = grouped_histograms(s, starts, counts)
+    header = _window_fields(FUNCTION_PATTERN_VERSION, meta, window_id, window_s, signature)
+    mesh = {str(k): int(v) for k, v in meta.mesh_coords.items()}
+    return [FunctionPattern(
+        **header, function=name, kind=int(acc.kind), steps=int(steps),
+        count=int(n + acc.overflow), total_ns=int(total),
+        p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(top), hist=hist,
         group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-        seqs=list(acc.seqs), seq_dur_ns=list(acc.seq_durs),
-        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()})
+        seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh))  # the closed window's own lists
+        for (name, acc), n, total, p50, p90, p99, top, hist
+        in zip(functions, lengths, totals, q[0], q[1], q[2], maxima, hists, strict=True)]
 
 
 def _mean(xs: list[float]) -> float:
