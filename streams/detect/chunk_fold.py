@@ -132,17 +132,15 @@ def fold_chunk(work: Sequence[tuple[EventFolder, dict]]) -> ChunkResult:
             folders.append(folder)
         batch_rank.append(r)
     sequential = np.zeros(len(folders), bool)
-    plan: _Plan | None = _Plan(work, folders, np.asarray(batch_rank, np.int64), sequential)
+    plan = _Plan(work, folders, np.asarray(batch_rank, np.int64), sequential)
     try:
-        assert plan is not None
         plan.build()
         plan.plan()
     except Exception as exc:  # columns that are not numbers, or a defect here: fold one at a time
         result.failure = None if isinstance(exc, ERRORS) else exc
         sequential[:] = True
-        plan = None
-    if plan is not None:
-        plan.apply(result)
+    if not sequential.all():
+        plan.apply(result)  # changes only the ranks not folded one at a time
     for p, (folder, batch) in enumerate(work):
         if sequential[batch_rank[p]]:
             result.sequential += 1
@@ -448,8 +446,6 @@ class _Plan:
     def apply(self, result: ChunkResult) -> None:
         """Change the folders of the ranks folded column-wise."""
         fast = ~self.sequential
-        if not fast.any():
-            return
         self._apply_counts(fast)
         self._apply_accumulators(fast)
         self._apply_progress(fast)
