@@ -176,3 +176,28 @@ def test_latest_event_among_equal_times_is_the_last_folded_and_calls_in_order_en
     assert full_state(one) == full_state(many)
     assert (many.progress.last_function, many.progress.last_event_ms) == ("fwd", (WALL0 // MS) + 950)
     assert (many.progress.pending_group, many.progress.pending_seq, many.progress.pending_in_flight) == ("dp", 1, False)
+
+
+def test_a_malformed_batch_in_a_chunk_is_counted_and_the_others_are_folded() -> None:
+    """Garbage in one batch's columns (not numbers) sends the chunk one batch at a time, a batch
+    without its spans sends its rank; each bad batch is counted as the one-batch fold counts it,
+    nothing raises, and every other batch is folded."""
+    pol = DetectionPolicy(window_s=1.0)
+    one = [RankSummarizer("j", r, pol) for r in range(3)]
+    many = [RankSummarizer("j", r, pol) for r in range(3)]
+    for r in range(3):
+        for s in (one[r], many[r]):
+            s.add_events(dict(_batch(0, 0, [], [(0, -500, 10)]), rank=r), 0)
+    garbage = dict(_batch(1, 1000, [(2, 0, -300, 100)], []), rank=0)
+    garbage["comms"] = dict(garbage["comms"], dur_ns=["x"])
+    no_spans = {k: v for k, v in dict(_batch(1, 1000, [], [(3, -50, 5)]), rank=1).items() if k != "spans"}
+    good = dict(_batch(1, 1000, [(2, 0, -300, 100)], [(3, -50, 5)]), rank=2)
+    for chunk in ([garbage, no_spans, good], [dict(no_spans, seq=2), dict(good, seq=2)]):
+        for b in chunk:
+            one[b["rank"]].add_events(b, 0)
+        result = add_batches([(many[b["rank"]], False, b) for b in chunk], 0)
+        assert result.failure is None
+        for a, b in zip(one, many, strict=True):
+            assert full_state(a) == full_state(b)
+    assert many[0].skipped["bad_batch:ValueError"] == 1 and many[1].skipped["bad_batch:KeyError"] == 2
+    assert many[2].skipped == one[2].skipped and "fwd" in many[2].windows.windows[(WALL0 // MS + 950) // 1000].functions
