@@ -81,7 +81,7 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
     """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the
     rank's :func:`.cpu_evidence.cpu_verdict` (contended, not_contended, unavailable)."""
     kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
-    if _more_work(outliers, policy.min_excess, policy.explains_share):
+    if more_work(outliers, policy.min_excess, policy.explains_share):
         return Cause.DATA_IMBALANCE
     # per kind, the largest excess (a named span and its kind: aggregate are the same time)
     cost = {k: max(o["cost_ms_per_step"] for o in outliers if o["kind"] == k) for k in kinds}
@@ -105,7 +105,7 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
     return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
 
 
-def _more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
+def more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
     """Data/MoE imbalance: a function called more often per step than on peers at the same
     per-call time explains (>= ``explains_share`` of) the rank's largest excess. GC excluded."""
     work = [o for o in outliers if o["kind"] != SpanKind.GC and finite_ratio(o["calls_ratio"])

@@ -40,7 +40,15 @@ from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
-from .findings import Finding, classify, finite_ratio, rank_impact, throttle_evidence, top_function
+from .findings import (
+    Finding,
+    classify,
+    finite_ratio,
+    more_work,
+    rank_impact,
+    throttle_evidence,
+    top_function,
+)
 from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
@@ -215,10 +223,15 @@ def _late_beyond_outliers(by_rank: dict[int, list[dict]], late: dict[int, list[d
     wait. The converse of :func:`_explain_late_by_minor`. Live fault suite (host-copies,
     2026-11-27): rank 1 cloned tensors for 20 ms a step in untimed code, and the clones' garbage
     made ``kind:gc`` 1.8 ms/step against 0.1 ms on its peers; it was named ``gc_pause`` "costs the
-    job ~22.6 ms per step" beside its true late entry at the clone line."""
+    job ~22.6 ms per step" beside its true late entry at the clone line. Not for a rank given more
+    work per step than its peers (data imbalance, :func:`.findings.more_work`): more work is
+    slower in every phase, the uninstrumented ones (autograd's backward) too, so the imbalance
+    is the explanation of the whole wait (live fault suite, data-imbalance, 2026-11-27: its
+    instrumented excess was 6.2 of the 9.4 ms/step the others waited, and a second incident
+    named the culprit's forward line as "uninstrumented code")."""
     out: dict[int, list[dict]] = {}
     for rank, outs in list(by_rank.items()):
-        if rank not in late or rank in excluded:
+        if rank not in late or rank in excluded or more_work(outs, policy.min_excess, policy.explains_share):
             continue
         caused = max(float(s["caused_ms_per_step"]) for s in late[rank])
         if rank_impact(outs) < policy.explains_share * caused:

@@ -285,3 +285,18 @@ def test_an_outlier_that_explains_most_of_the_wait_stays_the_finding():
     gc = outlier_of("kind:gc", SpanKind.GC, 15.0)
     (f,) = blamed(diagnose_window(job({}), [gc, allreduce(straggler(3, 1.0, 19.8))], POL))
     assert f.cause == Cause.GC_PAUSE and f.kind == Kind.OUTLIER and abs(f.impact_ms - 19.8) < 1e-6
+
+
+def test_a_late_arriver_given_more_work_is_data_imbalance_even_when_its_outliers_explain_little():
+    """Live fault suite, data-imbalance (2026-11-27): rank 0 got more samples per step; its data
+    loader and forward made 6.2 of the 9.4 ms/step the others waited (its extra backward is not
+    instrumented). More work is slower everywhere: the imbalance is the finding, no late entry
+    beside it names an "uninstrumented" line."""
+    loader = outlier_of("kind:dataloader", SpanKind.DATALOADER, 3.0)
+    loader["outliers"][0].update(calls_ratio=2.0, per_call_ratio=1.0)
+    (f,) = blamed(diagnose_window(job({}), [loader, allreduce(straggler(3, 1.0, 9.4))], POL))
+    assert f.cause == Cause.DATA_IMBALANCE and f.ranks == (3,)
+    # the same excess at the same number of calls (each call slower) leaves the late entry
+    slow = outlier_of("kind:dataloader", SpanKind.DATALOADER, 3.0)
+    (g,) = blamed(diagnose_window(job({}), [slow, allreduce(straggler(3, 1.0, 9.4))], POL))
+    assert g.kind == Kind.STRAGGLER and g.identity == "late|3"
