@@ -117,8 +117,16 @@ def _floor_ms(ns: np.ndarray) -> np.ndarray:
     return np.floor_divide(ns, 1e6)
 
 
+MAX_BATCHES = 1 << 16  # batches folded at once at most (the batch index is packed above the times)
+
+
 def fold_chunk(work: Sequence[tuple[EventFolder, dict]]) -> ChunkResult:
     """Fold ``work``'s batches (each rank's in order) into their folders; see the module docstring."""
+    if len(work) > MAX_BATCHES:  # in parts, in order: each rank's batches still come in order
+        parts = [fold_chunk(work[i:i + MAX_BATCHES]) for i in range(0, len(work), MAX_BATCHES)]
+        return ChunkResult(errors={i * MAX_BATCHES + p: e for i, r in enumerate(parts) for p, e in r.errors.items()},
+                           sequential=sum(r.sequential for r in parts), folded=len(work),
+                           failure=next((r.failure for r in parts if r.failure is not None), None))
     result = ChunkResult(folded=len(work))
     if not work:
         return result

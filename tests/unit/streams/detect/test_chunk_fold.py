@@ -201,3 +201,19 @@ def test_a_malformed_batch_in_a_chunk_is_counted_and_the_others_are_folded() -> 
             assert full_state(a) == full_state(b)
     assert many[0].skipped["bad_batch:ValueError"] == 1 and many[1].skipped["bad_batch:KeyError"] == 2
     assert many[2].skipped == one[2].skipped and "fwd" in many[2].windows.windows[(WALL0 // MS + 950) // 1000].functions
+
+
+def test_more_batches_than_fold_at_once_are_folded_in_parts_in_order(monkeypatch) -> None:
+    """The batch index is packed above the times: a longer list is folded in parts, in order."""
+    import perftracker.streams.detect.chunk_fold as chunk_fold
+
+    monkeypatch.setattr(chunk_fold, "MAX_BATCHES", 3)
+    pol = DetectionPolicy(window_s=1.0)
+    one = [RankSummarizer("j", r, pol) for r in range(2)]
+    many = [RankSummarizer("j", r, pol) for r in range(2)]
+    batches = [dict(_batch(i, 1000 * i, [(2, i, -300, 100)], [(3, -50, 5)]), rank=r) for i in range(5) for r in range(2)]
+    for b in batches:
+        one[b["rank"]].add_events(b, 0)
+    result = add_batches([(many[b["rank"]], False, b) for b in batches], 0)
+    assert result.folded == 10 and result.sequential == 2  # each rank's first batch
+    assert all(full_state(a) == full_state(b) for a, b in zip(one, many, strict=True))
