@@ -41,7 +41,8 @@ from .accumulate import MAX_DURATIONS_PER_FUNCTION, FunctionAcc, WindowAcc
 from .model import comm_function, kind_function
 from .rank_events import EventFolder, covered_ns
 
-ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError)
+ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError)  # what a bad batch raises (RankSummarizer counts them)
+UNREADABLE = (*ERRORS, AttributeError)  # ... and what reading its columns raises (e.g. a column not a dict)
 COLLECTIVE = int(SpanKind.COLLECTIVE)
 COMM, SPAN = 0, 1  # event types, in the order a batch folds them (iterations after)
 RANK_SHIFT = np.int64(1) << np.int64(43)  # (rank, wall ms) packed: wall times below 2^43 ms (year 2248)
@@ -145,7 +146,7 @@ def fold_chunk(work: Sequence[tuple[EventFolder, dict]]) -> ChunkResult:
         plan.build()
         plan.plan()
     except Exception as exc:  # columns that are not numbers, or a defect here: fold one at a time
-        result.failure = None if isinstance(exc, ERRORS) else exc
+        result.failure = None if isinstance(exc, UNREADABLE) else exc
         sequential[:] = True
     if not sequential.all():
         plan.apply(result)  # changes only the ranks not folded one at a time
@@ -192,7 +193,7 @@ class _Plan:
                 continue
             try:
                 self._gather(p, batch)
-            except ERRORS:
+            except UNREADABLE:
                 self.sequential[r] = True
         self._arrays()
 

@@ -108,10 +108,11 @@ def pattern_records(meta: RankMeta, window_id: int, window_s: float, signature: 
     values: list[int] = []
     lengths: list[int] = []
     for _, acc in functions:
+        before = len(values)
         if acc.seqs:
             values += acc.seq_durs
         values += acc.durations
-        lengths.append(len(acc.seq_durs) + len(acc.durations) if acc.seqs else len(acc.durations))
+        lengths.append(len(values) - before)
     counts = np.asarray(lengths, np.int64)
     d = np.asarray(values, dtype=np.int64)
     group = np.repeat(np.arange(len(functions)), counts)

@@ -24,14 +24,12 @@ from collections.abc import Sequence
 
 from ...schemas.records import FunctionPattern, RankWindow
 from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
-from .chunk_fold import ChunkResult, fold_chunk
+from .chunk_fold import ERRORS, ChunkResult, fold_chunk
 from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
 from .rank_windows import RankWindows
-
-ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError)
 
 
 class RankSummarizer:
@@ -206,9 +204,10 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
         for i, (s, b) in enumerate(opened):
             exc = result.errors.get(i)
             try:
-                if exc is not None:
-                    raise exc
-                s._folded(b, now_wall_ms)
+                if exc is None:
+                    s._folded(b, now_wall_ms)
+                else:
+                    s._bad(exc)
             except ERRORS as err:
                 s._bad(err)
         for s, hardware, b in round_items:
