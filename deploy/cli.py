@@ -256,6 +256,52 @@ def report(ctx: click.Context, job: str, out: Path) -> None:
     click.echo(f"HTML report: {printable(path)}\nJSON diagnosis: {printable(json_path_for(path))}")
 
 
+@cli.command()
+@click.option("--job", required=True, help="Job id.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Recording to write (.ptrec).")
+@click.option("--follow", is_flag=True,
+              help="The job is running: read on until it has been silent for --idle-s.")
+@click.option("--idle-s", type=click.FloatRange(min=1.0), default=20.0, show_default=True,
+              help="With --follow: stop once the job sent nothing for this long.")
+@click.option("--wait-s", type=click.FloatRange(min=1.0), default=120.0, show_default=True,
+              help="With --follow: give up when the job sent nothing by then.")
+@click.option("--note", default="", help="Free text kept in the recording (how the run was made).")
+@click.pass_context
+def record(ctx: click.Context, job: str, out: Path, follow: bool, idle_s: float, wait_s: float, note: str) -> None:
+    """Save a job's input messages exactly as they arrived (a running job with --follow, else what
+    the topics still retain), to replay with `perftracker replay`."""
+    from .record import RecordOptions, record_job
+
+    options = RecordOptions(job=job, follow=follow, idle_s=idle_s, wait_s=wait_s, note=note)
+    n = record_job(_settings(ctx), out, options, _echo_line)
+    click.echo(f"recorded {n} messages of {printable(job)} into {printable(out)}")
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Every Anomaly record emitted, in order (JSON lines).")
+@click.pass_context
+def replay(ctx: click.Context, path: Path, as_json: bool) -> None:
+    """Diagnose a recording through the stream topology on its recorded clock (no stack needed)."""
+    from ..schemas.recording import Recording
+    from ..streams.detect import DetectionPolicy
+    from ..streams.replay import replay as run_replay
+
+    settings = _settings(ctx)
+    rec = Recording(path)
+    result = run_replay(rec.messages(), DetectionPolicy.from_settings(settings.detection, settings.streams))
+    if as_json:
+        sys.stdout.buffer.write(result.canonical())
+        return
+    click.echo(f"{printable(rec.header.job)}: {result.messages} messages, {result.records} records replayed"
+               + (f", {sum(result.rejected.values())} rejected" if result.rejected else ""))
+    last = {a["incident_id"]: a for a in result.anomalies}
+    if not last:
+        click.echo("no incident")
+    for a in last.values():
+        click.echo(printable(f"{a['status']:<9}{a['cause']:<22}ranks {a['ranks']}: {a['summary']}"))
+
+
 @cli.command("import-traces")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--job", required=True, help="Job id to report the traces under.")
