@@ -155,4 +155,26 @@ def totals(scored: list[dict[str, Any]]) -> dict[str, Any]:
                                                         and s.get("cleared") is not False)]}
 
 
-__all__ = ["CORPUS_DIR", "DEAD", "HANG", "Entry", "Truth", "entries", "false_alarms", "score_replay", "totals"]
+BASELINE = CORPUS_DIR / "baseline.json"
+VERDICTS = ("culprit_correct", "cause_correct", "location_correct", "cleared", "detected")
+
+
+def verdict(scored: dict[str, Any]) -> dict[str, Any]:
+    """What the baseline keeps of one scored replay: the verdicts, the false ranks and alarms."""
+    return {**{k: scored[k] for k in VERDICTS}, "false_ranks": list(scored["false_ranks"]),
+            "false_alarms": scored["false_alarms"]}
+
+
+def worse_than(baseline: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How ``now`` (a :func:`verdict`) is worse than ``baseline``: a verdict that was right and is
+    not, a false rank not there before, more false alarms. Empty: no worse."""
+    out = [f"{k} was {baseline[k]} and is {now[k]}" for k in VERDICTS if baseline.get(k) is True and now[k] is not True]
+    new_ranks = sorted(set(now["false_ranks"]) - set(baseline.get("false_ranks", [])))
+    if new_ranks:
+        out.append(f"new false ranks {new_ranks}")
+    if now["false_alarms"] > baseline.get("false_alarms", 0):
+        out.append(f"false alarms {baseline.get('false_alarms', 0)} -> {now['false_alarms']}")
+    return out
+
+
+__all__ = ["BASELINE", "VERDICTS", "verdict", "worse_than", "CORPUS_DIR", "DEAD", "HANG", "Entry", "Truth", "entries", "false_alarms", "score_replay", "totals"]

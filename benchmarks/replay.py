@@ -27,7 +27,7 @@ from perftracker.schemas.recording import Recording
 from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.replay import replay
 
-from .corpus import CORPUS_DIR, SETS, Entry, entries, score_replay, totals
+from .corpus import BASELINE, CORPUS_DIR, SETS, Entry, entries, score_replay, totals, verdict
 
 
 def replay_entry(entry: Entry, policy: DetectionPolicy) -> dict[str, Any]:
@@ -52,6 +52,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object (the default output is the same)")
     parser.add_argument("--sets", default=",".join(SETS), help="comma-separated: tuning, evaluation")
     parser.add_argument("--dir", type=Path, default=CORPUS_DIR, help="the corpus (default benchmarks/recordings)")
+    parser.add_argument("--write-baseline", action="store_true",
+                        help="write each recording's verdicts to <dir>/baseline.json (what tests hold replays to)")
     args = parser.parse_args()
     sets = tuple(s.strip() for s in args.sets.split(",") if s.strip())
     unknown = [s for s in sets if s not in SETS]
@@ -61,6 +63,9 @@ def main() -> None:
     if not out["recordings"]:
         print(f"no recording under {args.dir}", file=sys.stderr)
         sys.exit(1)
+    if args.write_baseline:
+        baseline = {d["name"]: verdict(d) for d in out["details"]}
+        (args.dir / BASELINE.name).write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
     print(json.dumps(out, indent=None if args.json else 1))
 
 
