@@ -10,8 +10,9 @@ diagnosis. ``<set>`` is ``tuning`` (rules may be changed until these are right) 
 A replay is scored as the live fault suite scores a live run (:func:`benchmarks.live_faults.score`
 over every state of every incident), plus:
 
-* ``false_alarms``: incidents (job-wide ones included) on a job without a fault, and on a
-  faulty job the incidents naming neither a culprit nor the expected job-wide cause;
+* ``false_alarms`` (:func:`benchmarks.live_faults.false_alarms`): incidents (job-wide ones
+  included) on a job without a fault, and on a faulty job the incidents naming neither a
+  culprit nor the expected job-wide cause;
 * ``windows_to_detect``: windows of the detection policy from the fault's onset until the
   replay clock at which the diagnosis was complete (None when it never was).
 """
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .live_faults import DEAD, HANG, Expect, score
+from .live_faults import DEAD, HANG, Expect, false_alarms, score
 
 CORPUS_DIR = Path(__file__).with_name("recordings")
 SETS = ("tuning", "evaluation")
@@ -95,22 +96,6 @@ def rows_of(anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _names_culprit(truth: Truth, row: dict[str, Any]) -> bool:
-    if truth.job_cause and row.get("cause") == truth.job_cause and not row.get("ranks"):
-        return True
-    return bool(set(map(int, truth.culprits)) & {int(r) for r in row.get("ranks", [])})
-
-
-def false_alarms(truth: Truth, rows: list[dict[str, Any]]) -> int:
-    """Incidents that should not exist: every one on a healthy job; on a faulty one, those naming
-    neither a culprit nor the expected job-wide cause."""
-    ids = {r["incident_id"] for r in rows}
-    if truth.healthy:
-        return len(ids)
-    right = {r["incident_id"] for r in rows if _names_culprit(truth, r)}
-    return len(ids - right)
-
-
 def score_replay(truth: Truth, anomalies: list[dict[str, Any]], emitted_ms: list[int],
                  window_ms: int) -> dict[str, Any]:
     """One replay against its truth: the live suite's fields, false alarms, windows to detect."""
@@ -127,7 +112,7 @@ def score_replay(truth: Truth, anomalies: list[dict[str, Any]], emitted_ms: list
     if detected_ms is not None and truth.onset_ms is not None:
         windows = max(0, math.ceil((detected_ms - truth.onset_ms) / window_ms))
     last = {r["incident_id"]: r for r in rows}
-    return {"name": truth.name, "set": truth.set, **result, "false_alarms": false_alarms(truth, rows),
+    return {"name": truth.name, "set": truth.set, **result,
             "detected": detected_ms is not None, "windows_to_detect": windows,
             "seconds_to_detect": (round((detected_ms - truth.onset_ms) / 1000, 1)
                                   if detected_ms is not None and truth.onset_ms is not None else None),

@@ -11,8 +11,9 @@ simulated clock, then scores the OPEN incidents against the ground truth:
   (a victim named as culprit is one);
 * precision = true-positive incidents / incidents; recall = truths with a matching
   incident / truths; cause_accuracy = detected truths whose matching incident has the
-  right cause / detected truths; false_alarms_no_fault = incidents in scenarios whose
-  truth is "nothing"; windows to detect = window of OPEN - first fault window + 1.
+  right cause / detected truths; false_alarms = incidents matching no truth (job-wide ones
+  included: on a job without a fault, or beside the right incident); false_alarms_no_fault =
+  those in scenarios whose truth is "nothing"; windows to detect = window of OPEN - first fault window + 1.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def score(results: list[tuple[Scenario, list[Incident]]]) -> dict:
         "precision": round(tp / total, 4) if total else 1.0,
         "recall": round(detected / truths, 4) if truths else 1.0,
         "cause_accuracy": round(correct / detected, 4) if detected else 1.0,
+        "false_alarms": fp,  # every incident matching no truth: on a healthy job, or beside the right one
         "false_alarms_no_fault": false_alarms,
         "median_windows_to_detect": statistics.median(delays) if delays else None,
         "incidents": total, "truths": truths, "wrong": wrong,

@@ -145,6 +145,9 @@ def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | Non
     * detected: what the latency clock stops on: every culprit named with its cause, or the
       job-wide row (never for scenarios that expect no alert);
     * false_ranks: ranks blamed that are not culprits;
+    * false_alarms: incidents that should not exist, job-wide ones included: every incident
+      when nothing is expected, else those naming neither a culprit nor the expected job-wide
+      cause (an incident is one ``incident_id``, however many states of it were seen);
     * cleared: None unless the fault stops (``expect.clears``), else whether every culprit's
       incident was seen RESOLVED with the reason "cleared" (not the job's end).
     """
@@ -174,7 +177,25 @@ def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | Non
                           for row in naming[c]) for c in culprits)
     return {"culprit_correct": bool(culprit_correct), "cause_correct": bool(cause_correct),
             "location_correct": location_correct, "detected": bool(detected), "false_ranks": false_ranks,
-            "cleared": cleared}
+            "cleared": cleared, "false_alarms": false_alarms(expect, rows)}
+
+
+def _incident(row: Mapping[str, Any]) -> Any:
+    return row.get("incident_id") or (row.get("cause"), tuple(row.get("ranks", [])))
+
+
+def false_alarms(expect: Expect, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Incidents that should not exist (see :func:`score`)."""
+    rows = list(rows)
+    culprits = set(expect.culprits)
+
+    def right(row: Mapping[str, Any]) -> bool:
+        if expect.job_cause and row.get("cause") == expect.job_cause and not row.get("ranks"):
+            return True
+        return bool(culprits & {int(r) for r in row.get("ranks", [])})
+
+    every = {_incident(r) for r in rows}
+    return len(every - {_incident(r) for r in rows if right(r)}) if expect.alerts else len(every)
 
 
 def totals(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -194,6 +215,7 @@ def totals(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"totals": True, "scenarios": n, "culprits_pct": pct([r["culprit_correct"] for r in results]),
             "causes_pct": pct([r["cause_correct"] for r in results]), "locations_pct": pct(located),
             "false_ranks_total": sum(len(r["false_ranks"]) for r in results),
+            "false_alarms": sum(r.get("false_alarms", 0) for r in results),
             "p50_s": round(float(np.percentile(times, 50)), 1) if times else None,
             "p95_s": round(float(np.percentile(times, 95)), 1) if times else None,
             "p50_s_without_hangs": round(float(np.percentile(quick, 50)), 1) if quick else None,

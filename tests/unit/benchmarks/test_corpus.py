@@ -16,13 +16,13 @@ HEALTHY = Truth("h", "evaluation")
 
 def test_every_incident_on_a_healthy_job_is_a_false_alarm_job_wide_ones_included():
     rows = [anomaly("a", "regression", []), anomaly("a", "regression", [], "RESOLVED"), anomaly("b", "slow_function", [2])]
-    assert false_alarms(HEALTHY, rows) == 2
+    assert false_alarms(HEALTHY.expect, rows) == 2
 
 
 def test_an_incident_beside_the_right_one_is_a_false_alarm():
     rows = [anomaly("a", "slow_function", [1]), anomaly("b", "regression", [])]
-    assert false_alarms(SLOW, rows) == 1
-    assert false_alarms(SLOW, rows[:1]) == 0
+    assert false_alarms(SLOW.expect, rows) == 1
+    assert false_alarms(SLOW.expect, rows[:1]) == 0
 
 
 def test_windows_to_detect_count_from_the_onset_to_the_replay_clock_of_the_detection():

@@ -14,7 +14,7 @@ def row(cause: str, ranks: list[int], summary: str = "", **evidence: object) -> 
 def test_the_culprit_with_its_cause_and_nobody_else_is_right() -> None:
     got = score(Expect({1: "slow_function"}), [row("slow_function", [1])])
     assert got == {"culprit_correct": True, "cause_correct": True, "location_correct": None,
-                   "detected": True, "false_ranks": [], "cleared": None}
+                   "detected": True, "false_ranks": [], "cleared": None, "false_alarms": 0}
 
 
 def test_a_victim_blamed_beside_the_culprit_is_a_false_rank() -> None:
@@ -57,7 +57,7 @@ def test_job_wide_cause_needs_its_row_and_no_rank_blamed() -> None:
     expect = Expect(job_cause="regression")
     assert score(expect, [row("regression", [])]) == {
         "culprit_correct": True, "cause_correct": True, "location_correct": None, "detected": True,
-        "false_ranks": [], "cleared": None}
+        "false_ranks": [], "cleared": None, "false_alarms": 0}
     blamed = score(expect, [row("regression", []), row("slow_function", [2])])
     assert not blamed["culprit_correct"] and not blamed["cause_correct"] and blamed["false_ranks"] == [2]
     assert not score(expect, [])["detected"]
@@ -65,7 +65,7 @@ def test_job_wide_cause_needs_its_row_and_no_rank_blamed() -> None:
 
 def test_nothing_expected_means_no_row_at_all() -> None:
     assert score(Expect(), []) == {"culprit_correct": True, "cause_correct": True, "location_correct": None,
-                                   "detected": False, "false_ranks": [], "cleared": None}
+                                   "detected": False, "false_ranks": [], "cleared": None, "false_alarms": 0}
     regression = score(Expect(), [row("regression", [])])
     assert regression["culprit_correct"] and not regression["cause_correct"] and not regression["detected"]
     assert score(Expect(), [row("slow_function", [2])])["false_ranks"] == [2]
