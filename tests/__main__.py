@@ -1,5 +1,9 @@
 """`python -m tests`: the whole check CI runs — lint, then unit, integration and e2e suites.
 
+``python -m tests --quick``: the inner loop — ruff, then the unit suite (the recorded runs'
+replays included), without mypy, the broker, the stack or torchrun. Other arguments go to
+pytest in place of the default ones (``python -m tests tests/unit/streams -x``).
+
 Installs what the browser test needs (Debian's chromium) when it is missing and
 this user may install packages; exits non-zero on any failure.
 """
@@ -44,8 +48,16 @@ def typecheck() -> int:
             cwd=tmp)
 
 
+def quick() -> int:
+    lint = subprocess.call([sys.executable, "-m", "ruff", "check", "."])
+    suite = subprocess.call([sys.executable, "-m", "pytest", "tests/unit", "-q", "-rsEf", "--durations=5"])
+    return lint or suite
+
+
 def main() -> int:
     os.chdir(ROOT)
+    if sys.argv[1:] == ["--quick"]:
+        return quick()
     ensure_chromium()
     lint = subprocess.call([sys.executable, "-m", "ruff", "check", "."])
     if lint:

@@ -12,14 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from perftracker.schemas.recording import Recording
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.replay import replay
 
-from benchmarks.corpus import BASELINE, entries, score_replay, verdict, worse_than
+from benchmarks.corpus import BASELINE, score_replay, verdict, worse_than
 
-ENTRIES = entries()
-POLICY = DetectionPolicy()
+from .replays import BY_NAME, ENTRIES, POLICY, fresh, replayed
 
 
 def test_the_corpus_has_both_sets_and_a_baseline_for_every_recording():
@@ -32,7 +28,7 @@ def test_the_corpus_has_both_sets_and_a_baseline_for_every_recording():
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[f"{e.truth.set}/{e.truth.name}" for e in ENTRIES])
 def test_replay_is_no_worse_than_its_baseline(entry):
-    result = replay(Recording(entry.recording).messages(), POLICY)
+    result = replayed(entry.truth.name)
     assert result.messages > 0 and not result.rejected
     now = verdict(score_replay(entry.truth, result.anomalies, result.emitted_ms, POLICY.window_ms))
     base = json.loads(BASELINE.read_text())[entry.truth.name]
@@ -42,6 +38,5 @@ def test_replay_is_no_worse_than_its_baseline(entry):
 
 @pytest.mark.parametrize("name", ["slow-optimizer", "killed", "demo-tp-fsdp2-slow-dataloader"])
 def test_two_replays_of_a_recording_give_byte_identical_findings(name):
-    entry = next(e for e in ENTRIES if e.truth.name == name)
-    first = replay(Recording(entry.recording).messages(), POLICY).canonical()
-    assert first and first == replay(Recording(entry.recording).messages(), POLICY).canonical()
+    first = fresh(BY_NAME[name]).canonical()
+    assert first and first == fresh(BY_NAME[name]).canonical() == replayed(name).canonical()

@@ -1,0 +1,80 @@
+"""What the removed live tests asserted, now asserted on recorded real runs of the same jobs.
+
+Each recording is a real ``torchrun`` job under ``perftracker launch`` (benchmarks/recordings,
+docs/recordings.md); the replay puts its messages through the stream topology on their own
+clock. These tests replace live runs of the same jobs that the suite no longer makes:
+
+* ``test_demo_fault_is_named_on_rank_2_alone`` and ``test_healthy_demo_raises_nothing`` —
+  tests/e2e/demo/test_demo_faults.py's gc-storm, slow-collective and none cases (the
+  slow-dataloader case still runs live, with its report);
+* ``test_transformer_names_the_slow_tp_shard_with_its_mesh_coordinates`` —
+  tests/e2e/demo/test_demo_transformer.py;
+* ``test_a_stalled_rank_is_named_hung_and_its_waiting_peers_never_are`` —
+  tests/e2e/test_hang_diagnosis.py;
+* ``test_a_slow_rank_of_the_second_node_is_named_with_its_host`` — the data-loader case of
+  tests/e2e/test_two_nodes_diagnosis.py (its CPU-contention case still runs live).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .replays import BY_NAME, replayed
+
+
+def incidents(name: str) -> dict[str, dict]:
+    """The last state of every incident of the named recording's replay, evidence decoded."""
+    return {a["incident_id"]: {**a, "evidence": json.loads(a["evidence_json"] or "{}")}
+            for a in replayed(name).anomalies}
+
+
+
+@pytest.mark.parametrize("name,cause", [("demo-mlp-gc-storm", "gc_pause"),
+                                        ("demo-mlp-slow-collective", "slow_function"),
+                                        ("demo-mlp-slow-dataloader", "slow_dataloader")])
+def test_demo_fault_is_named_on_rank_2_alone(name: str, cause: str):
+    found = list(incidents(name).values())
+    culprits = [a for a in found if a["ranks"] == [2] and a["cause"] == cause]
+    assert culprits, found
+    assert not [a for a in found if set(a["ranks"]) - {2}], found  # its peers wait for it: never blamed
+    assert culprits[0]["impact_ms_per_step"] > 1.0 and culprits[0]["evidence"]
+    assert "rank 2" in culprits[0]["summary"]
+
+
+@pytest.mark.parametrize("name", ["demo-mlp-none", "demo-tp-fsdp2-none", "none", "two-nodes-none"])
+def test_healthy_demo_raises_nothing(name: str):
+    assert incidents(name) == {}
+
+
+def test_transformer_names_the_slow_tp_shard_with_its_mesh_coordinates():
+    found = list(incidents("demo-tp-fsdp2-slow-dataloader").values())
+    culprits = [a for a in found if a["ranks"] == [2] and a["cause"] == "slow_dataloader"]
+    assert culprits, found
+    assert culprits[0]["function"].endswith("DataLoader.__next__")
+    assert culprits[0]["evidence"]["mesh_coords"] == {"dp": 1, "tp": 0}
+    assert "rank 2 (dp=1, tp=0)" in culprits[0]["summary"]
+    assert not [a for a in found if set(a["ranks"]) - {2}], found  # its TP peer (3) and DP peer (0)
+
+
+@pytest.mark.parametrize("name,rank", [("stall-before-forward", 1), ("subgroup-hang", 1)])
+def test_a_stalled_rank_is_named_hung_and_its_waiting_peers_never_are(name: str, rank: int):
+    found = list(incidents(name).values())
+    hung = [a for a in found if a["cause"] == "hang" and rank in a["ranks"]]
+    assert hung, found
+    assert all(a["ranks"] == [rank] for a in found), found
+    assert BY_NAME[name].truth.location.split(":")[0] in json.dumps(hung[0]["evidence"])
+
+
+def test_a_killed_rank_is_named_dead():
+    found = list(incidents("killed").values())
+    assert any(a["cause"] == "hang" and 3 in a["evidence"].get("dead_ranks", []) for a in found), found
+    assert all(set(a["ranks"]) <= {3} for a in found), found
+
+
+def test_a_slow_rank_of_the_second_node_is_named_with_its_host():
+    found = list(incidents("two-nodes-slow-backward-hook").values())
+    culprits = [a for a in found if a["ranks"] == [3]]
+    assert culprits and culprits[0]["hosts"] == ["node-1"], found
+    assert all(a["ranks"] == [3] for a in found), found
