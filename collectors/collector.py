@@ -159,7 +159,7 @@ class Collector:
             gc_timer.install()
             self.add_remover(gc_timer.remove)
         if cfg.cpu_evidence:
-            self._start_cpu_evidence(cfg.stack_hz)
+            self._start_cpu_evidence(cfg.stack_hz, cfg.user_code_paths)
         self.imports.when_imported("torch", self._on_torch)
         self.sender.start()
         if cfg.metrics_port > 0:
@@ -167,10 +167,11 @@ class Collector:
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self._after_fork_child)
 
-    def _start_cpu_evidence(self, hz: float) -> None:
+    def _start_cpu_evidence(self, hz: float, user_code_paths: str) -> None:
         try:
             from .cpu_evidence import CpuEvidence
-            evidence = CpuEvidence(self.sender, self.counters, hz)
+            from .stack_sampler import user_parts
+            evidence = CpuEvidence(self.sender, self.counters, hz, user_code=user_parts(user_code_paths))
             evidence.start()
             self.add_part(evidence)
         except Exception as exc:  # noqa: BLE001

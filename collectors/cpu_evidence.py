@@ -22,12 +22,12 @@ class CpuEvidence:
     """Reads the /proc counters and drives the stack sampler of one training thread."""
 
     def __init__(self, sender: Sender, counters: CollectorCounters, hz: float,
-                 thread: threading.Thread | None = None):
+                 thread: threading.Thread | None = None, user_code: tuple[str, ...] = ()):
         thread = thread or threading.current_thread()
         self.sender, self.counters = sender, counters
         self.reader = CpuReader(thread.native_id or 0)
         self.hz = hz
-        self.stacks = StackSampler(thread.ident or 0, hz) if hz > 0 else None
+        self.stacks = StackSampler(thread.ident or 0, hz, user_code) if hz > 0 else None
         self._errors_seen = 0
 
     def start(self) -> None:

@@ -66,16 +66,17 @@ LIBRARY_ROOTS = _library_roots()
 LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}perftracker{os.sep}")
 
 
-# the demo's training script and fault injector stand in for a user's code
-USER_PARTS = (f"{os.sep}deploy{os.sep}demo{os.sep}",)
+def user_parts(setting: str) -> tuple[str, ...]:
+    """The ``collector.user_code_paths`` setting as path fragments (blank entries dropped)."""
+    return tuple(p.strip() for p in setting.split(",") if p.strip())
 
 
-def is_library(filename: str, roots: tuple[str, ...] = LIBRARY_ROOTS) -> bool:
-    """True for torch, perftracker and standard-library files (and ``<frozen ...>``); the
-    demo's training code (``deploy/demo``) counts as user code."""
+def is_library(filename: str, roots: tuple[str, ...] = LIBRARY_ROOTS, user: tuple[str, ...] = ()) -> bool:
+    """True for torch, perftracker and standard-library files (and ``<frozen ...>``); a file whose
+    path holds one of ``user`` (``collector.user_code_paths``) is the job's own code wherever it lies."""
     if filename.startswith("<"):
         return True
-    if any(part in filename for part in USER_PARTS):
+    if any(part in filename for part in user):
         return False
     if any(part in filename for part in LIBRARY_PARTS):
         return True
@@ -143,15 +144,16 @@ def importing() -> bool:
     return bool(getattr(_bootstrap, "_module_locks", None))
 
 
-def classify(stack: list[CodeLine], user: dict[CodeType, bool]) -> tuple[Frame, Frame | None]:
+def classify(stack: list[CodeLine], user: dict[CodeType, bool],
+             parts: tuple[str, ...] = ()) -> tuple[Frame, Frame | None]:
     """The innermost frame and the innermost user frame (None: none in ``stack``) as plain
-    tuples. ``user`` caches the per-code decision."""
+    tuples. ``user`` caches the per-code decision; ``parts``: :func:`is_library`'s ``user``."""
     code, line = stack[0]
     innermost = (code.co_filename, line or 0, code.co_name)
     for code, line in stack:
         is_user = user.get(code)
         if is_user is None:
-            is_user = user[code] = not is_library(code.co_filename)
+            is_user = user[code] = not is_library(code.co_filename, user=parts)
         if is_user:
             return innermost, (code.co_filename, line or 0, code.co_name)
     return innermost, None
@@ -201,10 +203,11 @@ class StackCounts:
 class StackSampler(threading.Thread):
     """Samples thread ``ident`` (``target``)'s stack ``hz`` times a second until :meth:`close`."""
 
-    def __init__(self, ident: int, hz: float):
+    def __init__(self, ident: int, hz: float, user_code: tuple[str, ...] = ()):
         super().__init__(name="perftracker-stacks", daemon=True)
         self.target = ident
         self.hz = hz
+        self.user_code = user_code
         self.errors = 0
         self._counts = StackCounts()
         self._user: dict[CodeType, bool] = {}  # per-code "is user code", sampler thread only
@@ -220,7 +223,7 @@ class StackSampler(threading.Thread):
                     self._counts.skipped["importing"] += 1
                 return
             stack = thread_chain(self.target)
-            sample = classify(stack, self._user) if stack else None
+            sample = classify(stack, self._user, self.user_code) if stack else None
             with self._lock:
                 if sample is None:
                     self._counts.skipped["thread_gone"] += 1

@@ -222,6 +222,9 @@ class CollectorSettings:
     metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the collector's metrics endpoint binds"})
     cpu_evidence: bool = field(default=True, metadata={"doc": "read the training thread's CPU, run-queue wait, context switches and faults from /proc"})
     stack_hz: float = field(default=25.0, metadata={"doc": "samples per second of the training thread's Python stack; 0 = off"})
+    user_code_paths: str = field(default="", metadata={
+        "doc": "path fragments, comma-separated, whose files the stack sampler counts as the job's own code even "
+               "inside site-packages or perftracker (e.g. a training package installed as a library)"})
 
     @property
     def buffer_events(self) -> int:

@@ -152,6 +152,8 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
     env = {**os.environ, "PERFTRACKER_DEMO_FAULT": result.fault, "PERFTRACKER_DEMO_RANK": str(result.fault_rank),
            "PERFTRACKER_DEMO_AT_STEP": str(steps // 3), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           # the demo's scripts lie inside the perftracker package; they stand in for the user's code
+           "PERFTRACKER_COLLECTOR_USER_CODE_PATHS": str(Path(__file__).parent) + os.sep,
            "PYTHONFAULTHANDLER": "1"}  # a rank that crashes prints every thread's Python stack
     script, args = MODELS[result.model]
     cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),

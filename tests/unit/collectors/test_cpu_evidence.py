@@ -118,7 +118,10 @@ def test_library_frames_are_skipped_for_where():
     assert is_library("/x/site-packages/torch/nn/modules/module.py")
     assert is_library("/x/perftracker/collectors/comm.py") and is_library("<frozen importlib._bootstrap>")
     assert not is_library("/home/me/train.py")
-    assert not is_library("/x/site-packages/perftracker/deploy/demo/train.py")  # the demo stands in for a user
+    assert is_library("/x/site-packages/perftracker/deploy/demo/train.py")
+    demo = ("/perftracker/deploy/demo/",)  # collector.user_code_paths: the demo stands in for a user
+    assert not is_library("/x/site-packages/perftracker/deploy/demo/train.py", user=demo)
+    assert is_library("/x/site-packages/perftracker/deploy/cli.py", user=demo)
 
 
 def test_non_utf8_file_names_are_escaped_and_counted():
