@@ -44,12 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from perftracker.deploy.workloads.ranks import MS, SLOW_RANK, TICK_MS, SyntheticRanks
 from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
 from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.detect.job_clock import JobClock
 from perftracker.streams.topology import LocalRunner
-
-from .scale import MS, SLOW_RANK, TICK_MS, SyntheticRanks
 
 DEFAULT_SIZES = (2048, 8192)
 

@@ -25,14 +25,14 @@ import sys
 import time
 from dataclasses import dataclass
 
+from perftracker.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
+from perftracker.deploy.workloads.simulate.patterns import PatternSim
+from perftracker.deploy.workloads.simulate.records import T0_MS
 from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
 from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.topology import LocalRunner, Routed
 
 from .scenarios import Scenario, event_scenarios, pattern_scenarios, stress_scenarios
-from .simulate.events import EventFault, EventJob, EventSimulator
-from .simulate.patterns import PatternSim
-from .simulate.records import T0_MS
 
 
 @dataclass(frozen=True)

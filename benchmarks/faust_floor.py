@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from perftracker.deploy.workloads.batches import Workload
+
 from .faust_worker import _cpu_s, catch_up
 from .throughput import TOPIC, encode_job, produce, rate
-from .workload import Workload
 
 
 def serve(bootstrap: str, expect: int, out: str) -> None:

@@ -23,11 +23,11 @@ import json
 import time
 
 from perftracker.collectors.batch import event_count
+from perftracker.deploy.workloads.batches import Workload
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker.streams.detect.summarize import add_batches
 
 from .throughput import decode_all, encode_job
-from .workload import Workload
 
 
 def event_fold(decoded: list[dict], policy: DetectionPolicy) -> float:

@@ -1,6 +1,6 @@
 """Kineto trace import speed and memory: ``python -m benchmarks.import_speed --json``.
 
-Generates a data-parallel transformer job's profiler traces (:mod:`benchmarks.kineto_trace`:
+Generates a data-parallel transformer job's profiler traces (:mod:`perftracker.deploy.workloads.kineto`:
 ``--ranks`` files of ``--steps`` steps, ~1 MB per rank and step; 16 x 8 by default, ~150 MB)
 into a temporary directory (or reads ``--dir``), then times the path of
 ``perftracker import-traces``: ``import_traces_with_report`` (read, JSON decode, event
@@ -27,9 +27,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from perftracker.deploy.workloads.kineto import TraceJob, write_job
 from perftracker.streams.traces.importer import import_traces_with_report, load_batches
 
-from .kineto_trace import TraceJob, write_job
 from .throughput import cpu_model
 
 GOAL_MB_PER_S = 50.0

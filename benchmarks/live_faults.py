@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.deploy.workloads.faults import FAULTS
+
 TRAIN_SCRIPT = Path(__file__).with_name("live_faults_train.py")
 HANG = "hang"
 DEAD = "hang:dead"  # a hang naming the rank as dead (process gone / stopped reporting)
@@ -87,34 +89,49 @@ class Scenario:
         return self.ranks or tuple(sorted(self.expect.culprits))
 
 
-SF, DL = "slow_function", "slow_dataloader"
+def expect(fault: str, *ranks: int, **kw: Any) -> Expect:
+    """What a correct diagnosis of ``fault`` on ``ranks`` says, from the fault table
+    (:data:`perftracker.deploy.workloads.faults.FAULTS`): its cause on each rank (a frozen
+    process: named dead), or its job-wide cause, or nothing."""
+    spec = FAULTS[fault]
+    if spec.cause is None:
+        return Expect(**kw)
+    if spec.job_wide:
+        return Expect(job_cause=spec.cause.value, **kw)
+    return Expect({r: DEAD if fault == "killed" else spec.cause.value for r in ranks}, **kw)
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("slow-optimizer", "slow-optimizer", Expect({1: SF})),
-    Scenario("slow-backward-hook", "slow-backward-hook", Expect({2: SF})),
-    Scenario("slow-forward-submodule", "slow-forward-submodule", Expect({3: SF})),
-    Scenario("host-copies", "host-copies", Expect({1: SF}, location="host-copies")),
-    Scenario("cpu-contention", "cpu-contention", Expect({2: "host_cpu_contention"})),
-    Scenario("two-culprits", "two-culprits", Expect({0: DL, 3: SF})),
-    Scenario("stall-before-forward", "stall-before-forward", Expect({1: HANG}, location="stall"), hang=True),
-    Scenario("subgroup-hang", "subgroup-hang", Expect({1: HANG}, location="stall"), hang=True),
-    Scenario("killed", "killed", Expect({3: DEAD}), hang=True),
-    Scenario("checkpoint", "checkpoint", Expect({2: SF}, location="checkpoint")),
-    Scenario("data-imbalance", "data-imbalance", Expect({0: "data_imbalance"})),
-    Scenario("gradual-creep", "gradual-creep", Expect({1: DL})),
-    Scenario("one-off-spike", "one-off-spike", Expect(), ranks=(2,)),
-    Scenario("job-wide-slowdown", "job-wide-slowdown", Expect(job_cause="regression"), extra_budget_s=30.0),
-    Scenario("none", "none", Expect()),
-    Scenario("two-nodes-slow-backward-hook", "slow-backward-hook", Expect({3: SF}), nodes=2),
-    Scenario("gc-storm", "gc-storm", Expect({1: "gc_pause"})),
-    Scenario("intermittent-straggler", "intermittent-straggler", Expect({1: SF})),
-    Scenario("untimed-sleep", "untimed-sleep", Expect({3: SF}, location="untimed-sleep")),
-    Scenario("two-slow-ranks", "slow-optimizer", Expect({1: SF, 2: SF})),
-    Scenario("slow-loader-workers", "slow-loader-workers", Expect({2: DL})),
-    Scenario("long-pause", "long-pause", Expect(), ranks=(1,)),
-    Scenario("fault-clears", "slow-optimizer", Expect({1: SF}, clears=True), fault_for_s=20.0, extra_budget_s=45.0),
-    Scenario("slow-from-start", "slow-optimizer", Expect({3: SF}), onset_s=0.0, extra_budget_s=20.0),
-    Scenario("noisy-none", "jitter", Expect(), onset_s=0.0, extra_budget_s=20.0),
-    Scenario("gil-thread", "gil-thread", Expect({2: SF}, location="gil-thread")),
+    Scenario("slow-optimizer", "slow-optimizer", expect("slow-optimizer", 1)),
+    Scenario("slow-backward-hook", "slow-backward-hook", expect("slow-backward-hook", 2)),
+    Scenario("slow-forward-submodule", "slow-forward-submodule", expect("slow-forward-submodule", 3)),
+    Scenario("host-copies", "host-copies", expect("host-copies", 1, location="host-copies")),
+    Scenario("cpu-contention", "cpu-contention", expect("cpu-contention", 2)),
+    # two faults at once (the script's "two-culprits"): rank 0's data loader, rank 3's optimizer step
+    Scenario("two-culprits", "two-culprits",
+             Expect({**expect("slow-dataloader", 0).culprits, **expect("slow-optimizer", 3).culprits})),
+    Scenario("stall-before-forward", "stall-before-forward", expect("stall-before-forward", 1, location="stall"),
+             hang=True),
+    Scenario("subgroup-hang", "subgroup-hang", expect("subgroup-hang", 1, location="stall"), hang=True),
+    Scenario("killed", "killed", expect("killed", 3), hang=True),
+    Scenario("checkpoint", "checkpoint", expect("checkpoint", 2, location="checkpoint")),
+    Scenario("data-imbalance", "data-imbalance", expect("data-imbalance", 0)),
+    Scenario("gradual-creep", "gradual-creep", expect("gradual-creep", 1)),
+    Scenario("one-off-spike", "one-off-spike", expect("one-off-spike"), ranks=(2,)),
+    Scenario("job-wide-slowdown", "job-wide-slowdown", expect("job-wide-slowdown"), extra_budget_s=30.0),
+    Scenario("none", "none", expect("none")),
+    Scenario("two-nodes-slow-backward-hook", "slow-backward-hook", expect("slow-backward-hook", 3), nodes=2),
+    Scenario("gc-storm", "gc-storm", expect("gc-storm", 1)),
+    Scenario("intermittent-straggler", "intermittent-straggler", expect("intermittent-straggler", 1)),
+    Scenario("untimed-sleep", "untimed-sleep", expect("untimed-sleep", 3, location="untimed-sleep")),
+    Scenario("two-slow-ranks", "slow-optimizer", expect("slow-optimizer", 1, 2)),
+    Scenario("slow-loader-workers", "slow-loader-workers", expect("slow-loader-workers", 2)),
+    Scenario("long-pause", "long-pause", expect("long-pause"), ranks=(1,)),
+    Scenario("fault-clears", "slow-optimizer", expect("slow-optimizer", 1, clears=True), fault_for_s=20.0,
+             extra_budget_s=45.0),
+    Scenario("slow-from-start", "slow-optimizer", expect("slow-optimizer", 3), onset_s=0.0, extra_budget_s=20.0),
+    Scenario("noisy-none", "jitter", expect("jitter"), onset_s=0.0, extra_budget_s=20.0),
+    Scenario("gil-thread", "gil-thread", expect("gil-thread", 2, location="gil-thread")),
 )}
 
 

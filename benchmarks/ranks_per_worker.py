@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perftracker.deploy.workloads.ranks import MS, SyntheticRanks
 from perftracker.schemas.vocabulary import EVENT_BATCH
 from perftracker.streams.detect import DetectionPolicy
 
 from .faust_worker import start_worker
-from .scale import MS, SyntheticRanks
 
 WINDOW_S = DetectionPolicy().window_s
 

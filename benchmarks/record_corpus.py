@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perftracker.deploy.workloads.faults import cause_of
+
 from .corpus import CORPUS_DIR, Truth
 from .live_faults import SCENARIOS, Expect, Scenario, marker_lines, run_scenario
-
-DEMO_CAUSE = {"slow-dataloader": "slow_dataloader", "gc-storm": "gc_pause", "slow-collective": "slow_function",
-              "none": None}
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ def _record_demo(settings: Any, run: Run) -> tuple[str, Truth]:
     from perftracker.deploy.demo.runner import run_demo
 
     result = run_demo(settings, fault=run.fault, ranks=4, model=run.model, echo=lambda _line: None)
-    cause = DEMO_CAUSE[run.fault]
+    cause = cause_of(run.fault)
     truth = Truth(name=run.name, set="evaluation" if run.name in EVALUATION else "tuning",
                   culprits={str(result.fault_rank): cause} if cause else {},
                   onset_ms=round(result.onset_wall * 1000) if cause and result.onset_wall else None,

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from .simulate.faults import Fault, Truth
-from .simulate.layout import Layout
+from perftracker.deploy.workloads.simulate.faults import Fault, Truth
+from perftracker.deploy.workloads.simulate.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ def _rank_fault(family: str, layout: Layout, rank: int, mag: float, **kw) -> tup
 
 
 def _cause(family: str) -> str:
-    from .simulate.faults import TRUE_CAUSE
+    from perftracker.deploy.workloads.simulate.faults import TRUE_CAUSE
     return TRUE_CAUSE[family]
 
 

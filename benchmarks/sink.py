@@ -4,7 +4,7 @@
   end to end from a real (tansu) broker: consume, decode, map to rows, batched
   inserts, offset commits. Timed from the first message consumed to the last
   row written (the consumer-group join is not counted). The records are a
-  realistic job (``perftracker.sinks.samples.job_records``), and the rows are
+  realistic job (``perftracker.deploy.workloads.store_records.job_records``), and the rows are
   counted in the store afterwards (``rows`` must equal ``rows_expected``,
   what the Python mapping of :mod:`perftracker.sinks.rows` gives): per rank and
   5 s window, 5 function patterns and one RankWindow carrying 50 iterations;
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from perftracker.deploy.tansu import start_broker
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import MultiCodec
 from perftracker.schemas.settings import (
     AlertSettings,
@@ -46,7 +47,6 @@ from perftracker.schemas.vocabulary import (
     FUNCTION_PATTERN,
     RANK_WINDOW,
 )
-from perftracker.sinks import samples
 from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import TABLES
 from perftracker.sinks.service import SinkService, tune_gc

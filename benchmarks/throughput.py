@@ -1,6 +1,6 @@
 """One worker process's throughput, broker to per-window statistics: ``python -m benchmarks.throughput --json``.
 
-The job (:mod:`benchmarks.workload`): ``--ranks`` ranks of a TP x PP x DP job, ``--seconds``
+The job (:mod:`perftracker.deploy.workloads.batches`): ``--ranks`` ranks of a TP x PP x DP job, ``--seconds``
 of its EventBatches built by the collectors' own BatchBuilder and encoded with the
 collectors' codec, ~92 events per rank per second in one batch per rank per second.
 The batches are produced to a real tansu broker first (lz4, keyed job|rank, as the
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.collectors.batch import event_count
+from perftracker.deploy.workloads.batches import Workload, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.rules import limits_for
 from perftracker.schemas.topics import TopicNames
@@ -56,7 +57,6 @@ from perftracker.streams.gaps import GapMetrics
 from perftracker.streams.topology import TopicRole
 
 from .faust_worker import catch_up
-from .workload import Workload, batches
 
 TICK_S = 0.5  # the summarize stage's timer (topology.POLL_INTERVAL_S)
 GOAL_EVENTS_PER_S = 1_000_000

@@ -16,10 +16,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads import store_records as samples
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec
 from perftracker.schemas.validate import validate
-from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 
 SINK_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]

@@ -229,7 +229,7 @@ def synth(ctx: click.Context, job: str | None, ranks: int, seconds: float, slow_
     import time
 
     from .synth_cmd import run_synthetic
-    from .synthetic import SyntheticJob
+    from .workloads.synthetic import SyntheticJob
 
     if not 2 <= ranks <= 4096 or slow_rank >= ranks:
         raise click.BadParameter("need 2..4096 ranks and --slow-rank below --ranks")

@@ -113,8 +113,9 @@ def record_job(settings: Settings, out: Path, options: RecordOptions,
                 if job == options.job:
                     seen_job, last_job = True, now
                     _ts_type, ts = msg.timestamp()
-                    kept.append(RecordedMessage(topics[msg.topic()], msg.topic(), msg.partition(), msg.offset(),
-                                                int(ts), key, value))
+                    topic = str(msg.topic())
+                    kept.append(RecordedMessage(topics[topic], topic, int(msg.partition() or 0),
+                                                int(msg.offset() or 0), int(ts), key, value))
                     if len(kept) % 1000 == 0:
                         echo(f"{len(kept)} messages of {options.job} so far")
                 continue

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ..schemas.settings import Settings
 from ..schemas.topics import TopicNames
-from .synthetic import SyntheticJob, produce
+from .workloads.synthetic import SyntheticJob, produce
 
 
 def run_synthetic(settings: Settings, cfg: SyntheticJob, timeout_s: float,

@@ -117,7 +117,7 @@ def replay(messages: Iterable[RecordedMessage], policy: DetectionPolicy | None =
     now = 0
     while i < len(decoded):
         first = decoded[i][0].timestamp_ms
-        chunk: list[tuple[str, dict]] = []
+        chunk: list[tuple[str, Mapping[str, Any]]] = []
         j = i
         while j < len(decoded) and j - i < TAKE_MESSAGES and decoded[j][0].timestamp_ms < first + TAKE_WITHIN_MS:
             chunk += decoded[j][1]

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import fastavro
 from fastavro.schema import parse_schema
 from hypothesis import strategies as st
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads import store_records as samples
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec
 from perftracker.schemas.codec import SINGLE_OBJECT_MAGIC
-from perftracker.sinks import samples
 
 ODD_NAMES = ["'; DROP TABLE collectives; --", '"quoted" \\ ${x} `tick`', "<script>alert(1)</script>",
              "line\nforged: yes\r\x1b[31m\x00\x07", "*bold* _md_ [x](http://e) <!channel>", "ünï©ødé ✓"]

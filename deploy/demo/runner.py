@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ...schemas.errors import PerftrackerError
 from ...schemas.settings import Settings
+from ..workloads.faults import cause_of
 
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 # --model: the training script and its arguments. ``transformer``: a GPT-style model, 2-way
@@ -33,8 +34,7 @@ MODELS: dict[str, tuple[Path, tuple[str, ...]]] = {
     "transformer-pp": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "pp")),
 }
 FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none")
-EXPECTED_CAUSE = {"slow-dataloader": "slow_dataloader", "cpu-contention": "host_cpu_contention",
-                  "slow-collective": "slow_function", "gc-storm": "gc_pause", "none": None}
+EXPECTED_CAUSE = {f: cause_of(f) for f in FAULTS}  # from the fault table (deploy/workloads/faults.py)
 # the demo's workers compare 3-second windows and open an incident after two of them (not
 # after 50 steps, the default): its CPU-only gloo ranks share a small machine with the whole
 # stack, where one window of noise can look like a straggler (docs/detection.md, "Known

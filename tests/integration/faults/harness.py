@@ -4,7 +4,7 @@
 environment variables on a temp data dir and random topics) and the processes
 started with them: `perftracker worker` (Faust) and `perftracker sink` (chDB, or a
 ClickHouse server URL), each a real OS process that can be killed with SIGKILL.
-``Traffic`` sends synthetic jobs (:mod:`perftracker.deploy.synthetic`) paced in
+``Traffic`` sends synthetic jobs (:mod:`perftracker.deploy.workloads.synthetic`) paced in
 real time, one batch per rank per second, as the collectors of a running job do.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.synthetic import SyntheticJob, batches
 from perftracker.deploy.tansu import free_port
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec, bundle
 from perftracker.schemas.kafka_admin import quiet_kafka_logger
 from perftracker.schemas.topics import TopicNames

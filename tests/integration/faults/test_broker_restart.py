@@ -9,8 +9,8 @@ import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from perftracker.deploy.synthetic import SyntheticJob
 from perftracker.deploy.tansu import start_broker
+from perftracker.deploy.workloads.synthetic import SyntheticJob
 from perftracker.schemas.topics import all_topics
 
 from ..waiting import wait_for

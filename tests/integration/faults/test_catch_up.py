@@ -1,6 +1,6 @@
 """A 512-rank backlog, produced before the worker starts, is diagnosed as the same data live.
 
-The backlog: `perftracker synth`'s job (:mod:`perftracker.deploy.synthetic`) of 512 ranks,
+The backlog: `perftracker synth`'s job (:mod:`perftracker.deploy.workloads.synthetic`) of 512 ranks,
 rank 37's forward 40 % slower, 25 s of batches that end a minute before the worker starts
 (a worker restarted behind the live head). The worker reads it as fast as it goes; before
 the job clock (streams/detect/job_clock.py) most ranks looked silent on the wall clock while
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.kafka_admin import ensure_topics
 from perftracker.schemas.topics import all_topics

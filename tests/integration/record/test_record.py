@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from perftracker.deploy.record import RecordError, RecordOptions, record_job
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.kafka_admin import ensure_topics
 from perftracker.schemas.recording import Recording

@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas.settings import Secret
-from perftracker.sinks import samples
 from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
 from perftracker.sinks.alerts.pagerduty import PagerDutyChannel
 from perftracker.sinks.alerts.slack import SlackChannel

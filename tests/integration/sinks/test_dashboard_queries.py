@@ -7,13 +7,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.grafana.dashboards import (
     load_dashboards,
     load_provisioning,
     panel_queries,
     render_sql,
 )
-from perftracker.sinks import samples
 from perftracker.sinks.schema import migrate
 from perftracker.sinks.store import Store, parse_store_url
 

@@ -9,9 +9,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas.settings import Secret, Settings, StoreSettings
 from perftracker.schemas.stackfile import StackState
-from perftracker.sinks import client, samples
+from perftracker.sinks import client
 from perftracker.sinks.api import QueryServer
 from perftracker.sinks.errors import NoStore, UnknownQuery
 from perftracker.sinks.schema import migrate

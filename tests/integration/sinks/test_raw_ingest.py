@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import MultiCodec
 from perftracker.schemas.settings import StoreSettings
-from perftracker.sinks import samples
 from perftracker.sinks.clickhouse import ClickHouseSink
 from perftracker.sinks.raw import RawMessage
 from perftracker.sinks.schema import TABLES

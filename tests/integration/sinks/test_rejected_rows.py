@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import MultiCodec, SchemaError
 from perftracker.schemas.settings import StoreSettings
 from perftracker.schemas.validate import validate
-from perftracker.sinks import samples
 from perftracker.sinks.clickhouse import ClickHouseSink
 from perftracker.sinks.decode import RecordDecoder
 from perftracker.sinks.errors import RowsRejected, StoreUnavailable

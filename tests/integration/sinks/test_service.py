@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import bundle
 from perftracker.schemas.settings import Secret
 from perftracker.schemas.stackfile import StackState
-from perftracker.sinks import client, samples
+from perftracker.sinks import client
 from perftracker.sinks.errors import StoreUnavailable
 from perftracker.sinks.rows import flat_rows
 from perftracker.sinks.schema import TABLES

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.sinks import samples
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.sinks.client import incident_view
 from perftracker.sinks.queries import QUERIES, run_query
 from perftracker.sinks.rows import flat_rows

@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, Producer
 from perftracker.deploy.stack import worker_stats
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.vocabulary import EVENT_BATCH
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.vocabulary import EVENT_BATCH
 from prometheus_client.parser import text_string_to_metric_families

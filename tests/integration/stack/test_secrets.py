@@ -30,10 +30,9 @@ from typing import get_type_hints
 
 import pytest
 from perftracker.deploy.tansu import free_port
+from perftracker.deploy.workloads.kineto import TraceJob, write_job
 from perftracker.schemas.settings import Secret, Settings
 from perftracker.schemas.settings_loader import env_name
-
-from benchmarks.kineto_trace import TraceJob, write_job
 
 from ...registry_fake import USER, FakeRegistry
 from ...tls import make_tls_files

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from perftracker.deploy.synthetic import SyntheticJob, produce
+from perftracker.deploy.workloads.synthetic import SyntheticJob, produce
 from perftracker.schemas import Codec
 from perftracker.schemas.vocabulary import CONTROL
 

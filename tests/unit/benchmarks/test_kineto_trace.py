@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from perftracker.deploy.workloads.kineto import TraceJob, write_job
 from perftracker.streams.traces.importer import import_traces_with_report
 
 from benchmarks.import_speed import summary
-from benchmarks.kineto_trace import TraceJob, write_job
 
 JOB = TraceJob(ranks=4, steps=2, layers=4, buckets=2, slow_rank=2)
 

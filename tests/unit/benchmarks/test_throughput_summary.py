@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from perftracker.deploy.workloads.batches import Workload
+
 from benchmarks.throughput import Job, encode_job, faust_rates, offline_stages, rate, summary
-from benchmarks.workload import Workload
 
 
 def _job() -> Job:

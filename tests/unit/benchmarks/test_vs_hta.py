@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from perftracker.deploy.workloads.kineto import TraceJob, write_job
+
 from benchmarks import vs_hta
-from benchmarks.kineto_trace import TraceJob, write_job
 
 
 def test_scores_perftracker_against_the_built_culprit_and_says_how_to_get_hta(tmp_path, monkeypatch) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
 from perftracker.schemas.codec import SINGLE_OBJECT_MAGIC
 from perftracker.schemas.validate import validate
-from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 from perftracker.sinks.rows import ROW_BUILDERS
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer

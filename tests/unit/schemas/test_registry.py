@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, SchemaError, bundled_schemas
 from perftracker.schemas.registry import (
     RegistryClient,

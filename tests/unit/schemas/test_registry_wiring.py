@@ -18,7 +18,8 @@ from perftracker.collectors.iteration import IterationDetector
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 from perftracker.collectors.transport import NullSink, Sender
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads import store_records as samples
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec, MultiCodec, SchemaError
 from perftracker.schemas.registry import (
     RegistryCodec,
@@ -36,7 +37,6 @@ from perftracker.schemas.vocabulary import (
     FUNCTION_PATTERN,
     RANK_WINDOW,
 )
-from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 from perftracker.streams.detect import DetectionPolicy
 

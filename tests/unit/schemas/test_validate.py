@@ -6,11 +6,11 @@ import copy
 import math
 
 import pytest
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads import store_records as samples
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import MultiCodec
 from perftracker.schemas.rules import Limits, limits_for
 from perftracker.schemas.validate import RULES, validate
-from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 
@@ -151,7 +151,7 @@ def test_a_batch_that_passes_never_trips_the_summarizers_own_checks(monkeypatch)
     # host skew) never straddles a window edge, where the summarizer's first window, fixed by
     # the rank's first data, makes the events before the edge late (3 of them failed a fresh
     # clone on 2026-11-26): that rule is not what this test is about
-    import perftracker.deploy.synthetic as synthetic
+    import perftracker.deploy.workloads.synthetic as synthetic
 
     monkeypatch.setattr(synthetic.time, "time_ns", lambda: 1_700_000_004_000_000_000)  # 4 s into a 5 s window
     rec = event_batch()

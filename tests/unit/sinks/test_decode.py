@@ -1,6 +1,6 @@
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import MultiCodec, SchemaError
-from perftracker.sinks import samples
 from perftracker.sinks.decode import RecordDecoder
 
 NAMES = ["FunctionPattern", "RankWindow", "Anomaly"]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas import SchemaError
-from perftracker.sinks import samples
 from perftracker.sinks.keep import decode_records, encode_records
 
 

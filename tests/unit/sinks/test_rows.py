@@ -1,4 +1,4 @@
-from perftracker.sinks import samples
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.sinks.rows import flat_rows, incident_version
 from perftracker.sinks.schema import TABLES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.recording import RecordedMessage
 from perftracker.schemas.vocabulary import EVENT_BATCH, Status

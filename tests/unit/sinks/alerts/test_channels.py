@@ -1,7 +1,7 @@
 import json
 
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.schemas.settings import Secret
-from perftracker.sinks import samples
 from perftracker.sinks.alerts.base import Event, Incident, Notification
 from perftracker.sinks.alerts.pagerduty import PagerDutyChannel, severity
 from perftracker.sinks.alerts.slack import SlackChannel

@@ -1,4 +1,4 @@
-from perftracker.sinks import samples
+from perftracker.deploy.workloads import store_records as samples
 from perftracker.sinks.alerts.base import Event, Incident
 from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
 

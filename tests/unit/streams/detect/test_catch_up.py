@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from perftracker.deploy.workloads.ranks import MS, SLOW_RANK
 from perftracker.schemas.records import FunctionPattern
 from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from perftracker.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
@@ -21,7 +22,6 @@ from perftracker.streams.detect.model import kind_function
 from perftracker.streams.detect.rank_records import ALWAYS_AGGREGATED
 
 from benchmarks.catch_up import Outcome, last_window, run_backlog, run_live
-from benchmarks.scale import MS, SLOW_RANK
 
 from .synth import rank_window
 from .test_summarize import WALL0, batch

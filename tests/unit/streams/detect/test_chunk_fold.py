@@ -116,8 +116,9 @@ def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -
     """Batches of the throughput benchmark's workload (real collector layout: 32 ranks, spans, data-
     and tensor-parallel collectives, iterations): after the chunk holding each rank's first batch
     (which fixes its first window), every batch is folded column-wise, and the records closed are the one-at-a-time fold's."""
+    from perftracker.deploy.workloads.batches import Workload
+
     from benchmarks.throughput import decode_all, encode_job
-    from benchmarks.workload import Workload
 
     decoded = [rec for _, rec in decode_all(encode_job(Workload(ranks=32, seconds=6), 1_700_000_000_000 * MS))]
     pol = DetectionPolicy()

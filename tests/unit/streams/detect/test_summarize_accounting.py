@@ -2,7 +2,7 @@
 
 import time
 
-from perftracker.deploy.synthetic import SyntheticJob, batches
+from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker.sinks.rows import rank_window_rows
 from perftracker.streams.detect import DetectionPolicy, RankSummarizer
 

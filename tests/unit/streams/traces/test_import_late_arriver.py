@@ -4,11 +4,10 @@ noise alone (some rank last in a majority by chance) is not."""
 from pathlib import Path
 
 import pytest
+from perftracker.deploy.workloads.kineto import TraceJob, write_job
 from perftracker.streams.detect import DetectionPolicy
 from perftracker.streams.traces import import_traces_with_report
 from perftracker.streams.traces.facts import collective_matrix, last_arrivers
-
-from benchmarks.kineto_trace import TraceJob, write_job
 
 LATE_STEPS = (0, 1, 3, 4)
 

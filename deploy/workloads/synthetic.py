@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..schemas.vocabulary import SpanKind
+from ...schemas.vocabulary import SpanKind
 
 SPAN_KIND = {f: int(SpanKind[f.upper()]) for f in ("dataloader", "optimizer", "forward", "backward")}
 BASE_MS = {"dataloader": 2.0, "forward": 12.0, "backward": 20.0, "optimizer": 3.0}
@@ -133,8 +133,8 @@ def produce(cfg: SyntheticJob, conf: dict[str, str], topic: str) -> int:
     """Send the job's batches to ``topic`` keyed job|rank; returns the number sent."""
     from confluent_kafka import Producer
 
-    from ..schemas import Codec
-    from ..schemas.vocabulary import EVENT_BATCH
+    from ...schemas import Codec
+    from ...schemas.vocabulary import EVENT_BATCH
 
     codec = Codec(EVENT_BATCH)
     producer = Producer({**conf, "linger.ms": 20, "compression.type": "lz4"})
@@ -145,6 +145,6 @@ def produce(cfg: SyntheticJob, conf: dict[str, str], topic: str) -> int:
         sent += 1
     remaining = producer.flush(15)
     if remaining:
-        from ..schemas.errors import PerftrackerError
+        from ...schemas.errors import PerftrackerError
         raise PerftrackerError(f"{remaining} synthetic batches were not delivered to {conf.get('bootstrap.servers')}")
     return sent

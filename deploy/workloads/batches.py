@@ -24,11 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from perftracker.collectors.batch import BatchBuilder
-from perftracker.collectors.events import COMM, ITER, SPAN, GroupRef
-from perftracker.collectors.groups import group_ref, pair_ref
-from perftracker.collectors.identity import RankIdentity
-from perftracker.schemas.vocabulary import SpanKind
+
+from ...collectors.batch import BatchBuilder
+from ...collectors.events import COMM, ITER, SPAN, GroupRef
+from ...collectors.groups import group_ref, pair_ref
+from ...collectors.identity import RankIdentity
+from ...schemas.vocabulary import SpanKind
 
 MS = 1_000_000
 GPUS_PER_HOST = 8

@@ -144,7 +144,9 @@ def _timeline(job: TraceJob) -> _Timeline:
     per = max(job.layers // job.buckets, 1)
     fwd = [[[sum(FWD_GPU_US) * rng.lognormvariate(0, 0.03) * (job.slowdown if r == job.slow_rank else 1.0)
               for _ in range(job.layers)] for _ in range(job.steps)] for r in range(job.ranks)]
-    starts, comm_start, comm_end = [], [[[] for _ in range(job.steps)] for _ in range(job.ranks)], []
+    comm_start: list[list[list[float]]] = [[[] for _ in range(job.steps)] for _ in range(job.ranks)]
+    starts: list[float] = []
+    comm_end: list[list[float]] = []
     delay = [[0.0] * job.steps for _ in range(job.ranks)]
     t = T0_US
     for s in range(job.steps):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 from perftracker.collectors.batch import event_count
+from perftracker.deploy.workloads.batches import Workload, batches
 from perftracker.schemas import Codec
 from perftracker.schemas.validate import validate
 from perftracker.schemas.vocabulary import EVENT_BATCH
 from perftracker.streams.detect import RankSummarizer
-
-from benchmarks.workload import Workload, batches
 
 SMALL = Workload(ranks=32, seconds=3, tp=4, pp=2)
 

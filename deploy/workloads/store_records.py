@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-from ..schemas.vocabulary import (
+from ...schemas.vocabulary import (
     ANOMALY,
     FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
