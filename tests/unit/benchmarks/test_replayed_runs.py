@@ -5,12 +5,14 @@ docs/recordings.md); the replay puts its messages through the stream topology on
 clock. These tests replace live runs of the same jobs that the suite no longer makes:
 
 * ``test_demo_fault_is_named_on_rank_2_alone`` and ``test_healthy_demo_raises_nothing`` —
-  tests/e2e/demo/test_demo_faults.py's gc-storm, slow-collective and none cases (the
+  tests/e2e/demo/test_demo_faults.py's gc-storm, slow-collective and none cases (cpu-contention: below) (the
   slow-dataloader case still runs live, with its report);
 * ``test_transformer_names_the_slow_tp_shard_with_its_mesh_coordinates`` —
   tests/e2e/demo/test_demo_transformer.py;
 * ``test_a_stalled_rank_is_named_hung_and_its_waiting_peers_never_are`` —
-  tests/e2e/test_hang_diagnosis.py;
+  tests/e2e/test_hang_diagnosis.py (named within the hang floor and a window, on the recorded clock);
+* ``test_cpu_contention_is_named_with_the_schedulers_evidence`` — the cpu-contention case of
+  tests/e2e/demo/test_demo_faults.py;
 * ``test_a_slow_rank_of_the_second_node_is_named_with_its_host`` — the data-loader case of
   tests/e2e/test_two_nodes_diagnosis.py (its CPU-contention case still runs live).
 """
@@ -21,7 +23,7 @@ import json
 
 import pytest
 
-from .replays import BY_NAME, replayed
+from .replays import BY_NAME, POLICY, replayed
 
 
 def incidents(name: str) -> dict[str, dict]:
@@ -58,19 +60,36 @@ def test_transformer_names_the_slow_tp_shard_with_its_mesh_coordinates():
     assert not [a for a in found if set(a["ranks"]) - {2}], found  # its TP peer (3) and DP peer (0)
 
 
-@pytest.mark.parametrize("name,rank", [("stall-before-forward", 1), ("subgroup-hang", 1)])
-def test_a_stalled_rank_is_named_hung_and_its_waiting_peers_never_are(name: str, rank: int):
-    found = list(incidents(name).values())
-    hung = [a for a in found if a["cause"] == "hang" and rank in a["ranks"]]
-    assert hung, found
-    assert all(a["ranks"] == [rank] for a in found), found
-    assert BY_NAME[name].truth.location.split(":")[0] in json.dumps(hung[0]["evidence"])
+HANG_FLOOR_S, SLACK_S = 30.0, 15.0  # DetectionPolicy.hang_floor_s; window close, stage hand-offs
+
+
+@pytest.mark.parametrize("name,rank,waiting", [("stall-before-forward", 1, "ranks 0, 2, 3 wait in"),
+                                               ("subgroup-hang", 1, "ranks 2, 3 wait in")])
+def test_a_stalled_rank_is_named_hung_and_its_waiting_peers_never_are(name: str, rank: int, waiting: str):
+    result, truth = replayed(name), BY_NAME[name].truth
+    hangs = [(a, at) for a, at in zip(result.anomalies, result.emitted_ms, strict=True) if a["cause"] == "hang"]
+    assert hangs and all(a["ranks"] == [rank] for a in result.anomalies), result.anomalies
+    first, named_at = hangs[0]
+    assert truth.onset_ms is not None
+    # named during the stall, within the hang floor and a window of its start, on the recorded clock
+    assert named_at - truth.onset_ms <= (HANG_FLOOR_S + POLICY.window_s + SLACK_S) * 1000, (named_at, truth.onset_ms)
+    assert "never entered all_reduce" in first["summary"] and waiting in first["summary"]
+    assert "died" not in first["summary"]
+    assert "now at " in first["summary"] and truth.location in first["summary"]  # its current stack
 
 
 def test_a_killed_rank_is_named_dead():
     found = list(incidents("killed").values())
     assert any(a["cause"] == "hang" and 3 in a["evidence"].get("dead_ranks", []) for a in found), found
     assert all(set(a["ranks"]) <= {3} for a in found), found
+    assert "process died / stopped reporting" in found[0]["summary"]
+
+
+def test_cpu_contention_is_named_with_the_schedulers_evidence():
+    found = list(incidents("cpu-contention").values())
+    assert [(a["cause"], a["ranks"]) for a in found] == [("host_cpu_contention", [2])], found
+    cpu = found[0]["evidence"]["cpu"]["2"]
+    assert cpu["verdict"] == "contended", cpu
 
 
 def test_a_slow_rank_of_the_second_node_is_named_with_its_host():
