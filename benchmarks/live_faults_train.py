@@ -29,18 +29,17 @@ which ``file:line`` a correct location names.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
+from perftracker.deploy.workloads import inject  # the workloads' shared fault mechanics
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
@@ -95,14 +94,11 @@ class Fault:
     def start(self, step: int) -> None:
         self.on, self.since = True, time.monotonic()
         if self.mine and self.name == "cpu-contention":
-            self.hogs = start_hogs()
+            self.hogs = inject.pin_with_hogs(HOGS)
         if self.mine and self.name == "gil-thread":
             threading.Thread(target=gil_hog, name="metrics-export", daemon=True).start()
         if self.writer and self.onset_file:
-            info = {"fault": self.name, "rank": self.rank, "step": step, "pid": os.getpid(), "wall_time": time.time()}
-            with open(self.onset_file + ".tmp", "w") as f:
-                json.dump(info, f)
-            os.replace(self.onset_file + ".tmp", self.onset_file)
+            inject.write_onset(self.onset_file, self.name, self.rank, step)
         if not self.mine:
             return
         print(f"[live-faults] {self.name} on rank {self.rank} from step {step}", flush=True)
@@ -110,9 +106,7 @@ class Fault:
             os.kill(os.getpid(), signal.SIGSTOP)  # LF:killed
 
     def stop(self) -> None:
-        for hog in self.hogs:
-            hog.kill()
-            hog.wait(5)
+        inject.stop_hogs(self.hogs)
         self.hogs = []
 
     def running(self) -> bool:
@@ -284,15 +278,6 @@ def gil_hog() -> None:
     while FAULT.running():
         for _ in range(100_000):
             x += 1  # LF:gil-thread
-
-
-def start_hogs() -> list[subprocess.Popen]:
-    """Busy processes pinned with this rank to its last allowed core; each exits when this rank is gone."""
-    core = sorted(os.sched_getaffinity(0))[-1]
-    os.sched_setaffinity(0, {core})
-    code = (f"import os\nos.sched_setaffinity(0, {{{core}}})\nx = 0\nwhile os.getppid() == {os.getpid()}:\n"
-            "    for _ in range(200000): x += 1\n")
-    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(HOGS)]
 
 
 MAX_S = float(os.environ.get("LF_MAX_S", "600"))

@@ -22,14 +22,14 @@ What each fault does on the chosen rank from the chosen step on:
 from __future__ import annotations
 
 import gc
-import json
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")
+from perftracker.deploy.workloads import inject  # the workloads' shared fault mechanics
+
+FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")  # names of deploy/workloads/faults.py
 # competitors on the rank's core: enough that the rank gets clearly less CPU than its peers even
 # on a 2-core machine running 4 ranks (there the other ranks already share a core three ways)
 HOGS = 4
@@ -51,7 +51,7 @@ class Fault:
         if not self.active and self.kind != "none" and step >= self.at_step:
             self._start(step)
         if self.active and self.kind == "gc-storm":
-            _make_cyclic_garbage(5_000)
+            inject.make_cyclic_garbage(5_000)
             gc.collect()
 
     def before_collective(self) -> None:
@@ -63,31 +63,18 @@ class Fault:
             time.sleep(self.delay_s)
 
     def stop(self) -> None:
-        for hog in self._hogs:
-            hog.terminate()
-            hog.join(2)
+        inject.stop_hogs(self._hogs)
         self._hogs = []
 
     def _start(self, step: int) -> None:
         self.active = True
         if self.kind == "cpu-contention":
-            core = sorted(os.sched_getaffinity(0))[-1]
-            os.sched_setaffinity(0, {core})
-            ctx = multiprocessing.get_context("fork")
-            self._hogs = [ctx.Process(target=_busy_loop, args=(os.getpid(), core), daemon=True)
-                          for _ in range(HOGS)]
-            for hog in self._hogs:
-                hog.start()
+            self._hogs = inject.pin_with_hogs(HOGS)
         elif self.kind == "gc-storm":
             gc.freeze()  # leave torch's own objects out, so each collection costs ~10 ms here
             self._heap = [{"i": i, "payload": [i]} for i in range(30_000)]
         if self.onset_file:
-            info = {"fault": self.kind, "rank": int(os.environ.get("RANK", "-1")), "step": step,
-                    "wall_time": time.time()}
-            tmp = self.onset_file + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(info, f)
-            os.replace(tmp, self.onset_file)
+            inject.write_onset(self.onset_file, self.kind, int(os.environ.get("RANK", "-1")), step)
         print(f"[demo] injected fault {self.kind} on rank {os.environ.get('RANK')} at step {step}",
               flush=True)
 
@@ -118,20 +105,3 @@ def collate(inner: Callable) -> Callable:
         return inner(batch)
 
     return collate_with_fault
-
-
-def _make_cyclic_garbage(n: int) -> None:
-    for _ in range(n):
-        a: list = []
-        a.append(a)
-
-
-def _busy_loop(parent_pid: int, core: int) -> None:
-    """A competitor for the rank's core; exits when the rank is gone (no orphans after Ctrl-C)."""
-    os.sched_setaffinity(0, {core})
-    x = 0
-    while True:
-        for _ in range(200_000):
-            x += 1
-        if os.getppid() != parent_pid:
-            return

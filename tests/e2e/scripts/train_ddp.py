@@ -16,13 +16,13 @@ N busy-looping processes pinned to that core; on one node's launcher only, both 
 that "host" wait for a CPU: host-level CPU contention).
 """
 
-import multiprocessing
 import os
 import time
 
 import torch
 import torch.distributed as dist
 from perftracker.deploy.demo.train_common import write_train_report
+from perftracker.deploy.workloads import inject
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -39,7 +39,7 @@ def main() -> None:
     batch = int(os.environ.get("TRAIN_BATCH", "32"))
     data = TensorDataset(torch.randn(steps * batch, 64), torch.randn(steps * batch, 8))
     loader = DataLoader(data, batch_size=batch, shuffle=False, collate_fn=_collate(rank))
-    hogs = _cpu_hogs(int(os.environ.get("TRAIN_CPU_HOGS") or 0))
+    hogs = inject.pin_with_hogs(int(os.environ.get("TRAIN_CPU_HOGS") or 0))
     model = DDP(nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                               nn.ReLU(), nn.Linear(hidden, 8)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -55,7 +55,7 @@ def main() -> None:
         last = time.perf_counter()
         for x, y in loader:
             if rank == int(stall_rank) and step == int(stall_step):
-                _stall(float(stall_s))
+                inject.stall(float(stall_s), os.environ.get("TRAIN_STALL_FILE"))
             step += 1
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
@@ -70,9 +70,7 @@ def main() -> None:
     report = os.environ.get("TRAIN_REPORT")
     if report and rank == 0:
         write_train_report(report, times, cpu_s, thread_s)
-    for hog in hogs:
-        hog.terminate()
-        hog.join(5)
+    inject.stop_hogs(hogs)
     dist.destroy_process_group()
 
 
@@ -86,36 +84,6 @@ def _collate(rank: int):
         return default_collate(batch)
 
     return collate
-
-
-def _cpu_hogs(n: int) -> list:
-    """``n`` busy processes pinned with this rank to the last core (forked: nothing of the
-    training or its collector runs in them); each exits when this rank is gone."""
-    if n <= 0:
-        return []
-    core = sorted(os.sched_getaffinity(0))[-1]
-    os.sched_setaffinity(0, {core})
-    ctx = multiprocessing.get_context("fork")
-    hogs = [ctx.Process(target=_busy_loop, args=(os.getpid(), core), daemon=True) for _ in range(n)]
-    for hog in hogs:
-        hog.start()
-    return hogs
-
-
-def _busy_loop(parent_pid: int, core: int) -> None:
-    os.sched_setaffinity(0, {core})
-    x = 0
-    while os.getppid() == parent_pid:
-        for _ in range(200_000):
-            x += 1
-
-
-def _stall(seconds: float) -> None:
-    mark = os.environ.get("TRAIN_STALL_FILE")
-    if mark:
-        with open(mark, "w") as f:
-            f.write(str(time.time()))
-    time.sleep(seconds)
 
 
 def _held(path: str, rank: int) -> bool:
