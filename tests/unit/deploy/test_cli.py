@@ -241,3 +241,27 @@ def test_a_crashed_demo_rank_shows_its_python_stacks_else_the_log_end():
     assert shown.startswith("a rank crashed") and 'File "train.py", line 9 in step' in shown
     plain = training_failure("a\n" * 5000 + "ValueError: bad batch\n")
     assert plain.startswith("last lines") and plain.endswith("ValueError: bad batch\n")
+
+
+def test_replay_of_a_file_that_is_not_a_recording_is_one_clear_line(clean_env, tmp_path, capsys):
+    junk = tmp_path / "junk.ptrec"
+    junk.write_bytes(b"\x00\x01 not a recording")
+    assert run(["replay", str(junk)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("perftracker: error: ") and "not a readable recording" in err and "Traceback" not in err
+
+
+def test_record_without_a_broker_says_how_to_get_one(clean_env, tmp_path, capsys):
+    assert run(["--data-dir", str(tmp_path), "record", "--job", "j", "--out", str(tmp_path / "j.ptrec")]) == 1
+    err = capsys.readouterr().err
+    assert "no Kafka to read" in err and "perftracker up" in err
+    assert not (tmp_path / "j.ptrec").exists()
+
+
+def test_replay_prints_each_incident_of_a_recording(clean_env, tmp_path, capsys):
+    from benchmarks.corpus import entries
+
+    entry = next(e for e in entries() if e.truth.name == "two-culprits")
+    assert run(["replay", str(entry.recording)]) == 0
+    out = capsys.readouterr().out
+    assert "slow_dataloader" in out and "ranks [0]" in out and "ranks [3]" in out
