@@ -1,4 +1,13 @@
-"""Session-wide fixtures: one real tansu broker per test session on a free port."""
+"""Session-wide fixtures: one real tansu broker per test session (per xdist worker) on a free port.
+
+The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 3 --dist loadgroup``).
+:func:`pytest_collection_modifyitems` groups what must not be split or overlap: every e2e
+test on one worker, one after the other (real torchrun jobs whose diagnoses depend on the
+machine's load: two at once would contend for the same two cores); every fault test on
+another (each kills and restarts components and times their recovery); each other
+integration module on one worker (its module-scoped stack is started once). Unit tests go
+wherever a worker is free.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,20 @@ from perftracker.deploy.tansu import LocalBroker, start_broker
 from perftracker.schemas.redact import reset_redaction
 
 from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith("tests/e2e/"):
+            group = "e2e"
+        elif path.startswith("tests/integration/faults/"):
+            group = "faults"
+        elif path.startswith("tests/integration/"):
+            group = path
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
