@@ -66,7 +66,7 @@ def main() -> int:
     if types:
         print("tests: mypy found problems", flush=True)
     lint = lint or types
-    # three xdist workers, grouped as tests/conftest.py says (e2e serial on one, faults on another);
+    # three xdist workers, in the work units tests/conftest.py defines;
     # failures listed last: CI shows the tail
     args = sys.argv[1:] or ["tests", "-q", "-rsEf", "--durations=25", "-n", "3", "--dist", "loadgroup"]
     suite = subprocess.call([sys.executable, "-m", "pytest", *args])

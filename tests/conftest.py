@@ -1,18 +1,17 @@
 """Session-wide fixtures: one real tansu broker per test session (per xdist worker) on a free port.
 
-The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 3 --dist loadgroup``).
-:func:`pytest_collection_modifyitems` groups what must not be split or overlap: every e2e
-test on one worker, one after the other (real torchrun jobs whose diagnoses depend on the
-machine's load: two at once would contend for the same two cores); every fault test on
-another (each kills and restarts components and times their recovery); each other
-integration module on one worker (its module-scoped stack is started once). Unit tests go
-wherever a worker is free.
+The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 3 --dist loadgroup``),
+in work units (:func:`group_of`) that each run on one worker, one test after another: the e2e
+tests whose verdict is a live diagnosis (never two at once: real torchrun jobs that would
+contend for the same two cores), the other e2e tests (the collectors' data arriving), and
+every other module on its own (its module-scoped fixtures, e.g. a stack, started once).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from perftracker.deploy.tansu import LocalBroker, start_broker
@@ -21,18 +20,44 @@ from perftracker.schemas.redact import reset_redaction
 from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
 
 
+# e2e tests whose verdict is a live diagnosis: never two at once (they would contend for the cores)
+E2E_DIAGNOSIS = ("tests/e2e/demo/", "tests/e2e/test_two_nodes_diagnosis.py", "tests/e2e/test_job_end.py")
+LONGEST_FIRST = ("e2e-collect", "tests/integration/faults/", "e2e-diagnosis")
+
+
+def group_of(nodeid: str) -> str:
+    """The xdist work unit a test belongs to (see the module docstring)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(E2E_DIAGNOSIS):
+        return "e2e-diagnosis"
+    if path.startswith("tests/e2e/"):
+        return "e2e-collect"
+    return path
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if path.startswith("tests/e2e/"):
-            group = "e2e"
-        elif path.startswith("tests/integration/faults/"):
-            group = "faults"
-        elif path.startswith("tests/integration/"):
-            group = path
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The longest work units first (they start at once on their own workers while the short
+    ones fill the others); otherwise collection order."""
+    def rank(item: pytest.Item) -> int:
+        group = group_of(item.nodeid)
+        return next((i for i, g in enumerate(LONGEST_FIRST) if group.startswith(g)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: whole work units (:func:`group_of`) to one worker each. xdist's own
+    loadgroup reads ``xdist_group`` marks through a node id suffix that pytest 9 ignores, so
+    the grouping is done here, on xdist's scope scheduler."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return Grouped(config, log)
 
 
 @pytest.fixture(scope="session")
