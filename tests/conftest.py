@@ -1,6 +1,6 @@
 """Session-wide fixtures: one real tansu broker per test session (per xdist worker) on a free port.
 
-The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 3 --dist loadgroup``),
+The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 4 --dist loadgroup``),
 in work units (:func:`group_of`) that each run on one worker, one test after another: the e2e
 tests whose verdict is a live diagnosis (never two at once: real torchrun jobs that would
 contend for the same two cores), the other e2e tests (the collectors' data arriving), and
