@@ -69,7 +69,8 @@ def main() -> int:
     # four xdist workers (the suite mostly waits on real components: ~1.2 of 2 cores busy with three),
     # in the work units tests/conftest.py defines;
     # failures listed last: CI shows the tail
-    args = sys.argv[1:] or ["tests", "-q", "-rsEf", "--durations=25", "-n", "4", "--dist", "loadgroup"]
+    args = sys.argv[1:] or ["tests", "-q", "-rsEf", "--durations=25", "-n", "4", "--dist", "loadgroup",
+                             "--no-loadscope-reorder"]
     suite = subprocess.call([sys.executable, "-m", "pytest", *args])
     return lint or suite
 

@@ -3,8 +3,12 @@
 The suite runs on several pytest-xdist workers (``python -m tests``: ``-n 4 --dist loadgroup``),
 in work units (:func:`group_of`) that each run on one worker, one test after another: the e2e
 tests whose verdict is a live diagnosis (never two at once: real torchrun jobs that would
-contend for the same two cores), the other e2e tests (the collectors' data arriving), and
-every other module on its own (its module-scoped fixtures, e.g. a stack, started once).
+contend for the same two cores), the other e2e tests (the collectors' data arriving), the
+fault tests (one unit: xdist hands a worker another unit while its current one has two
+tests or fewer left, so one-test modules of a minute and more would pile up on one worker),
+and every other module on its own (its module-scoped fixtures, e.g. a stack, started once).
+The units go out in the order of :func:`pytest_collection_modifyitems` (longest first;
+``--no-loadscope-reorder`` keeps xdist from re-sorting them by test count).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema regi
 
 # e2e tests whose verdict is a live diagnosis: never two at once (they would contend for the cores)
 E2E_DIAGNOSIS = ("tests/e2e/demo/", "tests/e2e/test_two_nodes_diagnosis.py", "tests/e2e/test_job_end.py")
-LONGEST_FIRST = ("e2e-collect", "tests/integration/faults/", "e2e-diagnosis")
+LONGEST_FIRST = ("e2e-collect", "faults", "e2e-diagnosis")
 
 
 def group_of(nodeid: str) -> str:
@@ -31,6 +35,8 @@ def group_of(nodeid: str) -> str:
         return "e2e-diagnosis"
     if path.startswith("tests/e2e/"):
         return "e2e-collect"
+    if path.startswith("tests/integration/faults/"):
+        return "faults"  # one unit: xdist queues more units behind a unit of one long test
     return path
 
 

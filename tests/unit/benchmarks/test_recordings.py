@@ -36,7 +36,7 @@ def test_replay_is_no_worse_than_its_baseline(entry):
     assert not problems, f"{entry.truth.name}: {problems}; found {[(a['status'], a['cause'], a['ranks']) for a in result.anomalies]}"
 
 
-@pytest.mark.parametrize("name", ["slow-optimizer", "killed", "demo-tp-fsdp2-slow-dataloader"])
+@pytest.mark.parametrize("name", ["slow-optimizer", "killed", "two-nodes-slow-backward-hook"])
 def test_two_replays_of_a_recording_give_byte_identical_findings(name):
     first = fresh(BY_NAME[name]).canonical()
     assert first and first == fresh(BY_NAME[name]).canonical() == replayed(name).canonical()
