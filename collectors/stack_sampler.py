@@ -136,11 +136,10 @@ def thread_chain(ident: int, depth: int = MAX_DEPTH) -> list[CodeLine]:
 def importing() -> bool:
     """Whether some thread is importing a module now (importlib holds a per-module lock for
     each import in progress, ``importlib._bootstrap._module_locks``; False where that is
-    not there). The sampler does not read stacks then: the one rank crash of the sampler
-    caught with its stacks (faulthandler, a fresh clone's first demo, 2026-11-26) happened
-    while the training thread was inside ``import torch`` (blocked in importlib's
-    ``_path_stat``), the walk already in C. Imports are start-up (and rare lazy ones), not
-    the training steps the samples are for."""
+    not there). The sampler does not read stacks then: walking a thread's frames while it is
+    inside an import can crash CPython 3.11 even with the walk in C (docs/detection.md,
+    decisions: "no stack read during imports"). Imports are start-up (and rare lazy ones),
+    not the training steps the samples are for."""
     return bool(getattr(_bootstrap, "_module_locks", None))
 
 

@@ -16,9 +16,8 @@ A shared inefficiency (an all-rank function taking more of the step than a healt
 :func:`.window._expectations`) is judged only on windows in which the job ran most of its
 usual steps (the clean-window rule above): in a window the job barely ran (its start-up, a
 stall), the time between its few steps -- garbage collections of model set-up, DataLoader
-workers starting -- divided by those few steps is no share of any step. Live fault suite,
-2026-11-26: its first scenario, on a cold machine, opened "all 4 ranks spend 190 % of each
-13 ms step in kind:gc" (earlier runs: 113 %, 80 %, 75 %, 47 %), beside the right culprit.
+workers starting -- divided by those few steps is no share of any step (docs/detection.md,
+decisions: "shared inefficiency on clean windows only").
 
 A window holding a rank's last window (``ended_cleanly``) updates open incidents but opens
 none (the end of a job, partial and skewed by teardown, is not evidence of a fault; before
@@ -27,9 +26,8 @@ completed steps is partial too (the rank started inside it) and skewed by start-
 process-group and DDP set-up, the first garbage collections of all that): its steps do not
 count toward ``persist_steps``, so what it shows opens only when the next window shows it
 too (``persist_windows``; a one-window analysis such as a trace import, persist_windows 1,
-is unchanged). Seen in the live fault suite (benchmarks/live_faults.py, 2026-11-25): the
-first window of 4 of its 16 jobs opened ``shared_inefficiency`` "all 4 ranks spend 75-80 % of
-each 10 ms step in kind:gc", or a ``gc_pause`` on one rank, before any fault was injected.
+is unchanged). Start-up garbage collections otherwise open job-wide or one-rank GC findings
+before any fault (docs/detection.md, decisions: "a rank's first and last windows").
 
 The job's end ends its incidents: every open one is RESOLVED once, with
 ``resolved_reason``:

@@ -16,9 +16,9 @@ A window without data of a rank the incident names (its ``observed`` ranks lack 
 evidence that the rank recovered: it is not a clean window for that incident. A stream
 worker that takes over a dead one's partitions re-reads the dead one's ranks from the last
 committed offsets, and the job's windows of those seconds close without them; counted as
-clean, the incident resolved and, once the ranks' data was back, opened again (``open,
-resolve, open, resolve`` of one incident: tests/integration/faults/test_worker_kill.py,
-CI of 2026-11-26). Nor is a window in which the incident's function was not compared with
+clean, the incident would resolve and, once the ranks' data was back, open again (``open,
+resolve, open, resolve`` of one incident; docs/detection.md, decisions: "a window without
+the named ranks is not clean"). Nor is a window in which the incident's function was not compared with
 every rank that sent it (``unjudged``): the dead worker's comparator had read and committed
 patterns of the windows it held open, so after the takeover the slow rank's pattern was
 missing from its function's comparison, while its lateness still showed in a collective (the

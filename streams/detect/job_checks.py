@@ -14,11 +14,9 @@ root cause seen for the first time in the same window can open first and explain
 that a job's noise must hold a window more to pass for one. When its excess is at least
 :data:`STRONG_REGRESSION` times what a regression needs (the job's noise, ``regression_pct``,
 the min cost) and the window's new candidates could not explain it even once they persist (a
-job-wide slowdown with no culprit), there is nothing to wait for and it does not wait: in
-the live fault suite job-wide-slowdown was named 18.9-23.2 s after its onset, the slowest of
-the faults that are not hangs (benchmarks/live_faults.py, 2026-11-26); without the strength
-condition a no-fault simulated job with 25 % step jitter raised a +9 % regression (1 of 30
-seeds, none with the extra window).
+job-wide slowdown with no culprit), there is nothing to wait for and it does not wait; a
+weaker excess waits the extra window, which a noisy healthy job's jitter does not survive
+(docs/detection.md, decisions: "STRONG_REGRESSION").
 """
 
 from __future__ import annotations

@@ -44,10 +44,9 @@ input. Two rules may then close what waits:
   does not run the functions of this input, or stopped): live, half the window buffer
   (``max_open_windows``); behind the job, the buffer less two windows (waiting longer would
   only evict windows). Behind, waiting costs no wall time and the skew between partitions
-  grows with the backlog: in the 512-rank backlog of tests/integration/faults/test_catch_up.py
-  (25 s of data) whole partitions were read more than 20 s of data after the others, more than
-  half the buffer of 5 s windows; their ranks were left out and ~10,000 of 30,720 patterns came
-  after their comparison (5 of 14 runs, 2026-11-26). Live, a rank 20 s behind has stopped. Why: the inputs of
+  grows with the backlog: whole partitions can be read more than half the window buffer after
+  the others, their ranks left out and their patterns arriving after their comparison
+  (docs/detection.md, decisions: "the job clock"). Live, a rank 20 s behind has stopped. Why: the inputs of
   these stages come from summarizers that read different partitions of the events topic,
   and a worker reads those round robin, one message each -- a partition holding fewer
   ranks runs seconds of data ahead of one holding more, the gap growing with the backlog
