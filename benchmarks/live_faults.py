@@ -37,13 +37,15 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -363,6 +365,32 @@ def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, 
             "seconds_total": round(time.time() - started, 1)}
 
 
+@contextmanager
+def default_stack(prefix: str, keep: bool = False) -> Iterator[tuple[Any, Path]]:
+    """`perftracker up` at its defaults (every PERFTRACKER_* variable of this shell dropped) on a
+    temporary data dir: (settings, a work folder in it); `down` after, the dir removed unless
+    ``keep`` (then printed on stderr)."""
+    for key in [k for k in os.environ if k.startswith("PERFTRACKER_")]:
+        del os.environ[key]  # `perftracker up`'s defaults, whatever this shell has set
+
+    from perftracker.deploy.stack import down, up
+    from perftracker.schemas.settings_loader import load_settings
+
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    settings = load_settings(env={"PERFTRACKER_DATA_DIR": tmp})
+    work = Path(tmp) / "work"
+    work.mkdir()
+    try:
+        up(settings)
+        yield settings, work
+    finally:
+        down(settings)
+        if keep:
+            print(f"data dir kept: {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="JSON lines only (the default output is the same)")
@@ -379,31 +407,13 @@ def main() -> None:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenarios {unknown}: choose from {', '.join(SCENARIOS)}")
-    for key in [k for k in os.environ if k.startswith("PERFTRACKER_")]:
-        del os.environ[key]  # `perftracker up`'s defaults, whatever this shell has set
-
-    from perftracker.deploy.stack import down, up
-    from perftracker.schemas.settings_loader import load_settings
-
-    tmp = tempfile.mkdtemp(prefix="pt-live-faults-")
-    settings = load_settings(env={"PERFTRACKER_DATA_DIR": tmp})
-    work = Path(tmp) / "live-faults"
-    work.mkdir()
     results = []
-    try:
-        up(settings)
+    with default_stack("pt-live-faults-", args.keep) as (settings, work):
         for name in names:
             result = run_scenario(settings, SCENARIOS[name], work, args.onset_s, args.budget_s, args.poll_s,
                                   args.linger_s, args.delay_ms)
             results.append(result)
             print(json.dumps(result), flush=True)
-    finally:
-        down(settings)
-        if args.keep:
-            print(f"data dir kept: {tmp}", file=sys.stderr)
-        else:
-            import shutil
-            shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({**totals(results), "load_avg_1m": round(os.getloadavg()[0], 1),
                       "window_s": settings.streams.window_s, "cpus": os.cpu_count(),
                       "onset_s": args.onset_s, "delay_ms": args.delay_ms}), flush=True)

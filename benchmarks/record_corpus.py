@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,7 @@ from typing import Any
 from perftracker.deploy.workloads.faults import cause_of
 
 from .corpus import CORPUS_DIR, Truth
-from .live_faults import SCENARIOS, Expect, Scenario, marker_lines, run_scenario
+from .live_faults import SCENARIOS, Expect, Scenario, default_stack, marker_lines, run_scenario
 
 
 @dataclass(frozen=True)
@@ -137,20 +135,10 @@ def main() -> None:
     unknown = [n for n in names if n not in PLAN]
     if unknown:
         parser.error(f"unknown runs {unknown}: choose from {', '.join(PLAN)}")
-    for key in [k for k in os.environ if k.startswith("PERFTRACKER_")]:
-        del os.environ[key]
-
     from perftracker.deploy.record import RecordOptions, record_job
-    from perftracker.deploy.stack import down, up
     from perftracker.schemas.recording import SUFFIX, truth_path
-    from perftracker.schemas.settings_loader import load_settings
 
-    tmp = tempfile.mkdtemp(prefix="pt-corpus-")
-    settings = load_settings(env={"PERFTRACKER_DATA_DIR": tmp})
-    work = Path(tmp) / "work"
-    work.mkdir()
-    try:
-        up(settings)
+    with default_stack("pt-corpus-") as (settings, work):
         for name in names:
             run = PLAN[name]
             started = time.time()
@@ -163,9 +151,6 @@ def main() -> None:
             print(json.dumps({"run": name, "set": truth.set, "job": job, "messages": n,
                               "bytes": dest.stat().st_size, "seconds": round(time.time() - started, 1),
                               "live": truth.live}), flush=True)
-    finally:
-        down(settings)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
