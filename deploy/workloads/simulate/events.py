@@ -7,6 +7,19 @@ Each host has its own wall-clock skew (tens of ms) and each rank its own monoton
 origin, so nothing but durations and seqs can be compared across ranks. Each batch also
 carries one CPU sample (EventBatch v3 ``cpu``): run-queue wait of ~2 % of the step on
 every rank, plus, on a CPU-contended rank, the time its step lost to the contention.
+
+A GPU job (``EventJob.gpu``) also emits what the collectors time between CUDA events on a
+CUDA rank: per step, the device time of forward, backward and the optimizer step, a
+``SpanKind.DEVICE`` span named ``cuda:`` + the host span's name, starting with it. The
+device time is the host time (the device waits for the host's launches: CPU contention,
+a GC pause or a late entry stretch both alike), except under ``slow-gpu``: the rank's
+device needs ``magnitude_ms`` more per step, spread over its forward, backward and
+optimizer in proportion; its host forward and optimizer spans stay as they were (the
+host launches asynchronously and runs ahead), its host backward grows by the device's
+excess of forward and backward (the host waits at the end of backward for the
+gradients' all-reduce, as DDP does), and the rank arrives at the all-reduce and finishes
+its step as late as its device. That device-only excess is the evidence the detection
+needs to name a slow GPU; a CPU job (the default) has no device spans.
 """
 
 from __future__ import annotations
@@ -15,13 +28,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ....collectors.cuda_timing import DEVICE_PREFIX
+from ....schemas.vocabulary import SpanKind
+
 MS = 1_000_000
+DEVICE = int(SpanKind.DEVICE)
 STACK_HZ = 25.0
 
 
 @dataclass(frozen=True)
 class EventFault:
-    kind: str = "none"  # none | slow-dataloader | cpu-contention | slow-collective | gc-storm
+    kind: str = "none"  # none | slow-dataloader | cpu-contention | slow-collective | gc-storm | slow-gpu
     rank: int = 0
     magnitude_ms: float = 10.0
     start_s: float = 0.0
@@ -66,6 +83,11 @@ class EventSimulator:
         self.pending: list[list[tuple]] = [[] for _ in range(job.ranks)]
         self.names = ["DataLoader.__next__", "Model.forward", "Model.backward", "Optimizer.step",
                       "gc.collect", "all_reduce"]
+        # GPU ranks: name index of the device span of each timed phase (host span name 1, 2, 3)
+        self.device_name = {h: len(self.names) + i for i, h in enumerate((1, 2, 3))} if job.gpu else {}
+        self.names += [DEVICE_PREFIX + self.names[h] for h in self.device_name]
+        if any(f.kind == "slow-gpu" for f in self.faults) and not job.gpu:
+            raise ValueError("a slow-gpu fault needs a GPU job (EventJob.gpu)")
 
     @staticmethod
     def _active(f: EventFault, t_s: float) -> bool:
@@ -77,22 +99,25 @@ class EventSimulator:
         d = {k: _lognormal(self.rng, v, sig, n) * MS for k, v in j.step_ms.items()}
         gc = np.zeros(n)
         late = np.zeros(n)
+        excess = {k: np.zeros(n) for k in ("fwd", "bwd", "opt")}  # device time beyond the host's (slow-gpu)
         transfer = j.transfer_ms * MS * self.rng.lognormal(0, sig / 2)
         for f in self.faults:
             if f.kind != "none" and self._active(f, float(self.clock.max()) / 1e9):
-                self._inject(f, d, gc, late)
+                self._inject(f, d, gc, late, excess)
         self.rq_wait_ns += 0.02 * sum(d.values())
         start = self.clock.copy()
         t_fwd = start + d["dl"]
         t_bwd = t_fwd + d["fwd"] + gc
-        arrive = t_bwd + d["bwd"] + late
+        # backward's own work ends when the device's does: the host waits for the gradients
+        bwd_work = d["bwd"] + excess["fwd"] + excess["bwd"]
+        arrive = t_bwd + bwd_work + late
         end = arrive.max() + transfer
         comm_dur = end - arrive
         t_opt = end + (d["bwd"] * 0.02)
         # DDP: the all-reduce is nested at the end of backward; a late entry (sleep before
         # the call) happens outside any instrumented span, after backward's own work
-        bwd_end = np.where(late > 0, t_bwd + d["bwd"], t_opt)
-        finish = t_opt + d["opt"]
+        bwd_end = np.where(late > 0, t_bwd + bwd_work, t_opt)
+        finish = t_opt + d["opt"] + excess["opt"]
         for i in range(n):
             p = self.pending[i]
             p.append(("span", 1, 0, start[i], d["dl"][i]))
@@ -102,12 +127,17 @@ class EventSimulator:
             p.append(("span", 4, 2, t_bwd[i], bwd_end[i] - t_bwd[i]))
             p.append(("comm", self.seq, arrive[i], comm_dur[i]))
             p.append(("span", 2, 3, t_opt[i], d["opt"][i]))
+            if self.device_name:  # device time = host time, plus a slow GPU's excess (module docstring)
+                dn = self.device_name
+                p.append(("span", DEVICE, dn[1], t_fwd[i], d["fwd"][i] + gc[i] + excess["fwd"][i]))
+                p.append(("span", DEVICE, dn[2], t_bwd[i], bwd_end[i] - t_bwd[i] - excess["fwd"][i]))
+                p.append(("span", DEVICE, dn[3], t_opt[i], d["opt"][i] + excess["opt"][i]))
             p.append(("iter", self.step, start[i], finish[i] - start[i]))
         self.clock = finish
         self.step += 1
         self.seq += 1
 
-    def _inject(self, f: EventFault, d: dict, gc: np.ndarray, late: np.ndarray) -> None:
+    def _inject(self, f: EventFault, d: dict, gc: np.ndarray, late: np.ndarray, excess: dict) -> None:
         r, m = f.rank, f.magnitude_ms * MS
         if f.kind == "slow-dataloader":
             d["dl"][r] += m
@@ -121,6 +151,10 @@ class EventSimulator:
             self.late_ns[r] += m
         elif f.kind == "gc-storm":
             gc[r] = m
+        elif f.kind == "slow-gpu":  # the device's part only; the host spans follow in run_step
+            total = sum(d[k][r] for k in excess)
+            for k, v in excess.items():
+                v[r] += m * d[k][r] / total
 
     def batch(self, rank: int, now_true_ns: float) -> dict:
         """Drain rank's pending events into one EventBatch dict."""

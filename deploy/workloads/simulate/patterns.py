@@ -9,6 +9,19 @@ for all members at the last arrival + transfer; each member's time inside it is 
 minus its own arrival, so waits propagate across groups as in a real job. Steps land in
 windows by the rank's host wall clock (hosts skewed by tens of ms). Noise: rare
 one-window spikes on a random rank, sparse GC pauses, SW power-cap throttle bits.
+
+Every rank is on a GPU (:mod:`.layout`), so each also reports what the collectors time
+between CUDA events: the device time of its forward, backward and optimizer step
+(``SpanKind.DEVICE`` patterns named ``cuda:`` + the host function's name, see
+:mod:`.records`). The device time of a phase is its host time (the device waits for the
+host's launches: CPU contention, a stage's extra layers, creep, a spike stretch both
+alike), except under ``slow_gpu`` and ``gpu_throttle``: the device's forward, backward and
+optimizer take ``magnitude`` times as long while the host's forward and optimizer spans do
+not change (the host launches asynchronously and runs ahead) and its backward grows by the
+device's excess of forward and backward (the host waits at the end of backward for the
+gradients' all-reduce, as DDP does); the rank reaches its collectives, and ends its step,
+as late as its device. That device-only excess is the GPU-side evidence the detection
+needs to name a slow GPU.
 """
 
 from __future__ import annotations
@@ -81,7 +94,8 @@ class PatternSim:
              "fwd": self.fwd_base * self._j(), "bwd": 2 * self.fwd_base * self._j(),
              "opt": BASE_MS["opt"] * self._j(),
              "gc": (self.rng.random(n) < 0.03) * 10.0 * self._j(),
-             "calls": np.full(n, EXPERT_CALLS if self.moe else 0, dtype=np.float64)}
+             "calls": np.full(n, EXPERT_CALLS if self.moe else 0, dtype=np.float64),
+             "gpu_x": np.ones(n)}  # device slowdown of fwd/bwd/opt already in them (slow_gpu, gpu_throttle)
         spike = self._spike_rank(float(np.median(self.clk)))
         if spike >= 0:
             v["fwd"][spike] *= 1.6
@@ -99,7 +113,11 @@ class PatternSim:
         start = self.clk.copy()
         fwd_total = v["fwd"] + v["experts"] + v["gc"]
         c = start + v["py"] + v["dl"] + fwd_total
-        rec = {"start": start, "dl": v["dl"], "py": v["py"], "fwd": fwd_total, "bwd": v["bwd"], "opt": v["opt"],
+        # v holds device times (the clock follows them); the host's: module docstring
+        excess = {k: v[k] * (1 - 1 / v["gpu_x"]) for k in ("fwd", "bwd", "opt")}
+        rec = {"start": start, "dl": v["dl"], "py": v["py"], "fwd": fwd_total - excess["fwd"],
+               "bwd": v["bwd"] + excess["fwd"], "opt": v["opt"] - excess["opt"],
+               "dev_fwd": fwd_total, "dev_bwd": v["bwd"], "dev_opt": v["opt"],
                "gc": v["gc"], "experts": v["experts"], "calls": v["calls"], "ckpt": np.full(n, ckpt)}
         if lay.tp > 1:
             c, rec["tp1"] = self._sync(c, 2, XFER_MS["tp"])
@@ -134,9 +152,10 @@ def apply_fault(sim: PatternSim, f: Fault, v: dict, links: dict, w_now: float) -
     r = np.asarray(f.ranks, dtype=np.int64)
     m = f.magnitude
     fam = f.family
-    if fam in ("slow_gpu", "gpu_throttle"):
+    if fam in ("slow_gpu", "gpu_throttle"):  # on the device: run_step derives the host's times
         for k in ("fwd", "bwd", "opt"):
             v[k][r] *= m
+        v["gpu_x"][r] *= m
     elif fam == "cpu_contention":
         for k in ("dl", "py", "opt"):
             v[k][r] *= m

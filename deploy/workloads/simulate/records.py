@@ -1,9 +1,18 @@
-"""Turn simulated steps of one window into FunctionPattern and RankWindow dicts."""
+"""Turn simulated steps of one window into FunctionPattern and RankWindow dicts.
+
+Besides the host spans (``SPANS``) and their per-kind aggregates (``KIND_AGG``), every rank
+(all are GPU ranks) gets the patterns of its device spans (``DEVICE_SPANS``): forward,
+backward and optimizer step as the collectors time them between CUDA events on a CUDA
+rank, kind ``SpanKind.DEVICE``, named ``cuda:`` + the host function's name. They have no
+``kind:`` aggregate (the summarizer aggregates host kinds only).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ....collectors.cuda_timing import DEVICE_PREFIX
+from ....schemas.vocabulary import SpanKind
 from .hardware import hardware_fields, pending_fields
 from .state import SimState
 
@@ -14,6 +23,8 @@ SPANS = [("DataLoader.__next__", "dl", 1, None), ("Trainer.log_metrics", "py", 0
          (None, "fwd", 3, None), (None, "bwd", 4, None), ("Optimizer.step", "opt", 2, None),
          ("gc.collect", "gc", 5, "gc"), ("MoE.experts", "experts", 0, "calls"),
          ("Checkpoint.save", "ckpt", 6, "ckpt")]
+# (host span as in SPANS, value key of its device time): kind DEVICE, name cuda:<host name>
+DEVICE_SPANS = [(None, "fwd", "dev_fwd"), (None, "bwd", "dev_bwd"), ("Optimizer.step", "opt", "dev_opt")]
 KIND_AGG = [("kind:dataloader", "dl", 1), ("kind:forward", "fwd", 3), ("kind:backward", "bwd", 4),
             ("kind:optimizer", "opt", 2), ("kind:gc", "gc", 5)]
 
@@ -42,6 +53,10 @@ def emit_window(sim: SimState, w: int) -> list[tuple[str, dict]]:
         if key == "experts" and not sim.moe:
             continue
         out += _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim)
+    for name, phase, key in DEVICE_SPANS:
+        vals = _stack(steps, key, n)
+        out += _patterns(rank_base, name, key, int(SpanKind.DEVICE), vals, np.ones_like(vals), mask, nsteps, has,
+                         sim, prefix=DEVICE_PREFIX, phase=phase)
     for name, key, kind in KIND_AGG:
         vals = _stack(steps, key, n)
         counts = (vals > 0) if key == "gc" else np.ones_like(vals)
@@ -63,7 +78,10 @@ def masked_quantiles(vals: np.ndarray, mask: np.ndarray, qs: tuple[float, ...]) 
     return out
 
 
-def _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim) -> list[tuple[str, dict]]:
+def _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim, prefix: str = "",
+              phase: str = "") -> list[tuple[str, dict]]:
+    """One FunctionPattern per rank with steps (or calls) in the window; ``name`` None: the
+    per-stage forward/backward (``phase`` or ``key`` fwd/bwd); ``prefix`` before the name."""
     total = (vals * mask).sum(axis=0)
     count = (counts * mask).sum(axis=0)
     per_call = vals / np.maximum(counts, 1)
@@ -71,12 +89,14 @@ def _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim) 
     out = []
     tot, cnt, ns = (total * MS).astype(np.int64).tolist(), count.astype(np.int64).tolist(), nsteps.tolist()
     qs = (q * MS).astype(np.int64).tolist()
-    stage_name = {p: f"PipelineStage{p}.{'forward' if key == 'fwd' else 'backward'}" for p in set(sim.p.tolist())}
+    fwd = (phase or key) == "fwd"
+    stage_name = {p: f"{prefix}PipelineStage{p}.{'forward' if fwd else 'backward'}" for p in set(sim.p.tolist())}
     for r in np.flatnonzero(has | (count > 0)).tolist():
         if name and not name.startswith("kind:") and cnt[r] == 0:
             continue
+        function = prefix + name if name else stage_name[int(sim.p[r])]
         out.append(("FunctionPattern", dict(
-            rank_base[r], function=name or stage_name[int(sim.p[r])], kind=kind, steps=ns[r], count=cnt[r],
+            rank_base[r], function=function, kind=kind, steps=ns[r], count=cnt[r],
             total_ns=tot[r], p50_ns=qs[0][r], p90_ns=qs[1][r], p99_ns=qs[2][r], max_ns=qs[3][r], hist=[],
             group_ranks=[], bytes=0, seqs=[], seq_dur_ns=[])))
     return out
