@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ..schemas import Codec
 from ..schemas.registry import RegistryCodec, codec_for, registry_client
+from ..schemas.spool import spool_dir
 from ..schemas.topics import TopicNames
 from ..schemas.vocabulary import EVENT_BATCH
 from .batch import BatchBuilder
@@ -32,7 +33,7 @@ from .patching import Patches, PostImportHook
 from .recorder import Recorder
 from .safety import ErrorBudget
 from .selfcost import background_cpu_by_thread
-from .transport import KafkaSink, NullSink, Sender
+from .transport import KafkaSink, NullSink, Sender, SpoolSink
 
 log = logging.getLogger("perftracker.collectors")
 
@@ -109,8 +110,15 @@ class Collector:
         (the schema is registered on the first encode, in the sender's thread, never in training code)."""
         return codec_for(self.settings, record_name, topic, client=self.registry)
 
-    def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink:
+    def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink | SpoolSink:
         on_lost = self.recorder.lost
+        directory = spool_dir(bootstrap)
+        if directory is not None:  # no broker: the messages go to local files (schemas.spool)
+            try:
+                return SpoolSink(directory, self.topics.events, self.counters, on_lost, self.errors)
+            except Exception as exc:  # noqa: BLE001
+                self.errors.caught("spool", exc)
+                return NullSink(self.counters, on_lost)
         if not bootstrap:
             log.warning("perftracker: no Kafka broker configured (PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS "
                         "or `perftracker up`); events are counted, not sent")

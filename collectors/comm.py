@@ -309,9 +309,9 @@ class CommTimer:
             in_flight[key] = meta  # entered when issued, until its future completes
 
             def done(completed: Any) -> Any:
-                try:
-                    in_flight.pop(key, None)
+                try:  # the stop event first: a pending CUDA pair stays an entry marker (cuda_timing)
                     _completed(rec, cuda, start, meta)
+                    in_flight.pop(key, None)
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught("ddp all_reduce", exc)
                 return completed.value()[0]
@@ -440,9 +440,9 @@ def _on_completion(work: Any, op: str, state: GroupState, seq: int, nbytes: int,
     rec.in_flight[key] = (op, ref, seq, nbytes, step, t0)  # entered when issued, until it completes
 
     def done(_fut: Any) -> None:
-        try:
-            rec.in_flight.pop(key, None)
+        try:  # the stop event first: a pending CUDA pair stays an entry marker (cuda_timing)
             _completed(rec, cuda, cuda_ev, (op, ref, seq, nbytes, step, t0))
+            rec.in_flight.pop(key, None)
         except Exception as exc:  # noqa: BLE001
             rec.errors.caught(op, exc)
 

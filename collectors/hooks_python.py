@@ -42,6 +42,40 @@ def timed_callable(fn: Callable, name: str, kind: int, rec: Recorder) -> Callabl
     return wrapper
 
 
+def device_timed_callable(fn: Callable, name: str, kind: int, rec: Recorder, cuda: Any) -> Callable:
+    """:func:`timed_callable` plus the call's device time (:mod:`.cuda_timing`) once CUDA is in use."""
+    errors = rec.errors
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ev = begin_phase(cuda, rec)
+        step = rec.step
+        t0 = perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = perf_counter_ns()
+            try:
+                rec.span(kind, name, t0, t1 - t0)
+                if ev is not None:
+                    cuda.end_phase(ev, name, step, t0)
+            except Exception as exc:  # noqa: BLE001
+                errors.caught(name, exc)
+
+    return wrapper
+
+
+def begin_phase(cuda: Any, rec: Recorder) -> Any:
+    """A phase's CUDA start event, or None (no CUDA timer, CUDA not in use, or it failed)."""
+    if cuda is None:
+        return None
+    try:
+        return cuda.begin_phase()
+    except Exception as exc:  # noqa: BLE001
+        rec.errors.caught("cuda event", exc)
+        return None
+
+
 def install_dataloader(torch: Any, rec: Recorder, patches: Patches) -> None:
     from torch.utils.data import dataloader
 
@@ -65,9 +99,12 @@ def install_dataloader(torch: Any, rec: Recorder, patches: Patches) -> None:
 class OptimizerTimer:
     """Global optimizer step hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``)."""
 
-    def __init__(self, rec: Recorder):
+    def __init__(self, rec: Recorder, cuda: Any = None):
         self.rec = rec
+        self.cuda = cuda  # a CudaCommTimer: the step's device time too
         self._t0 = 0
+        self._ev: Any = None
+        self._step = -1
         self._names: dict[type, str] = {}
         self.handles: list[Any] = []
 
@@ -77,6 +114,8 @@ class OptimizerTimer:
         self.handles.append(optimizer.register_optimizer_step_post_hook(self._post))
 
     def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if self.cuda is not None:
+            self._ev, self._step = begin_phase(self.cuda, self.rec), self.rec.step
         self._t0 = perf_counter_ns()
 
     def _post(self, opt: Any, args: Any, kwargs: Any) -> None:
@@ -87,6 +126,9 @@ class OptimizerTimer:
             if name is None:
                 name = self._names[cls] = f"{cls.__module__}.{cls.__qualname__}.step"
             self.rec.optimizer_step(name, self._t0, t1)
+            ev, self._ev = self._ev, None
+            if ev is not None:
+                self.cuda.end_phase(ev, name, self._step, self._t0)
         except Exception as exc:  # noqa: BLE001
             self.rec.errors.caught("optimizer", exc)
 
@@ -111,10 +153,12 @@ class ForwardTimer:
 
     DISCOVER_CALLS = 3
 
-    def __init__(self, rec: Recorder):
+    def __init__(self, rec: Recorder, cuda: Any = None):
         self.rec = rec
+        self.cuda = cuda  # a CudaCommTimer: the forward's device time too
         self._depth = 0
         self._t0: list[int] = []
+        self._ev: list[Any] = []  # CUDA start events, beside _t0
         self._seen: dict[int, Any] = {}
         self._root_calls = 0
         self._global: list[Any] = []
@@ -132,19 +176,20 @@ class ForwardTimer:
     def _patch_ddp(self, patches: Patches) -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        timed, errors, record = self._class_timed, self.rec.errors, self._record
+        timed, errors, record, rec = self._class_timed, self.rec.errors, self._record, self.rec
 
         def make(orig: Callable) -> Callable:
             @functools.wraps(orig)
             def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
                 if id(module) not in timed:
                     return orig(module, *args, **kwargs)
+                ev = begin_phase(self.cuda, rec)
                 t0 = perf_counter_ns()
                 try:
                     return orig(module, *args, **kwargs)
                 finally:
                     try:
-                        record(module, t0)
+                        record(module, t0, ev)
                     except Exception as exc:  # noqa: BLE001
                         errors.caught("forward", exc)
             return forward
@@ -154,6 +199,7 @@ class ForwardTimer:
 
     def _gpre(self, module: Any, args: Any) -> None:
         if self._depth == 0:
+            self._ev.append(begin_phase(self.cuda, self.rec))
             self._t0.append(perf_counter_ns())
         self._depth += 1
 
@@ -162,7 +208,7 @@ class ForwardTimer:
         if self._depth != 0:
             return
         try:
-            self._record(module, self._t0.pop())
+            self._record(module, self._t0.pop(), self._ev.pop())
             self._seen[id(module)] = module
             self._root_calls += 1
             if self._root_calls >= self.DISCOVER_CALLS:
@@ -184,15 +230,16 @@ class ForwardTimer:
         self._seen = {}
 
     def _pre(self, module: Any, args: Any) -> None:
+        self._ev.append(begin_phase(self.cuda, self.rec))
         self._t0.append(perf_counter_ns())
 
     def _post(self, module: Any, args: Any, out: Any) -> None:
         try:
-            self._record(module, self._t0.pop())
+            self._record(module, self._t0.pop(), self._ev.pop())
         except Exception as exc:  # noqa: BLE001
             self.rec.errors.caught("forward", exc)
 
-    def _record(self, module: Any, t0: int) -> None:
+    def _record(self, module: Any, t0: int, ev: Any = None) -> None:
         t1 = perf_counter_ns()
         name = self._names.get(id(module))
         if name is None:
@@ -200,6 +247,8 @@ class ForwardTimer:
             cls = type(inner)
             name = self._names[id(module)] = f"{cls.__module__}.{cls.__qualname__}.forward"
         self.rec.span(SpanKind.FORWARD, name, t0, t1 - t0)
+        if ev is not None:
+            self.cuda.end_phase(ev, name, self.rec.step, t0)
 
     def remove(self) -> None:
         for handle in self._global + self.handles:
@@ -208,14 +257,17 @@ class ForwardTimer:
         self._class_timed.clear()  # the DDP.forward patch itself is undone with the other patches
 
 
-def install_torch_functions(torch: Any, rec: Recorder, patches: Patches) -> None:
-    """backward, checkpoint save/load and cuda synchronize."""
+def install_torch_functions(torch: Any, rec: Recorder, patches: Patches, cuda: Any = None) -> None:
+    """backward (its device time too, with a CUDA timer), checkpoint save/load and cuda synchronize."""
     import torch.autograd
 
     def wrap(name: str, kind: int) -> Callable[[Callable], Callable]:
         return lambda orig: timed_callable(orig, name, kind, rec)
 
-    patches.replace(torch.autograd, "backward", wrap("torch.autograd.backward", SpanKind.BACKWARD))
+    backward = "torch.autograd.backward"
+    patches.replace(torch.autograd, "backward",
+                    (lambda orig: device_timed_callable(orig, backward, SpanKind.BACKWARD, rec, cuda))
+                    if cuda is not None else wrap(backward, SpanKind.BACKWARD))
     patches.replace(torch, "save", wrap("torch.save", SpanKind.CHECKPOINT))
     patches.replace(torch, "load", wrap("torch.load", SpanKind.CHECKPOINT))
     patches.replace(torch.cuda, "synchronize", wrap("torch.cuda.synchronize", SpanKind.SYNCHRONIZE))

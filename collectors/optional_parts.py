@@ -11,7 +11,7 @@ from .control import ControlFollower
 from .counters import CollectorCounters
 from .hardware import HardwareSampler, open_nvml
 from .profiling import ProfileWindows
-from .transport import KafkaSink
+from .transport import KafkaSink, SpoolSink
 
 if TYPE_CHECKING:
     from .collector import Collector
@@ -58,7 +58,7 @@ def _start_nvml(collector: Collector, torch: ModuleType) -> HardwareSampler | No
 
     def send(record: dict) -> None:
         # samples taken while the ranks still agree on the job id (a few seconds) are skipped
-        if isinstance(sink, KafkaSink) and collector.job_settled():
+        if isinstance(sink, (KafkaSink, SpoolSink)) and collector.job_settled():
             sink.send_to(collector.topics.hardware, collector.identity.key, codec.encode(record))
 
     cfg = collector.settings.collector

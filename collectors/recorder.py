@@ -43,6 +43,9 @@ class Recorder:
         # synchronous call the training thread is blocked in, and issued async calls by (group, seq)
         self.blocking: tuple | None = None
         self.in_flight: dict[tuple[GroupRef, int], tuple] = {}
+        # more entry markers, (now_ns, min_age_ns) -> marker tuples: collectives still running
+        # on a device after the host call returned (:meth:`.cuda_timing.CudaCommTimer.entered`)
+        self.marker_sources: list[Callable[[int, int], list[tuple]]] = []
 
     # -- drops ----------------------------------------------------------------------------
     @property
@@ -60,6 +63,13 @@ class Recorder:
         if len(events) >= self.capacity:
             self.overflow.value += 1
         events.append((SPAN, kind, name, self.step, start_ns, dur_ns))
+
+    def span_at(self, kind: int, name: str, step: int, start_ns: int, dur_ns: int) -> None:
+        """A span of an earlier step (read back later, e.g. a phase's device time)."""
+        events = self.events
+        if len(events) >= self.capacity:
+            self.overflow.value += 1
+        events.append((SPAN, kind, name, step, start_ns, dur_ns))
 
     def comm(self, op: str, group: GroupRef, seq: int, nbytes: int, step: int,
              start_ns: int, dur_ns: int) -> None:
@@ -126,8 +136,13 @@ class Recorder:
         blocking = self.blocking
         if blocking is not None:
             calls.append(blocking)
-        return [(COMM, op, ref, seq, nbytes, step, t0, -1)
-                for op, ref, seq, nbytes, step, t0 in calls if now_ns - t0 >= min_age_ns]
+        markers = [(COMM, op, ref, seq, nbytes, step, t0, -1)
+                   for op, ref, seq, nbytes, step, t0 in calls if now_ns - t0 >= min_age_ns]
+        if self.marker_sources:
+            have = {(m[2], m[3]) for m in markers}
+            for source in self.marker_sources:
+                markers += [m for m in source(now_ns, min_age_ns) if (m[2], m[3]) not in have]
+        return markers
 
     # -- draining (sender thread) ---------------------------------------------------------
     def drain(self, limit: int) -> list[tuple]:
@@ -147,3 +162,4 @@ class Recorder:
         self.events = deque(maxlen=1)
         self._step_listeners = []
         self.in_flight = {}
+        self.marker_sources = []

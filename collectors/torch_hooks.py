@@ -6,6 +6,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .cuda_timing import CudaCommTimer
 from .hooks_python import (
     ForwardTimer,
     OptimizerTimer,
@@ -24,20 +25,21 @@ def install_torch_hooks(collector: Collector, torch: ModuleType) -> None:
     rec = collector.recorder
     patches = collector.patches
     _guarded(collector, "dataloader", lambda: install_dataloader(torch, rec, patches))
-    opt = OptimizerTimer(rec)
+    cuda = _cuda_timer(collector, torch)
+    opt = OptimizerTimer(rec, cuda)
     _guarded(collector, "optimizer", lambda: opt.install(torch))
     collector.add_remover(opt.remove)
     if cfg.forward:
-        fwd = ForwardTimer(rec)
+        fwd = ForwardTimer(rec, cuda)
         _guarded(collector, "forward", lambda: fwd.install(torch, patches))
         collector.add_remover(fwd.remove)
-    _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches))
+    _guarded(collector, "torch functions", lambda: install_torch_functions(torch, rec, patches, cuda))
     _guarded(collector, "distributed checkpoint", lambda: collector.imports.when_imported(
         "torch.distributed.checkpoint",
         lambda dcp: _guarded(collector, "distributed checkpoint",
                              lambda: install_distributed_checkpoint(dcp, rec, patches))))
     if cfg.comms:
-        _guarded(collector, "collectives", lambda: _install_comms(collector, torch))
+        _guarded(collector, "collectives", lambda: _install_comms(collector, torch, cuda))
     if cfg.functions:
         specs = [s.strip() for s in cfg.functions.split(",") if s.strip()]
         pending = install_extra_functions(specs, rec, patches)
@@ -47,22 +49,27 @@ def install_torch_hooks(collector: Collector, torch: ModuleType) -> None:
     _guarded(collector, "optional parts", lambda: start_optional_parts(collector, torch))
 
 
-def _install_comms(collector: Collector, torch: ModuleType) -> None:
+def _cuda_timer(collector: Collector, torch: ModuleType) -> CudaCommTimer | None:
+    """The device-time reader of collectives and phases on a CUDA machine (polled by the sender)."""
+    if not CudaCommTimer.available(torch):
+        return None
+    cuda = CudaCommTimer(torch, collector.recorder)
+    collector.sender.add_task(cuda.poll)
+    return cuda
+
+
+def _install_comms(collector: Collector, torch: ModuleType, cuda: CudaCommTimer | None) -> None:
     import torch.distributed as dist
     if not dist.is_available():
         return
     from .comm import CommTimer
-    from .cuda_timing import CudaCommTimer
     rec = collector.recorder
-    cuda = CudaCommTimer(torch, rec) if CudaCommTimer.available(torch) else None
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
     if collector.settings.collector.functional:
         _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
     _guarded(collector, "device mesh", lambda: collector.imports.when_imported(
         "torch.distributed.device_mesh", lambda module: _install_mesh(collector, module)))
-    if cuda is not None:
-        collector.sender.add_task(cuda.poll)
     if collector.settings.collector.ddp_hook:
         from .ddp import install_ddp
         install_ddp(torch, collector.patches, collector.errors, timer.ddp_allreduce_hook())

@@ -183,6 +183,54 @@ class NullSink:
         return 0
 
 
+class SpoolSink:
+    """No broker, a directory (``spool:DIR``): every message goes to this process's spool file
+    (:mod:`perftracker.schemas.spool`), written by the sender thread; a message past the
+    file's bound is counted as lost, as an undeliverable one is."""
+
+    wire_at_ns = 0  # no wire: wire_bytes stays unknown
+
+    def __init__(self, directory: Any, topic: str, counters: CollectorCounters,
+                 on_lost: Callable[[int], None], errors: ErrorBudget):
+        from ..schemas.spool import SpoolWriter
+
+        self.topic = topic
+        self.counters = counters
+        self._on_lost = on_lost
+        self._errors = errors
+        self.writer = SpoolWriter(directory)
+
+    def send(self, key: bytes, payload: bytes, n_events: int) -> None:
+        if self._write(self.topic, key, payload):
+            self.counters.inc(CollectorCounters.batches_sent)
+            self.counters.inc(CollectorCounters.events_sent, by=n_events)
+            self.counters.inc(CollectorCounters.bytes_sent, by=len(payload))
+        else:
+            self.counters.inc(CollectorCounters.batches_failed)
+            self._on_lost(n_events)
+
+    def send_to(self, topic: str, key: bytes, payload: bytes) -> None:
+        if not self._write(topic, key, payload):
+            self.counters.inc(CollectorCounters.batches_failed)
+
+    def _write(self, topic: str, key: bytes, payload: bytes) -> bool:
+        try:
+            return self.writer.append(topic, key, payload)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not reach training
+            self._errors.caught("spool", exc)
+            return False
+
+    def poll(self) -> None:
+        try:
+            self.writer.flush()
+        except Exception as exc:  # noqa: BLE001
+            self._errors.caught("spool", exc)
+
+    def flush(self, timeout_s: float) -> int:
+        self.poll()
+        return 0
+
+
 class Sender(threading.Thread):
     """Every ``flush_interval_s``: run periodic tasks, drain the buffer, encode, send."""
 

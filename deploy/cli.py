@@ -257,8 +257,11 @@ def report(ctx: click.Context, job: str, out: Path) -> None:
 
 
 @cli.command()
-@click.option("--job", required=True, help="Job id.")
+@click.option("--job", default=None, help="Job id (required unless --spool holds one job).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Recording to write (.ptrec).")
+@click.option("--spool", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Read the files collectors wrote with PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS=spool:DIR "
+                   "instead of Kafka.")
 @click.option("--follow", is_flag=True,
               help="The job is running: read on until it has been silent for --idle-s.")
 @click.option("--idle-s", type=click.FloatRange(min=1.0), default=20.0, show_default=True,
@@ -267,11 +270,18 @@ def report(ctx: click.Context, job: str, out: Path) -> None:
               help="With --follow: give up when the job sent nothing by then.")
 @click.option("--note", default="", help="Free text kept in the recording (how the run was made).")
 @click.pass_context
-def record(ctx: click.Context, job: str, out: Path, follow: bool, idle_s: float, wait_s: float, note: str) -> None:
+def record(ctx: click.Context, job: str | None, out: Path, spool: Path | None, follow: bool, idle_s: float,
+           wait_s: float, note: str) -> None:
     """Save a job's input messages exactly as they arrived (a running job with --follow, else what
-    the topics still retain), to replay with `perftracker replay`."""
-    from .record import RecordOptions, record_job
+    the topics still retain, or a spool directory), to replay with `perftracker replay`."""
+    from .record import RecordOptions, record_job, record_spool
 
+    if spool is not None:
+        name, n = record_spool(spool, out, job, note)
+        click.echo(f"recorded {n} messages of {printable(name)} from the spool into {printable(out)}")
+        return
+    if job is None:
+        raise click.UsageError("--job is required when reading Kafka")
     options = RecordOptions(job=job, follow=follow, idle_s=idle_s, wait_s=wait_s, note=note)
     n = record_job(_settings(ctx), out, options, _echo_line)
     click.echo(f"recorded {n} messages of {printable(job)} into {printable(out)}")

@@ -142,6 +142,39 @@ def record_job(settings: Settings, out: Path, options: RecordOptions,
     return len(kept)
 
 
+def record_spool(directory: Path, out: Path, job: str | None = None, note: str = "") -> tuple[str, int]:
+    """A recording of one job's messages from a spool directory (collectors run with
+    ``spool:DIR``, no broker: :mod:`perftracker.schemas.spool`); returns (job, messages).
+    Each spool file is one partition, its frames the offsets. ``job`` None: the spool's only
+    job (several: an error naming them)."""
+    from ..schemas.spool import SpoolReading, read_spool
+
+    codec = MultiCodec(records_on(TopicRole.INPUTS))
+    reading = SpoolReading()
+    by_job: dict[str, list[RecordedMessage]] = {}
+    partitions: dict[str, int] = {}
+    prefixes: set[str] = set()
+    for m in read_spool(directory, reading):
+        found = job_of_key(m.key) or _job_of_value(codec, m.value)
+        if found is None or (job is not None and found != job):
+            continue
+        partition = partitions.setdefault(m.file, len(partitions))
+        prefixes.add(m.topic.rpartition(".")[0])
+        by_job.setdefault(found, []).append(RecordedMessage(TopicRole.INPUTS, m.topic, partition, m.index,
+                                                            m.timestamp_ms, m.key, m.value))
+    if not by_job:
+        raise RecordError(f"no message of {'job ' + repr(job) if job else 'any job'} in the spool {directory} "
+                          f"({reading.files} files, {reading.frames} messages)")
+    if len(by_job) > 1:
+        raise RecordError(f"the spool {directory} holds several jobs ({', '.join(sorted(by_job))}): name one with --job")
+    (name, kept), = by_job.items()
+    header = RecordingHeader(job=name, source="spool", recorded_at_ms=time.time_ns() // 1_000_000,
+                             topic_prefix=min(prefixes, default=""), perftracker_version=_version(),
+                             note=note, extra={"spool_files": reading.files, "spool_cut_files": reading.cut})
+    write_recording(out, header, kept)
+    return name, len(kept)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

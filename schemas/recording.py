@@ -68,7 +68,7 @@ class RecordingHeader:
     """What a recording says about itself (the container's header metadata)."""
 
     job: str
-    source: str  # "live" (read while the job ran) or "retained" (what the topics still held)
+    source: str  # "live" (read while the job ran), "retained" (what the topics still held) or "spool" (files)
     recorded_at_ms: int
     topic_prefix: str
     perftracker_version: str = ""

@@ -76,6 +76,7 @@ class SpanKind(IntEnum):
     CHECKPOINT = 6
     SYNCHRONIZE = 7
     USER = 8
+    DEVICE = 9  # a phase's device time between CUDA events (name ``cuda:<the host span's name>``)
     COLLECTIVE = 100
     OP_SUMMARY = 101
 

@@ -44,6 +44,7 @@ from .rank_events import EventFolder, covered_ns
 ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError)  # what a bad batch raises (RankSummarizer counts them)
 UNREADABLE = (*ERRORS, AttributeError)  # ... and what reading its columns raises (e.g. a column not a dict)
 COLLECTIVE = int(SpanKind.COLLECTIVE)
+DEVICE = int(SpanKind.DEVICE)
 COMM, SPAN = 0, 1  # event types, in the order a batch folds them (iterations after)
 RANK_SHIFT = np.int64(1) << np.int64(43)  # (rank, wall ms) packed: wall times below 2^43 ms (year 2248)
 BATCH_SHIFT = np.int64(1) << np.int64(46)  # (batch, ns from its mono_ns) packed for covered_ns
@@ -323,13 +324,15 @@ class _Plan:
         self.s["kind"] = kind_i
 
     def _net_durations(self) -> None:
-        """Span time net of the collective time nested in it, per batch (kept collectives only)."""
+        """Span time net of the collective time nested in it, per batch (kept collectives only);
+        a device span (:data:`DEVICE`) is kept whole: it is timed on the device, not between the
+        host times the collectives' intervals start at."""
         c, s = self.c, self.s
         ck = c["kept"]
         cstart = self.cstart[ck].astype(np.int64)
         cend = (self.cstart[ck] + self.cdur[ck]).astype(np.int64)
         cb = self.cp[ck]
-        need = s["in_range"]
+        need = s["in_range"] & (s["kind"] != DEVICE)
         a = s["start"][need]
         b = a + s["dur"][need]
         sb = self.sp[need]

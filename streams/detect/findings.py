@@ -1,20 +1,22 @@
 """Findings (frozen) and the rules that turn a rank's abnormal functions into a cause.
 
 Cause rules for a rank whose own (non-collective) functions exceed its peers:
+  * more calls per step than peers at the same per-call time, explaining >= explains_share
+    of the largest excess                                 -> data_imbalance (work, not a fault)
+  * GPU-side evidence (:mod:`.device_evidence`: device time of its phases beyond what its
+    host time explains, >= explains_share of any non-compute excess): with NVML heat/power/
+    clock evidence -> gpu_throttle, else                   -> slow_gpu
   * only GC spans, or GC excess >= explains_share of the largest other -> gc_pause
   * only data-loader spans                                -> slow_dataloader
   * only Python / user spans                              -> slow_function
-  * the rank waited for a CPU more than its peers (``cpu`` = contended, see
-    :mod:`.cpu_evidence`), unless only compute spans are slow on a GPU with throttle
+  * the rank waited for a CPU more than its peers (``cpu`` = contended, scheduler evidence
+    from :mod:`.cpu_evidence`), unless only compute spans are slow on a GPU with throttle
     evidence                                              -> host_cpu_contention
-  * several phases slow at once (CPU-side AND compute spans, or >= 2 phases on a rank
-    without a GPU): with CPU evidence that it did not wait -> slow_function (the top phase);
-    without any CPU evidence -> host_cpu_contention, inferred (the finding says so)
-  * one phase (optimizer, backward, forward) on a rank without a GPU -> slow_function
-  * compute spans on a GPU with heat/power/clock evidence -> gpu_throttle
-  * compute spans on a GPU otherwise                      -> slow_gpu
-  * more calls per step than peers at the same per-call time, explaining >= explains_share
-    of the largest excess                                 -> data_imbalance (work, not a fault)
+  * compute spans on a GPU with NVML throttle evidence    -> gpu_throttle
+  * anything else (several phases, one phase, compute on a GPU with no device timing)
+                                                          -> slow_function, naming the evidence
+    that would have told more (:func:`missing_evidence`): never slow_gpu from the shape of
+    host spans alone, never host_cpu_contention without scheduler evidence
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ...schemas.causes import Cause
 from ...schemas.vocabulary import Kind, SpanKind
 from .accumulate import THERMAL_POWER_BITS
 from .cpu_evidence import CONTENDED, UNAVAILABLE
+from .device_evidence import gpu_side, is_device
 from .model import KIND_PREFIX
 from .peers import INF_RATIO
 from .policy import DetectionPolicy
@@ -80,11 +83,20 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
              cpu: str = UNAVAILABLE) -> Cause:
     """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the
     rank's :func:`.cpu_evidence.cpu_verdict` (contended, not_contended, unavailable)."""
-    kinds = {SpanKind(o["kind"]) for o in outliers if o["kind"] in SpanKind._value2member_map_}
     if more_work(outliers, policy.min_excess, policy.explains_share):
         return Cause.DATA_IMBALANCE
+    host = [o for o in outliers if not is_device(o)]
+    side = gpu_side(outliers, policy.min_cost_ms_per_step, policy.explains_share)
+    if side is not None:
+        other = max((o["cost_ms_per_step"] for o in host if o["kind"] not in COMPUTE), default=0.0)
+        if side.device_only_ms >= policy.explains_share * other:
+            # its GPU runs its phases longer than its host explains: device evidence
+            return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
+    kinds = {SpanKind(o["kind"]) for o in host if o["kind"] in SpanKind._value2member_map_}
+    if not kinds:  # device phases slow alike with the host's: no side to name
+        return Cause.SLOW_FUNCTION
     # per kind, the largest excess (a named span and its kind: aggregate are the same time)
-    cost = {k: max(o["cost_ms_per_step"] for o in outliers if o["kind"] == k) for k in kinds}
+    cost = {k: max(o["cost_ms_per_step"] for o in host if o["kind"] == k) for k in kinds}
     others = max((c for k, c in cost.items() if k != SpanKind.GC), default=0.0)
     if SpanKind.GC in cost and cost[SpanKind.GC] >= policy.explains_share * others:
         return Cause.GC_PAUSE  # GC pauses nest inside other spans and inflate them
@@ -94,15 +106,25 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
     if kinds <= {SpanKind.PYTHON, SpanKind.USER}:
         return Cause.SLOW_FUNCTION
     if cpu == CONTENDED and (gpu < 0 or kinds & CPU_ONLY or not hw_evidence):
-        # direct evidence: it waited for a CPU more than its peers (on a GPU rank, its launch
+        # scheduler evidence: it waited for a CPU more than its peers (on a GPU rank, its launch
         # thread was starved; a throttled GPU's own evidence wins when its spans are all compute)
         return Cause.HOST_CPU_CONTENTION
-    if (kinds & CPU_ONLY and kinds & COMPUTE) or (gpu < 0 and len(kinds) >= 2):
-        # several phases at once point at the host, but only evidence can say it is the CPU
-        return Cause.HOST_CPU_CONTENTION if cpu == UNAVAILABLE else Cause.SLOW_FUNCTION
-    if gpu < 0:  # one phase (e.g. only the optimizer step, only backward): that code is slow
-        return Cause.SLOW_FUNCTION
-    return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
+    if gpu >= 0 and hw_evidence and not kinds & CPU_ONLY:
+        return Cause.GPU_THROTTLE  # NVML's clocks, heat or throttle reasons: hardware evidence
+    # slow phases with no evidence of where: the code is slow (the finding says what is missing)
+    return Cause.SLOW_FUNCTION
+
+
+def missing_evidence(outliers: list[dict], gpu: int, cause: Cause, cpu: str) -> list[str]:
+    """What would have told a cause apart, and was not there (said in the finding)."""
+    missing = []
+    kinds = {int(o["kind"]) for o in outliers}
+    if cause == Cause.SLOW_FUNCTION and gpu >= 0 and kinds & {int(k) for k in COMPUTE} \
+            and not any(is_device(o) for o in outliers):
+        missing.append("GPU-side timing (CUDA-event or kernel times) to tell its GPU from its host")
+    if cause == Cause.SLOW_FUNCTION and cpu == UNAVAILABLE and len(kinds & {int(k) for k in COMPUTE | CPU_ONLY}) >= 2:
+        missing.append("scheduler evidence (run-queue wait) to tell a starved CPU from slow code")
+    return missing
 
 
 def more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
@@ -122,7 +144,8 @@ def finite_ratio(ratio: float) -> bool:
     return ratio < INF_RATIO / 10
 
 
-CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATALOADER}
+CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATALOADER,
+               Cause.SLOW_GPU: SpanKind.DEVICE, Cause.GPU_THROTTLE: SpanKind.DEVICE}
 
 
 def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:

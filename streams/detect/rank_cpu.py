@@ -3,7 +3,7 @@
 :func:`with_cpu_evidence` adds to a rank finding (built by :mod:`.window`) each rank's CPU
 verdict (:func:`.cpu_evidence.cpu_verdict`), its most sampled user-code frames, the phase a
 ``slow_function`` is confined to, and says in the summary what the cause rests on:
-direct evidence, "inferred without scheduler evidence", or "CPU evidence unavailable".
+scheduler evidence (contention is only ever named with it), or "CPU evidence unavailable".
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...schemas.causes import Cause
-from .cpu_evidence import CONTENDED, UNAVAILABLE, CpuVerdict, frame_location, top_frames
+from .cpu_evidence import UNAVAILABLE, CpuVerdict, frame_location, top_frames
 from .findings import Finding, phase_of, top_function
 from .policy import DetectionPolicy
-
-INFERRED = "inferred without scheduler evidence: several phases slow at once"
 
 
 def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: Mapping[int, Mapping[str, Any]],
@@ -33,10 +31,9 @@ def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: Mapping[in
         ev["location"] = where
     first = verdicts[min(verdicts)]
     summary = f.summary
-    if f.cause == Cause.HOST_CPU_CONTENTION:
-        note = first.note if first.verdict == CONTENDED else f"{INFERRED}; {first.note}"
-        ev["cpu_basis"] = "scheduler evidence" if first.verdict == CONTENDED else "inferred"
-        summary += f" [{note}]"
+    if f.cause == Cause.HOST_CPU_CONTENTION:  # classify names it only on a contended verdict
+        ev["cpu_basis"] = "scheduler evidence"
+        summary += f" [{first.note}]"
     elif f.cause == Cause.SLOW_FUNCTION:
         outs = [o for m in members for o in m[2]]
         phase = phase_of(top_function(outs, f.cause))

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ...schemas.vocabulary import SpanKind
 from .accumulate import RankProgress
 from .model import comm_function, kind_function
 from .policy import DetectionPolicy
@@ -192,7 +193,8 @@ class EventFolder:
         if not ok.all():
             self.skipped["bad_duration"] += int((~ok).sum())
         start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
-        net = dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur)
+        # a device span is timed on the device: the host intervals of collectives are not inside it
+        net = np.where(kind == SpanKind.DEVICE, dur, dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur))
         return zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(), strict=False)
 
     def _add_spans(self, cols: dict, names: list[str], offset_ns: int,

@@ -40,10 +40,12 @@ from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
+from .device_evidence import DEVICE_PREFIX, gpu_side, is_device
 from .findings import (
     Finding,
     classify,
     finite_ratio,
+    missing_evidence,
     more_work,
     rank_impact,
     throttle_evidence,
@@ -59,6 +61,7 @@ from .rank_cpu import late_entry_words
 from .rank_cpu import with_cpu_evidence as _with_cpu
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
+GPU_CAUSES = frozenset({Cause.SLOW_GPU, Cause.GPU_THROTTLE})
 # A late entry (a rank last into a collective, none of its own functions slow) is inferred
 # from the order of arrivals alone. On a busy host runs of one rank arriving last fill a
 # window now and then: in the live fault suite (benchmarks/live_faults.py, 16 jobs, 4 gloo
@@ -365,9 +368,19 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     }
     kind = Kind.IMBALANCE if cause == Cause.DATA_IMBALANCE else Kind.OUTLIER
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short(ranks)}"
-    summary = (f"{who} on {', '.join(hosts[:3])}: {top['function']} takes {top['value_ms_per_step']:.1f} ms/step "
-               f"vs {top['peer_median_ms_per_step']:.1f} ms on its peers ({_times(top['ratio'])}) - "
-               f"{CAUSES[cause].reason}; costs the job ~{impact:.1f} ms per step")
+    side = gpu_side(members[0][2], 0.0, 0.0) if cause in GPU_CAUSES else None
+    missing = sorted({w for m in members for w in missing_evidence(m[2], int(m[2][0].get("gpu", -1)), cause,
+                                                                   m[4].verdict)})
+    if side is not None:
+        evidence["gpu_side"] = side.evidence()
+        what = side.words()
+    else:
+        what = (f"{top['function']} takes {top['value_ms_per_step']:.1f} ms/step vs "
+                f"{top['peer_median_ms_per_step']:.1f} ms on its peers ({_times(top['ratio'])})")
+    if missing:
+        evidence["missing_evidence"] = missing
+    summary = (f"{who} on {', '.join(hosts[:3])}: {what} - {CAUSES[cause].reason}"
+               + (f" (no {'; no '.join(missing)})" if missing else "") + f"; costs the job ~{impact:.1f} ms per step")
     intermittent = all(o.get("intermittent", False) for o in outs)
     if intermittent:
         evidence["intermittent"] = True
@@ -407,9 +420,9 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
         own = partial.get(rank, [])
         if not own and not where and cpu.verdict != CONTENDED and _sampled_alike(rank, rank_windows):
             continue  # its stacks and its CPU say it did nothing its peers did not: not shown late
-        summary = (f"rank {rank} on {top['host']} enters {top['function']} late in "
-                   f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; "
-                   f"{_instrumented_share(own)}, so ")
+        head = (f"rank {rank} on {top['host']} enters {top['function']} late in "
+                f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; ")
+        summary = head + f"{_instrumented_share(own)}, so "
         evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
                     "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
                     "groups": sorted(s["function"] for s in late), "location": where,
@@ -418,13 +431,29 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
             evidence["abnormal_functions"] = sorted({o["function"] for o in own})
             evidence["explained_ms_per_step"] = round(rank_impact(own), 3)
         cause, identity = Cause.SLOW_FUNCTION, f"late|{rank}"
-        if cpu.verdict == CONTENDED:
+        side = gpu_side(own, policy.min_cost_ms_per_step, policy.explains_share)
+        if side is not None:
+            # its GPU is behind: the device time of its phases grew beyond what its host explains
+            rw = rank_windows.get(rank, {})
+            hw = throttle_evidence(rw, _hw_peer_clock(rank_windows), policy.clock_ratio, policy.hot_temp_c)
+            cause = Cause.GPU_THROTTLE if hw else Cause.SLOW_GPU
+            identity = f"{cause.value}|{rank}"
+            evidence["gpu_side"] = side.evidence()
+            if hw:
+                evidence["hardware"] = {str(rank): hw}
+            summary = head + f"{side.words()} - {CAUSES[cause].reason}"
+        elif cpu.verdict == CONTENDED:
             # direct evidence it waited for a CPU: the late entry is its starved host, not its code
             cause, identity = Cause.HOST_CPU_CONTENTION, f"{Cause.HOST_CPU_CONTENTION.value}|{top['host']}"
             evidence["cpu_basis"] = "scheduler evidence"
             summary += f"{CAUSES[cause].reason} [{cpu.note}]"
+        elif not where and _device_timed(rank_windows.get(rank, {})) and _sampled_alike_cpu(rank, rank_windows):
+            summary += ("its CPU thread waits where its peers' do (stack samples alike) and its timed phases "
+                        "are no slower on its GPU: the delay is in GPU or host work outside them")
         else:
             summary += late_entry_words(rank, where)
+            if int(top.get("gpu", -1)) >= 0 and not any(is_device(o) for o in own):
+                evidence["missing_evidence"] = ["GPU-side timing (CUDA-event times) to tell a late GPU from late host code"]
         # inferred from arrival order alone: must be seen in two consecutive windows, however
         # many steps one holds (LATE_ENTRY_EXTRA_WINDOWS)
         out.append(Finding(kind=Kind.STRAGGLER, cause=cause, identity=identity,
@@ -458,17 +487,30 @@ def _uncompared_collectives(rank_windows: dict[int, RankWindow], comparisons: li
 
 
 def _sampled_alike(rank: int, rank_windows: dict[int, RankWindow]) -> bool:
-    """Whether the rank and at least one peer have user-code stack samples this window, so
-    that :func:`.cpu_evidence.frame_location` finding no frame where the rank spends more
-    time than its peers is evidence (not a lack of it). A late entry with such samples, no
-    such frame and no sign of waiting for a CPU has nothing behind it but the shortest
-    time inside the call: on an oversubscribed host (more ranks than cores, the test VM's
-    4 gloo ranks on 2 cores) one rank is "last" in 40-50 % of calls with nothing slow in
-    it, its collectives' times skewed by scheduling."""
+    """Whether the rank's CPU stack samples can clear its late entry: the rank and at least one
+    peer have user-code stack samples this window, so that :func:`.cpu_evidence.frame_location`
+    finding no frame where the rank spends more time than its peers is evidence (not a lack of
+    it). A late entry with such samples, no such frame and no sign of waiting for a CPU has
+    nothing behind it but the shortest time inside the call, which scheduling skew on an
+    oversubscribed host produces. Only for a rank timed on the host alone (a CPU rank, gloo on
+    CPU tensors): a GPU rank's collectives and phases are timed on its device, and a rank whose
+    delay is on its GPU leaves its CPU thread waiting at the same line as its peers', so its
+    samples say nothing of its device (decisions table, docs/detection.md)."""
+    if _device_timed(rank_windows.get(rank, {})):
+        return False  # device-timed: its GPU can be late while its CPU waits at its peers' line
+    return _sampled_alike_cpu(rank, rank_windows)
+
+
+def _sampled_alike_cpu(rank: int, rank_windows: dict[int, RankWindow]) -> bool:
     def sampled(rw: Any) -> bool:
         return float(rw.get("stack_hz", 0) or 0) > 0 and WHERE_KIND in (rw.get("top_frame_kinds") or [])
     peers = [rw for r, rw in rank_windows.items() if r != rank]
     return sampled(rank_windows.get(rank, {})) and any(sampled(rw) for rw in peers)
+
+
+def _device_timed(rw: Mapping[str, Any]) -> bool:
+    """The rank's phases are timed on its GPU too (device spans this window)."""
+    return any(str(f).startswith(DEVICE_PREFIX) for f in rw.get("functions") or [])
 
 
 def _merge_host_level(findings: list[Finding], rank_windows: dict[int, RankWindow],

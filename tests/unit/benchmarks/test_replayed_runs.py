@@ -97,3 +97,15 @@ def test_a_slow_rank_of_the_second_node_is_named_with_its_host():
     culprits = [a for a in found if a["ranks"] == [3]]
     assert culprits and culprits[0]["hosts"] == ["node-1"], found
     assert all(a["ranks"] == [3] for a in found), found
+
+
+def test_a_gpu_late_arrival_with_its_cpu_waiting_like_its_peers_is_named_slow_gpu():
+    """Recorded on a lent H200 (benchmarks.gpu_check part b): 4 ranks share the GPU over gloo,
+    rank 2 queues 15 ms of extra GPU work per forward; every CPU thread waits in backward. The
+    device times of its phases, not its CPU samples, name it, and none of its peers."""
+    found = list(incidents("gpu-shared-straggler").values())
+    (culprit,) = found
+    assert culprit["ranks"] == [2] and culprit["cause"] == "slow_gpu"
+    side = culprit["evidence"]["gpu_side"]
+    assert side["phase"].endswith("Net.forward") and side["device_only_excess_ms_per_step"] > 10
+    assert "its GPU runs" in culprit["summary"]

@@ -121,7 +121,8 @@ def test_profiling_window_summarizes_cuda_kernels():
     x = torch.randn(1024, 1024, device="cuda")
     (x @ x).sum().item()
     windows.on_step(2)
-    windows.summarize_finished()
+    windows.summarize_finished()  # hands the window to the summary thread
+    assert windows.wait_summarized(120.0)
     assert any(op.kind is OpKind.CUDA_KERNEL for op in emitted[0])
 
 
@@ -159,4 +160,48 @@ def test_functional_collectives_on_nccl_eager_and_compiled():
     finally:
         torch.cuda.set_sync_debug_mode("default")
         timer.remove()
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_nccl_collective_queued_behind_a_spin_is_pending_then_completed():
+    """NCCL returns at enqueue and completes the Work's future then: the collective queued
+    behind device work is an entry marker (dur -1) until its stop event completes, then
+    one event with its device time; no synchronizing call of ours."""
+    import torch.distributed as dist
+    from perftracker.collectors.comm import OP_SPECS, CommTimer
+    from perftracker.collectors.cuda_timing import CudaCommTimer
+
+    _world_of_one("nccl")
+    try:
+        rec = Recorder(1000, IterationDetector(), ErrorBudget())
+        cuda = CudaCommTimer(torch, rec)
+        timer = CommTimer(dist, rec, cuda)
+        spec = next(s for s in OP_SPECS if s.name == "all_reduce")
+        x = torch.ones(1024, device="cuda")
+        dist.all_reduce(x)  # NCCL's communicator is made on the first collective
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        torch.cuda._sleep(2_000_000_000)  # about a second of device work queued first
+        host0 = time.perf_counter_ns()
+        work = timer.wrap(spec, dist.all_reduce)(x, async_op=True)
+        timer.wrap(spec, dist.all_reduce)(x)
+        host_ns = time.perf_counter_ns() - host0
+        torch.cuda.set_sync_debug_mode("default")
+        assert work.get_future().done() and not work.is_completed()
+        assert rec.blocking is None and rec.in_flight == {}
+        assert cuda.poll() == 0
+        markers = rec.in_flight_markers(time.perf_counter_ns() + 10**10, 10**9)
+        assert [(m[1], m[3], m[7]) for m in markers] == [("all_reduce", 0, -1)]
+        torch.cuda.synchronize()
+        assert cuda.poll() == 2 and rec.in_flight_markers(time.perf_counter_ns() + 10**10, 10**9) == []
+        events = rec.drain(100)
+        assert [(e[1], e[3]) for e in events] == [("all_reduce", 0), ("all_reduce", 1)]
+        # the spin was queued before the start event: the time inside the collective is the
+        # collective's alone, the rank's own lateness is not in it (its peers' waits show it)
+        assert 0 < events[0][7] < 0.1e9 and host_ns < 0.1e9
+        assert rec.errors.count == 0
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
         dist.destroy_process_group()

@@ -72,7 +72,7 @@ def _set(record: dict, path: str, value) -> dict:
     ("spans.dur_ns.2", -(2**62), "EventBatch.spans.dur_ns[2] = -4611686018427387904: outside [0, 3600000000000]"),
     ("iterations.dur_ns.0", 2**62, "EventBatch.iterations.dur_ns[0]"),
     ("comms.dur_ns.0", -(2**62), "EventBatch.comms.dur_ns[0]"),
-    ("spans.name.1", 10**6, "EventBatch.spans.name[1] = 1000000: outside [0, 4]"),
+    ("spans.name.1", 10**6, "EventBatch.spans.name[1] = 1000000: outside [0, 7]"),
     ("comms.group.0", 1, "EventBatch.comms.group[0] = 1: outside [0, 0]"),
     ("spans.path.0", -2, "EventBatch.spans.path[0] = -2"),
     ("job", "x" * 100_000, "EventBatch.job: 100000 bytes, more than 256"),

@@ -15,7 +15,7 @@ from perftracker.streams.detect.cpu_evidence import (
     cpu_verdict,
     frame_location,
 )
-from perftracker.streams.detect.findings import classify
+from perftracker.streams.detect.findings import classify, missing_evidence
 from perftracker.streams.detect.window import diagnose_window
 
 POL = DetectionPolicy()
@@ -131,6 +131,12 @@ ONE_PHASE = [outlier(SpanKind.OPTIMIZER, "torch.optim.SGD.step"), outlier(SpanKi
 MULTI = [outlier(SpanKind.FORWARD, "kind:forward"), outlier(SpanKind.BACKWARD, "kind:backward"),
          outlier(SpanKind.OPTIMIZER, "kind:optimizer")]
 MIXED = [outlier(SpanKind.PYTHON, "train.step"), outlier(SpanKind.FORWARD, "kind:forward")]
+DEVICE_ONLY = [outlier(SpanKind.DEVICE, "cuda:Net.forward", 12.0)]
+DEVICE_AND_HOST_ALIKE = [outlier(SpanKind.DEVICE, "cuda:Net.forward", 12.0), outlier(SpanKind.FORWARD, "Net.forward", 12.0),
+                         outlier(SpanKind.FORWARD, "kind:forward", 12.0)]
+DEVICE_THEN_HOST_WAITS = [outlier(SpanKind.DEVICE, "cuda:Net.forward", 13.0),
+                          outlier(SpanKind.BACKWARD, "torch.autograd.backward", 12.0),
+                          outlier(SpanKind.BACKWARD, "kind:backward", 12.0)]
 
 
 @pytest.mark.parametrize("outs, gpu, cpu, cause", [
@@ -139,16 +145,29 @@ MIXED = [outlier(SpanKind.PYTHON, "train.step"), outlier(SpanKind.FORWARD, "kind
     (ONE_PHASE, -1, CONTENDED, Cause.HOST_CPU_CONTENTION),
     (MULTI, -1, CONTENDED, Cause.HOST_CPU_CONTENTION),
     (MULTI, -1, NOT_CONTENDED, Cause.SLOW_FUNCTION),
-    (MULTI, -1, UNAVAILABLE, Cause.HOST_CPU_CONTENTION),      # inferred, and the finding says so
+    (MULTI, -1, UNAVAILABLE, Cause.SLOW_FUNCTION),            # no scheduler evidence: never contention
     (MIXED, 0, CONTENDED, Cause.HOST_CPU_CONTENTION),
     (MIXED, 0, NOT_CONTENDED, Cause.SLOW_FUNCTION),
-    (MIXED, 0, UNAVAILABLE, Cause.HOST_CPU_CONTENTION),
+    (MIXED, 0, UNAVAILABLE, Cause.SLOW_FUNCTION),
     (MULTI, 0, CONTENDED, Cause.HOST_CPU_CONTENTION),         # a GPU rank's launch thread starved
-    (MULTI, 0, NOT_CONTENDED, Cause.SLOW_GPU),
-    (MULTI, 0, UNAVAILABLE, Cause.SLOW_GPU),
+    (MULTI, 0, NOT_CONTENDED, Cause.SLOW_FUNCTION),           # host spans alone: no GPU-side timing
+    (MULTI, 0, UNAVAILABLE, Cause.SLOW_FUNCTION),
+    (DEVICE_ONLY, 0, NOT_CONTENDED, Cause.SLOW_GPU),          # device time grew, host time did not
+    (DEVICE_ONLY, 0, CONTENDED, Cause.SLOW_GPU),
+    (DEVICE_AND_HOST_ALIKE, 0, CONTENDED, Cause.HOST_CPU_CONTENTION),  # the device waited for launches
+    (DEVICE_AND_HOST_ALIKE, 0, NOT_CONTENDED, Cause.SLOW_FUNCTION),
+    (DEVICE_THEN_HOST_WAITS, 0, UNAVAILABLE, Cause.SLOW_GPU),  # the host waits for it in backward
 ])
-def test_classify_needs_cpu_evidence_for_contention(outs, gpu, cpu, cause):
+def test_classify_needs_evidence_for_contention_and_for_a_slow_gpu(outs, gpu, cpu, cause):
     assert classify(outs, gpu, {}, POL, cpu) == cause
+
+
+def test_a_cause_without_its_evidence_says_what_is_missing():
+    assert missing_evidence(MULTI, 0, Cause.SLOW_FUNCTION, NOT_CONTENDED) == [
+        "GPU-side timing (CUDA-event or kernel times) to tell its GPU from its host"]
+    assert missing_evidence(MULTI, -1, Cause.SLOW_FUNCTION, UNAVAILABLE) == [
+        "scheduler evidence (run-queue wait) to tell a starved CPU from slow code"]
+    assert missing_evidence(DEVICE_AND_HOST_ALIKE, 0, Cause.SLOW_FUNCTION, NOT_CONTENDED) == []
 
 
 def test_throttle_evidence_wins_over_cpu_evidence_for_gpu_compute():
@@ -189,15 +208,16 @@ def test_one_phase_slowdown_is_slow_function_naming_the_phase():
     assert "backward only" in f.summary and f.evidence["cpu"]["2"]["verdict"] == NOT_CONTENDED
 
 
-def test_contention_with_run_queue_evidence_says_so_and_without_says_inferred():
+def test_contention_only_with_run_queue_evidence_and_without_it_the_finding_says_what_is_missing():
     comps = [comparison(k, f"kind:{k.name.lower()}") for k in (SpanKind.FORWARD, SpanKind.BACKWARD)]
     (f,) = [x for x in diagnose_window(job(wait=12.0), comps, POL) if x.ranks == (2,)]
     assert f.cause == Cause.HOST_CPU_CONTENTION and "run-queue wait 12.0 ms/step" in f.summary
     assert f.evidence["cpu_basis"] == "scheduler evidence"
     old = {r: {"rank": r, "steps": 10} for r in range(4)}
     (g,) = [x for x in diagnose_window(old, comps, POL) if x.ranks == (2,)]
-    assert g.cause == Cause.HOST_CPU_CONTENTION and g.evidence["cpu_basis"] == "inferred"
-    assert "inferred without scheduler evidence" in g.summary and "CPU evidence unavailable" in g.summary
+    assert g.cause == Cause.SLOW_FUNCTION and "cpu_basis" not in g.evidence
+    assert g.evidence["missing_evidence"] == ["scheduler evidence (run-queue wait) to tell a starved CPU from slow code"]
+    assert "no scheduler evidence" in g.summary and "CPU evidence unavailable" in g.summary
 
 
 def test_summarizer_folds_cpu_samples_and_stack_rows_into_the_rank_window():
