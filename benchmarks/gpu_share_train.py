@@ -2,17 +2,15 @@
 
 An unmodified-looking DDP script (perftracker attaches from outside). Every rank trains a
 small MLP on ``cuda:0`` (NCCL refuses two ranks on one GPU; gloo moves CUDA tensors itself).
-From ``GPU_SHARE_FAULT_AT_S`` seconds on, rank ``GPU_SHARE_SLOW_RANK`` delays its GPU by
-``GPU_SHARE_SPIN_MS`` inside its model's forward, in one of two ways (``GPU_SHARE_HOW``):
-
-* ``stall`` (when CuPy is there): a host function queued on its stream (``cudaLaunchHostFunc``)
-  that sleeps: the stream waits, no SM is used, so its peers' kernels are not slowed by it;
-* ``spin``: a spin kernel (``torch.cuda._sleep``): the GPU is busy, and the peers sharing it
-  wait for it too (time-slicing between processes), as a co-tenant's work would.
-
-Either way its host thread launches the delay and moves on, so its CPU thread, like every
-peer's, ends each step waiting in ``loss.backward()`` for the gradient all-reduce, while its
-GPU runs late. The onset is written to ``GPU_SHARE_ONSET`` (JSON) when it starts. Runs
+From ``GPU_SHARE_FAULT_AT_S`` seconds on, rank ``GPU_SHARE_SLOW_RANK`` queues a spin kernel
+(``torch.cuda._sleep``) of ``GPU_SHARE_SPIN_MS`` inside its model's forward: its host thread
+launches it and moves on, so its CPU thread, like every peer's, ends each step waiting in
+``loss.backward()`` for the gradient all-reduce, while its GPU runs late. The GPU is shared:
+while the spin runs, the peers' kernels wait for their time slice too (processes sharing a
+GPU without MPS take turns), so their device times grow a little; the check reports by how
+much. (A stream stalled by a Python host function instead, ``cudaLaunchHostFunc``, was tried:
+it deadlocks, the callback waiting for the GIL that the training thread holds while it waits
+for that stream.) The onset is written to ``GPU_SHARE_ONSET`` (JSON) when it starts. Runs
 ``GPU_SHARE_SECONDS`` of training.
 """
 
@@ -32,21 +30,6 @@ FAULT_AT_S = float(os.environ.get("GPU_SHARE_FAULT_AT_S", "15"))
 SECONDS = float(os.environ.get("GPU_SHARE_SECONDS", "60"))
 SPIN_MS = float(os.environ.get("GPU_SHARE_SPIN_MS", "15"))
 CLOCK_HZ = float(os.environ.get("GPU_SHARE_CLOCK_HZ", "1.5e9"))
-HOW = os.environ.get("GPU_SHARE_HOW", "stall")
-
-
-def has_cupy() -> bool:
-    try:
-        import cupy  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
-def stall_stream(seconds: float) -> None:
-    """Queue a host function that sleeps ``seconds`` on the current stream (CuPy)."""
-    import cupy
-    cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream).launch_host_func(time.sleep, seconds)
 
 
 class Net(nn.Module):
@@ -55,11 +38,8 @@ class Net(nn.Module):
         self.body = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.ReLU(),
                                   nn.Linear(dim, dim))
         self.extra_cycles = 0
-        self.stall_s = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.stall_s:
-            stall_stream(self.stall_s)  # the slow rank's GPU waits
         if self.extra_cycles:
             torch.cuda._sleep(self.extra_cycles)  # the slow rank's extra GPU work
         return self.body(x)
@@ -79,16 +59,12 @@ def main() -> None:
     step = 0
     while time.monotonic() - start < SECONDS:
         if rank == SLOW_RANK and not onset_written and time.monotonic() - start >= FAULT_AT_S:
-            how = HOW if HOW != "stall" or has_cupy() else "spin"
-            if how == "stall":
-                net.stall_s = SPIN_MS * 1e-3
-            else:
-                net.extra_cycles = int(SPIN_MS * 1e-3 * CLOCK_HZ)
+            net.extra_cycles = int(SPIN_MS * 1e-3 * CLOCK_HZ)
             onset_written = True
             path = os.environ.get("GPU_SHARE_ONSET")
             if path:
                 with open(path, "w") as f:
-                    json.dump({"rank": rank, "step": step, "wall_ns": time.time_ns(), "how": how}, f)
+                    json.dump({"rank": rank, "step": step, "wall_ns": time.time_ns(), "how": "spin"}, f)
         opt.zero_grad(set_to_none=True)
         loss = model(x).square().mean()
         loss.backward()

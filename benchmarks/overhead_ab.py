@@ -11,9 +11,10 @@ beside it is the step time the collectors add, with everything else (clocks, hea
 machine's load) alike within the pair. Prints the geometric mean of the pair ratios and its
 95 % t interval (goal: ratio <= 1.005, half-width <= 0.5 %).
 
-What it leaves out, by design: the start-up (the launcher, the first attach) and the exit
-flush, which are once per job; ``benchmarks.collector_overhead`` measures whole runs under
-``perftracker launch``. The first pair is a warm-up and not counted.
+What it leaves out, by design: the start-up (the launcher, each attach: threads, NVML, the
+first flush) and the exit flush, which are once per job: after every switch, in both arms,
+``settle`` steps run untimed; ``benchmarks.collector_overhead`` measures whole runs under
+``perftracker launch``, start-up included. The first pair is a warm-up and not counted.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _ci95(ratios: list[float]) -> tuple[float, list[float]]:
     return ci(ratios)
 
 
-def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None = None) -> dict[str, Any]:
+def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None = None,
+        settle: int = 3) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -97,6 +99,7 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
             for flag in order:
                 if flag:
                     api.attach(f"overhead-ab-{i}")
+                steps(settle)  # after each switch, in both arms: the attach's once-per-job costs settle
                 got[flag] = steps(block)
                 if flag:
                     stats = api.stats()
@@ -113,7 +116,7 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
     ratios = [w / p for w, p in zip(instrumented, plain, strict=True)]
     geo, ci = _ci95(ratios)
     half = 100 * (ci[1] - ci[0]) / 2 / geo if ci else math.inf
-    return {"device": torch.cuda.get_device_name(0) if use_cuda else "cpu", "pairs": pairs, "block_steps": block,
+    return {"device": torch.cuda.get_device_name(0) if use_cuda else "cpu", "pairs": pairs, "block_steps": block, "settle_steps": settle,
             "step_ms_plain_median": round(statistics.median(plain), 3),
             "step_ms_with_median": round(statistics.median(instrumented), 3),
             "step_time_ratio": round(geo, 5), "step_time_ratio_ci95": ci, "half_width_pct": round(half, 3),

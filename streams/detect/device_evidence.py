@@ -45,7 +45,8 @@ DEVICE_PREFIX = "cuda:"  # collectors.cuda_timing.DEVICE_PREFIX (the stream side
 class PhaseExcess:
     """One phase of one rank: its extra time per step over its peers, on the device and host."""
 
-    function: str  # the host span's name
+    function: str  # the host span's name, or the phase's ("forward") for a device aggregate
+    phase: int  # its SpanKind (forward, backward, optimizer); -1 unknown
     device_ms: float  # device excess, ms/step (0 when not an outlier)
     host_ms: float  # host excess of the same phase, ms/step
     device_value_ms: float  # the rank's device time, ms/step
@@ -86,6 +87,13 @@ class GpuSide:
                 f"peers' GPUs (device time, {t.device_ratio:.2f}x); {host}")
 
 
+# per-phase aggregates of a rank's device spans (every GPU rank reports them, so they are
+# compared as soon as the window closes, whatever the phases' own names: pipeline stages,
+# experts and compiled regions name their modules differently on different ranks)
+DEVICE_AGGREGATES = {int(SpanKind.FORWARD): "kind:device.forward", int(SpanKind.BACKWARD): "kind:device.backward",
+                     int(SpanKind.OPTIMIZER): "kind:device.optimizer"}
+
+
 def is_device(outlier: Mapping[str, Any]) -> bool:
     return int(outlier.get("kind", -1)) == SpanKind.DEVICE or str(outlier.get("function", "")).startswith(DEVICE_PREFIX)
 
@@ -97,9 +105,14 @@ def phase_kind(name: str) -> int:
         return int(SpanKind.FORWARD)
     if name.endswith(".backward"):
         return int(SpanKind.BACKWARD)
-    if name.endswith(".step"):
+    if name.endswith(".step") or name.endswith(".optimizer"):
         return int(SpanKind.OPTIMIZER)
     return -1
+
+
+def device_phase(name: str) -> int:
+    """The phase of a device span or aggregate name (``cuda:<host name>``, ``kind:device.<phase>``)."""
+    return phase_kind(name[len(DEVICE_PREFIX):] if name.startswith(DEVICE_PREFIX) else name)
 
 
 COMPUTE_HOST = (int(SpanKind.FORWARD), int(SpanKind.BACKWARD), int(SpanKind.OPTIMIZER))
@@ -117,15 +130,29 @@ def _host_by_phase(outs: list[Mapping[str, Any]]) -> dict[int, float]:
 
 
 def phases(outliers: Iterable[Mapping[str, Any]]) -> list[PhaseExcess]:
-    """Each device-timed outlier with the host excess of its phase (0 if the host phase is not slow)."""
+    """Per phase with a device-timed outlier: its device excess (the largest of its named
+    device spans and its device aggregate: the same time) beside the host excess of that phase."""
     outs = list(outliers)
     host = _host_by_phase(outs)
-    out = []
+    best: dict[Any, Mapping[str, Any]] = {}
     for o in outs:
         if not is_device(o):
             continue
-        name = str(o["function"])[len(DEVICE_PREFIX):]
-        out.append(PhaseExcess(name, float(o["cost_ms_per_step"]), host.get(phase_kind(name), 0.0),
+        name = str(o["function"])
+        key = device_phase(name)
+        if key < 0:
+            key = name  # a device span of no known phase: on its own
+        kept = best.get(key)
+        named = name.startswith(DEVICE_PREFIX)
+        if kept is None or float(o["cost_ms_per_step"]) > float(kept["cost_ms_per_step"]) or \
+                (named and float(o["cost_ms_per_step"]) == float(kept["cost_ms_per_step"])):
+            best[key] = o
+    out = []
+    for key, o in best.items():
+        name = str(o["function"])
+        label = name[len(DEVICE_PREFIX):] if name.startswith(DEVICE_PREFIX) else name.rpartition(".")[2]
+        phase = key if isinstance(key, int) else -1
+        out.append(PhaseExcess(label, phase, float(o["cost_ms_per_step"]), host.get(phase, 0.0),
                                float(o.get("value_ms_per_step", 0.0)), float(o.get("peer_median_ms_per_step", 0.0)),
                                float(o.get("ratio", 0.0))))
     return out
@@ -136,8 +163,7 @@ def host_only_excess(outliers: Iterable[Mapping[str, Any]]) -> float:
     outs = list(outliers)
     device: dict[int, float] = {}
     for p in phases(outs):
-        k = phase_kind(p.function)
-        device[k] = device.get(k, 0.0) + p.device_ms
+        device[p.phase] = device.get(p.phase, 0.0) + p.device_ms
     return sum(max(0.0, h - device.get(k, 0.0)) for k, h in _host_by_phase(outs).items())
 
 

@@ -162,13 +162,22 @@ def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
 
 def rank_impact(outliers: list[dict]) -> float:
     """Step time recovered (ms) if the rank were as fast as its peers: the summed excess of
-    the disjoint per-kind aggregates (GC nests inside them, so it counts as an alternative,
-    not an addition), or the largest named function when no aggregate flagged."""
-    agg = [o for o in outliers if o["function"].startswith(KIND_PREFIX)]
-    non_gc = sum(o["cost_ms_per_step"] for o in agg if o["kind"] != SpanKind.GC)
-    gc = max((o["cost_ms_per_step"] for o in agg if o["kind"] == SpanKind.GC), default=0.0)
+    the disjoint per-kind aggregates (:func:`phase_sum`; GC nests inside them, so it counts as
+    an alternative, not an addition), or the largest named function when no aggregate flagged."""
+    gc = max((o["cost_ms_per_step"] for o in outliers
+              if o["function"].startswith(KIND_PREFIX) and o["kind"] == SpanKind.GC), default=0.0)
     named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
-    return float(max(non_gc, gc, named))
+    return float(max(phase_sum(outliers), gc, named))
+
+
+def phase_sum(outliers: list[dict]) -> float:
+    """The excess of the rank's disjoint phases (the per-kind aggregates, GC left out): the host's
+    phases, or their device times (the same steps seen from the GPU, never added to the host's),
+    whichever is larger."""
+    agg = [o for o in outliers if o["function"].startswith(KIND_PREFIX) and o["kind"] != SpanKind.GC]
+    host = sum(o["cost_ms_per_step"] for o in agg if not is_device(o))
+    device = sum(o["cost_ms_per_step"] for o in agg if is_device(o))
+    return float(max(host, device))
 
 
 def phase_of(outlier: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ from ...schemas.vocabulary import (
     SpanKind,
 )
 from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
+from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
 from .histogram import grouped_histograms
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
 from .quantiles import grouped_percentiles
@@ -52,6 +53,8 @@ def pattern_functions(rw: RankWindow) -> set[str]:
     names = {str(n) for n in rw.get("functions", [])}
     if names or int(rw.get("steps", 0)) > 0:
         names.update(kind_function(k) for k in ALWAYS_AGGREGATED)
+    if any(n.startswith(DEVICE_PREFIX) for n in names):
+        names.update(DEVICE_AGGREGATES.values())
     return names
 
 
@@ -80,13 +83,22 @@ def signature_of(functions: dict[str, FunctionAcc]) -> str:
 
 def add_kind_aggregates(w: WindowAcc) -> None:
     """Add ``kind:<name>`` patterns (sum of that kind's spans) so every rank reports
-    GC, data loading, forward, backward and optimizer time, even when it is zero."""
+    GC, data loading, forward, backward and optimizer time, even when it is zero, and, on a
+    rank with device spans, their sums per phase (:data:`.device_evidence.DEVICE_AGGREGATES`)."""
     totals: dict[int, list[int]] = {int(k): [] for k in ALWAYS_AGGREGATED}
+    device: dict[int, list[int]] | None = None
     for name, acc in w.functions.items():
         if acc.kind in totals and not name.startswith(COMM_PREFIX):
             totals[acc.kind].extend(acc.durations)
+        elif acc.kind == SpanKind.DEVICE and name.startswith(DEVICE_PREFIX):
+            device = device if device is not None else {k: [] for k in DEVICE_AGGREGATES}
+            phase = device_phase(name)
+            if phase in device:
+                device[phase].extend(acc.durations)
     for kind, durs in totals.items():
         w.functions[kind_function(kind)] = FunctionAcc(kind, durations=durs)
+    for phase, durs in (device or {}).items():  # a GPU rank's device time per phase
+        w.functions[DEVICE_AGGREGATES[phase]] = FunctionAcc(int(SpanKind.DEVICE), durations=durs)
 
 
 def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float,

@@ -47,6 +47,7 @@ from .findings import (
     finite_ratio,
     missing_evidence,
     more_work,
+    phase_sum,
     rank_impact,
     throttle_evidence,
     top_function,
@@ -210,8 +211,8 @@ def _explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[
         caused = max(float(s["caused_ms_per_step"]) for s in late[rank])
         # the per-kind aggregates are disjoint phases (data loading, forward, backward, ...) and
         # add up; named functions may nest (a module inside the forward): the largest one alone
-        phases = [float(o["cost_ms_per_step"]) for o in outs if str(o["function"]).startswith(KIND_PREFIX)]
-        explained = sum(phases) if phases else max(float(o["cost_ms_per_step"]) for o in outs)
+        phases = phase_sum(outs)
+        explained = phases if phases > 0 else max(float(o["cost_ms_per_step"]) for o in outs)
         if explained >= policy.explains_share * caused:
             by_rank[rank] = outs
 

@@ -33,6 +33,7 @@ from .layout import Layout
 from .records import emit_window
 
 BASE_MS = {"dl": 25.0, "py": 3.0, "fwd": 100.0, "opt": 20.0}
+RUNQUEUE_MS = 0.5  # a healthy rank's run-queue wait per step
 XFER_MS = {"tp": 2.0, "pp": 3.0, "dp": 40.0}
 EXPERT_CALLS, EXPERT_MS = 4, 6.0
 CKPT_EVERY_WINDOWS, CKPT_MS = 6, 2500.0
@@ -95,7 +96,8 @@ class PatternSim:
              "opt": BASE_MS["opt"] * self._j(),
              "gc": (self.rng.random(n) < 0.03) * 10.0 * self._j(),
              "calls": np.full(n, EXPERT_CALLS if self.moe else 0, dtype=np.float64),
-             "gpu_x": np.ones(n)}  # device slowdown of fwd/bwd/opt already in them (slow_gpu, gpu_throttle)
+             "gpu_x": np.ones(n),  # device slowdown of fwd/bwd/opt already in them (slow_gpu, gpu_throttle)
+             "rq": np.full(n, RUNQUEUE_MS)}  # run-queue wait (scheduler evidence); no draw: the noise stays as it was
         spike = self._spike_rank(float(np.median(self.clk)))
         if spike >= 0:
             v["fwd"][spike] *= 1.6
@@ -118,7 +120,8 @@ class PatternSim:
         rec = {"start": start, "dl": v["dl"], "py": v["py"], "fwd": fwd_total - excess["fwd"],
                "bwd": v["bwd"] + excess["fwd"], "opt": v["opt"] - excess["opt"],
                "dev_fwd": fwd_total, "dev_bwd": v["bwd"], "dev_opt": v["opt"],
-               "gc": v["gc"], "experts": v["experts"], "calls": v["calls"], "ckpt": np.full(n, ckpt)}
+               "gc": v["gc"], "experts": v["experts"], "calls": v["calls"], "ckpt": np.full(n, ckpt),
+               "rq": v["rq"]}
         if lay.tp > 1:
             c, rec["tp1"] = self._sync(c, 2, XFER_MS["tp"])
         if lay.pp > 1:
@@ -157,10 +160,13 @@ def apply_fault(sim: PatternSim, f: Fault, v: dict, links: dict, w_now: float) -
             v[k][r] *= m
         v["gpu_x"][r] *= m
     elif fam == "cpu_contention":
+        before = sum(v[k][r] for k in ("dl", "py", "opt", "fwd", "bwd"))
         for k in ("dl", "py", "opt"):
             v[k][r] *= m
         for k in ("fwd", "bwd"):
             v[k][r] *= 1 + (m - 1) * 0.5
+        # the extra time is the thread waiting for a CPU: what the scheduler counts as run-queue wait
+        v["rq"][r] += sum(v[k][r] for k in ("dl", "py", "opt", "fwd", "bwd")) - before
     elif fam == "slow_dataloader":
         v["dl"][r] += m
     elif fam == "gc_pause":

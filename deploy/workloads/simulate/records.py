@@ -3,8 +3,9 @@
 Besides the host spans (``SPANS``) and their per-kind aggregates (``KIND_AGG``), every rank
 (all are GPU ranks) gets the patterns of its device spans (``DEVICE_SPANS``): forward,
 backward and optimizer step as the collectors time them between CUDA events on a CUDA
-rank, kind ``SpanKind.DEVICE``, named ``cuda:`` + the host function's name. They have no
-``kind:`` aggregate (the summarizer aggregates host kinds only).
+rank, kind ``SpanKind.DEVICE``, named ``cuda:`` + the host function's name, and their
+per-phase aggregates (``DEVICE_AGG``: ``kind:device.forward`` ..., as the summarizer adds
+them on a rank with device spans).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ SPANS = [("DataLoader.__next__", "dl", 1, None), ("Trainer.log_metrics", "py", 0
 DEVICE_SPANS = [(None, "fwd", "dev_fwd"), (None, "bwd", "dev_bwd"), ("Optimizer.step", "opt", "dev_opt")]
 KIND_AGG = [("kind:dataloader", "dl", 1), ("kind:forward", "fwd", 3), ("kind:backward", "bwd", 4),
             ("kind:optimizer", "opt", 2), ("kind:gc", "gc", 5)]
+DEVICE_AGG = [("kind:device.forward", "dev_fwd"), ("kind:device.backward", "dev_bwd"),
+              ("kind:device.optimizer", "dev_opt")]
 
 
 def _stack(steps: list[dict], key: str, n: int) -> np.ndarray:
@@ -57,12 +60,19 @@ def emit_window(sim: SimState, w: int) -> list[tuple[str, dict]]:
         vals = _stack(steps, key, n)
         out += _patterns(rank_base, name, key, int(SpanKind.DEVICE), vals, np.ones_like(vals), mask, nsteps, has,
                          sim, prefix=DEVICE_PREFIX, phase=phase)
+    for name, key in DEVICE_AGG:
+        vals = _stack(steps, key, n)
+        out += _patterns(rank_base, name, key, int(SpanKind.DEVICE), vals, np.ones_like(vals), mask, nsteps, has, sim)
     for name, key, kind in KIND_AGG:
         vals = _stack(steps, key, n)
         counts = (vals > 0) if key == "gc" else np.ones_like(vals)
         out += _patterns(rank_base, name, key, kind, vals, counts, mask, nsteps, has, sim)
     out += _comm_patterns(sim, rank_base, mask, nsteps)
-    out += _rank_windows(sim, rank_base, mask, nsteps, w)
+    functions: dict[int, list[str]] = {}
+    for _name, rec in out:
+        if not rec["function"].startswith("kind:"):
+            functions.setdefault(rec["rank"], []).append(rec["function"])
+    out += _rank_windows(sim, rank_base, mask, nsteps, w, functions)
     return out
 
 
@@ -149,9 +159,12 @@ def _comm_patterns(sim, rank_base, mask, nsteps) -> list[tuple[str, dict]]:
     return out
 
 
-def _rank_windows(sim, rank_base, mask, nsteps, w) -> list[tuple[str, dict]]:
+def _rank_windows(sim, rank_base, mask, nsteps, w, functions: dict[int, list[str]]) -> list[tuple[str, dict]]:
+    """RankWindows: steps, hardware, pending collectives, the functions the rank reported, and
+    its run-queue wait per step (the scheduler evidence a collector reads from /proc)."""
     n = sim.layout.ranks
     iters = _stack(sim.steps, "iter", n)
+    rq = _stack(sim.steps, "rq", n)
     step_ids = np.array([s["step"] for s in sim.steps], dtype=np.int64)
     hw = hardware_fields(sim, w)
     pend = pending_fields(sim, mask, step_ids)
@@ -159,7 +172,8 @@ def _rank_windows(sim, rank_base, mask, nsteps, w) -> list[tuple[str, dict]]:
     for r in range(n):
         idx = np.flatnonzero(mask[:, r])
         out.append(("RankWindow", dict(
-            rank_base[r], functions=[], steps=int(nsteps[r]),
+            rank_base[r], functions=sorted(functions.get(r, [])), steps=int(nsteps[r]),
+            runqueue_wait_ms_per_step=float(rq[idx, r].mean()) if len(idx) else -1.0,
             last_step=int(step_ids[idx].max()) if len(idx) else pend["last_step"][r],
             step_time_ns=[int(x * MS) for x in iters[idx, r]],
             last_event_ms=int(rank_base[r]["window_start_ms"] + sim.w_ms - 1) if len(idx) else 0,

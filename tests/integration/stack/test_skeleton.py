@@ -97,7 +97,8 @@ def test_bad_messages_are_dead_lettered_with_reason(stack: Stack):
 
 def test_one_slow_gpu_among_64_ranks_names_it_not_its_victims(stack: Stack):
     """64 ranks on 8 hosts; rank 37's forward 40% slower: the culprit, its function, its cause
-    (a GPU job with no throttling seen: slow_gpu), and none of the 63 ranks waiting for it."""
+    (its device time grew, its host time did not, no throttling seen: slow_gpu), and none of the
+    63 ranks waiting for it."""
     bootstrap = stack.state()["bootstrap"]
     job = SyntheticJob(f"big-{uuid.uuid4().hex[:6]}", ranks=64, seconds=30, slow_rank=37,
                        slow_function="forward", slowdown=1.4, seed=3)
@@ -107,6 +108,6 @@ def test_one_slow_gpu_among_64_ranks_names_it_not_its_victims(stack: Stack):
         return [r for r in stack.diagnose(job.job) if r["ranks"] == [37]]
 
     rows = wait_for(culprit_rows, DETECT_WITHIN_S, every_s=1.0, describe=lambda: stack.diagnose(job.job))
-    assert rows[0]["function"] == "forward" and rows[0]["cause"] == "slow_gpu"
+    assert rows[0]["function"] == "cuda:forward" and rows[0]["cause"] == "slow_gpu"  # its device time
     assert rows[0]["hosts"] == ["node004"]
     assert [r for r in stack.diagnose(job.job) if set(r["ranks"]) - {37}] == []

@@ -52,6 +52,9 @@ class Runtime:
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
             dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
             self._group = dist
+            warm = torch.ones(1, device="cuda")
+            dist.all_reduce(warm)  # the communicator's first use blocks the host while it sets up
+            torch.cuda.synchronize()
         return dist.distributed_c10d._get_default_group()
 
     def close(self) -> None:
@@ -138,6 +141,7 @@ def test_an_nccl_collectives_future_completes_at_enqueue_while_it_is_still_pendi
     work = group.allreduce([rt.tensor()])
     fut = work.get_future()
     assert fut.done(), "NCCL marks the future completed as soon as the collective is enqueued"
+    assert not work.is_completed(), "the collective itself is still queued behind the spin"
     seen = []
 
     def callback(f):  # runs now, on a stream made to wait for the collective's end
@@ -147,7 +151,7 @@ def test_an_nccl_collectives_future_completes_at_enqueue_while_it_is_still_pendi
         return f.value()
 
     fut.then(callback)
-    assert len(seen) == 1, "the callback ran at enqueue, not when the collective ended"
+    assert len(seen) == 1 and not seen[0].query(), "the callback ran at enqueue, its stream waiting"
     work.wait()  # NCCL's wait makes the current stream wait, not the host
     after = rt.cuda.Event()
     after.record()

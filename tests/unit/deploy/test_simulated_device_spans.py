@@ -176,7 +176,9 @@ def test_pattern_every_rank_reports_device_phases_equal_to_its_host_phases_when_
             for host in pattern_phases(rank // 8).values():
                 kind, total, count = fns[DEVICE_PREFIX + host]
                 assert kind == DEVICE and count > 0 and (total, count) == fns[host][1:]
-            assert not any(f.startswith("kind:") and k == DEVICE for f, (k, _, _) in fns.items())
+            device_aggregates = {f for f, (k, _, _) in fns.items() if f.startswith("kind:") and k == DEVICE}
+            assert device_aggregates == {"kind:device.forward", "kind:device.backward", "kind:device.optimizer"}
+            assert fns["kind:device.forward"][1] == fns["kind:forward"][1]
 
 
 @pytest.mark.parametrize("family", ["slow_gpu", "gpu_throttle"])
@@ -210,9 +212,9 @@ def test_pattern_other_faults_keep_device_time_equal_to_host_time(fault: Fault):
         assert fns[d][1] / fns[d][2] > 1.1 * peer[d][1] / peer[d][2]
 
 
-def test_pattern_is_deterministic_and_adds_three_patterns_per_rank():
+def test_pattern_is_deterministic_and_adds_three_device_patterns_per_rank_and_their_aggregates():
     a = pattern_totals((Fault("slow_gpu", (3,), start_window=1),), windows=3)
     assert a == pattern_totals((Fault("slow_gpu", (3,), start_window=1),), windows=3)
     for per in a.values():
         for fns in per.values():
-            assert sum(k == DEVICE for k, _, _ in fns.values()) == 3
+            assert sum(k == DEVICE and not f.startswith("kind:") for f, (k, _, _) in fns.items()) == 3
