@@ -219,3 +219,48 @@ def test_a_failing_cuda_runtime_never_reaches_training():
     timer = CudaCommTimer(type("T", (), {"cuda": Broken()})(), rec)
     fn = device_timed_callable(lambda x: x + 1, "f", SpanKind.BACKWARD, rec, timer)
     assert fn(1) == 2 and rec.errors.count == 1
+
+
+def test_a_collective_without_a_tensor_and_a_failing_event_are_timed_on_the_host():
+    cuda, rec, timer, group = setup()
+    comm = CommTimer(Dist(), rec, timer)
+
+    def barrier(group=None, async_op=False, device_ids=None):
+        return None
+
+    comm.wrap(spec("barrier"), barrier)()
+    assert timer.pending == 0 and [e[1] for e in comms(rec)] == ["barrier"]  # no tensor: host time
+
+    def broken_begin(tensor):
+        raise RuntimeError("CUDA error: out of memory")
+
+    timer.begin = broken_begin
+    comm.wrap(spec("all_reduce"), group.all_reduce_fn())(FakeCudaTensor(8))
+    assert rec.errors.count == 1 and [e[1] for e in comms(rec)] == ["all_reduce"]  # still recorded, on the host
+
+
+def test_an_async_work_without_a_future_is_recorded_at_once():
+    cuda, rec, timer, group = setup()
+
+    class NoFuture:
+        def get_future(self):
+            raise RuntimeError("this backend has no future")
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):
+        return NoFuture()
+
+    CommTimer(Dist(), rec, timer).wrap(spec("all_reduce"), all_reduce)(FakeCudaTensor(8), async_op=True)
+    cuda.synchronize()
+    timer.poll()
+    assert [e[1] for e in comms(rec)] == ["all_reduce"] and rec.in_flight == {}
+
+
+def test_availability_never_raises_and_an_empty_queue_polls_nothing():
+    class NoDriver:
+        def is_available(self):
+            raise RuntimeError("Found no NVIDIA driver on your system")
+
+    assert CudaCommTimer.available(FakeTorch()) is True
+    assert CudaCommTimer.available(type("T", (), {"cuda": NoDriver()})()) is False
+    _, _, timer, _ = setup()
+    assert timer.poll() == 0 and timer.entered(time.perf_counter_ns(), 0) == []
