@@ -208,8 +208,10 @@ class CollectorSettings:
     stats_file: str = field(default="", metadata={"doc": "write the collector's stats as JSON here at exit ({rank}, {pid} expand)"})
     iteration_repeats: int = field(default=10, metadata={"doc": "identical repeats before an iteration pattern is locked"})
     iteration_relearn: int = field(default=200, metadata={"doc": "non-matching events before the pattern is re-learned"})
-    control: bool = field(default=True, metadata={"doc": "follow pt.control profiling requests"})
-    profile_every_s: float = field(default=600.0, metadata={"doc": "duty-cycle profiling window period; 0 = only on request"})
+    control: bool = field(default=False, metadata={"doc": "follow pt.control profiling requests (off by default: "
+                                                          "the live diagnosis does not read the windows' summaries)"})
+    profile_every_s: float = field(default=0.0, metadata={"doc": "duty-cycle profiling window period; 0 = only on "
+                                                                 "request (the default: see control)"})
     profile_duration_s: float = field(default=2.0, metadata={"doc": "length of a duty-cycle profiling window"})
     profile_max_steps: int = field(default=10, metadata={"doc": "a profiling window (duty-cycle or requested) ends after "
                                                                 "this many iterations at most: stopping torch.profiler "

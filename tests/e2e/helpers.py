@@ -140,6 +140,7 @@ def launch_profiled(bootstrap: str, prefix: str, script: str, nproc: int, steps:
     # of exit_flush_s (2 s by default; test_profiling_control.py covers the budget itself)
     env = {"PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PERFTRACKER_KAFKA_TOPIC_PREFIX": prefix,
            "TRAIN_STEPS": str(steps), "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0",
+           "PERFTRACKER_COLLECTOR_CONTROL": "1",  # off by default
            "PERFTRACKER_COLLECTOR_EXIT_FLUSH_S": "8"}
     request_profile(conf, topics.control, job, profile_id, profile_step)
     code, _seconds = launch(torchrun(script, nproc=nproc), job, env)
