@@ -106,6 +106,7 @@ class RankWindow(RankWindowHeader, RankHardware, RankCpu):
     ended_cleanly: bool  # the rank's last window: its collector sent its final batch (v3)
     restarts: int  # times the rank's process was replaced under the same job id (new pid, v3)
     mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v4)
+    gpu_uuid: str  # the rank's GPU as NVML names it, '' without a GPU or NVML (v5)
 
 
 class PeerGroupStat(TypedDict):

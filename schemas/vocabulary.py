@@ -29,7 +29,7 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
 EVENT_BATCH_VERSION = 5  # EventBatch built by the trace importer (streams/traces/kineto.py)
 FUNCTION_PATTERN_VERSION = 2
-RANK_WINDOW_VERSION = 4
+RANK_WINDOW_VERSION = 5
 FUNCTION_COMPARISON_VERSION = 2
 ANOMALY_VERSION = 2
 CONTROL_VERSION = 1

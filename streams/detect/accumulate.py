@@ -126,6 +126,7 @@ class RankMeta:
     host: str
     gpu: int
     mesh_coords: dict[str, int] = field(default_factory=dict)  # DeviceMesh coordinates (EventBatch v5)
+    gpu_uuid: str = ""  # NVML's name of the rank's GPU (EventBatch gpu_uuid)
 
 
 @dataclass

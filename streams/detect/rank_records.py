@@ -198,7 +198,7 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         batches=int(batches),
         **cpu_fields(w.cpu, len(w.steps)),
         ended_cleanly=bool(ended), restarts=int(health.restarts),
-        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()})
+        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()}, gpu_uuid=meta.gpu_uuid)
 
 
 TOP_FRAMES = 8  # per kind

@@ -105,7 +105,8 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
     findings += link_findings
     findings += _stage_imbalance(comparisons, policy)
     findings += _expectations(comparisons, step_ms(rank_windows), policy)
-    return sorted((_with_layout(f, rank_windows) for f in findings), key=lambda f: -f.impact_ms)
+    return sorted((_with_gpu_ids(_with_layout(f, rank_windows), rank_windows) for f in findings),
+                  key=lambda f: -f.impact_ms)
 
 
 def _drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[FunctionComparison],
@@ -144,6 +145,21 @@ def _with_layout(f: Finding, rank_windows: dict[int, RankWindow]) -> Finding:
     summary, n = re.subn(rf"\b{who}\b", f"{who} ({where})", f.summary, count=1)
     summary = summary if n else f"{who} ({where}): {f.summary}"
     return dataclasses.replace(f, summary=summary, evidence={**f.evidence, "mesh_coords": coords})
+
+
+def _with_gpu_ids(f: Finding, rank_windows: dict[int, RankWindow]) -> Finding:
+    """A finding about ranks with GPUs names each GPU by NVML's UUID too (``evidence.gpu_uuids``:
+    an index is only unique on its host); a GPU cause says it in the summary, for whoever
+    drains the node."""
+    uuids = {str(r): str(rank_windows.get(r, {}).get("gpu_uuid") or "") for r in f.ranks}
+    uuids = {r: u for r, u in uuids.items() if u}
+    if not uuids:
+        return f
+    summary = f.summary
+    if f.cause in GPU_CAUSES and len(f.ranks) == 1:
+        rw = rank_windows.get(f.ranks[0], {})
+        summary += f" [GPU {int(rw.get('gpu', -1))} {uuids[str(f.ranks[0])]} on {rw.get('host', '?')}]"
+    return dataclasses.replace(f, summary=summary, evidence={**f.evidence, "gpu_uuids": uuids})
 
 
 def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,

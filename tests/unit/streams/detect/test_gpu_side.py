@@ -22,7 +22,8 @@ def gpu_job(device_functions: bool = True) -> dict[int, dict]:
     """Four GPU ranks on one host, 25 Hz stack samples: every CPU thread at the same line."""
     fns = [FWD, "cuda:" + FWD, "torch.autograd.backward", "cuda:torch.autograd.backward"] if device_functions \
         else [FWD, "torch.autograd.backward"]
-    return {r: {**cpu_rw(r, frames=SAME), "host": "h", "gpu": r, "functions": fns} for r in range(4)}
+    return {r: {**cpu_rw(r, frames=SAME), "host": "h", "gpu": r, "functions": fns,
+                "gpu_uuid": f"GPU-0000000{r}-aaaa-bbbb-cccc-dddddddddddd"} for r in range(4)}
 
 
 def outlier(rank: int, value: float, peer: float) -> dict:
@@ -50,6 +51,8 @@ def test_a_gpu_timed_late_arrival_with_alike_cpu_samples_is_named_slow_gpu():
     assert "its GPU runs __main__.Net.forward 15.2 ms/step vs 1.8 ms" in f.summary
     assert f.evidence["gpu_side"]["device_only_excess_ms_per_step"] == 13.4
     assert f.evidence["gpu_side"]["host_only_excess_ms_per_step"] == 12.0
+    assert f.evidence["gpu_uuids"] == {"2": "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"}
+    assert f.summary.endswith("[GPU 2 GPU-00000002-aaaa-bbbb-cccc-dddddddddddd on h]")
 
 
 def test_the_same_late_arrival_without_device_times_is_not_raised_from_alike_samples():
