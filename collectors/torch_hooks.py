@@ -66,6 +66,8 @@ def _install_comms(collector: Collector, torch: ModuleType, cuda: CudaCommTimer 
     rec = collector.recorder
     timer = CommTimer(dist, rec, cuda)
     timer.install(collector.patches)
+    from .flight_recorder import FlightRecorder
+    collector.sender.flight = FlightRecorder.from_torch(collector.errors)
     if collector.settings.collector.functional:
         _guarded(collector, "functional collectives", lambda: _install_functional(collector, torch, timer))
     _guarded(collector, "device mesh", lambda: collector.imports.when_imported(

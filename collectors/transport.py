@@ -23,6 +23,7 @@ from ..schemas.vocabulary import HEARTBEAT_S
 from .batch import BatchBuilder, StackRow, event_count
 from .counters import CollectorCounters
 from .events import OpSummary
+from .flight_recorder import FlightRecorder
 from .identity import RankIdentity
 from .recorder import Recorder
 from .safety import ErrorBudget
@@ -254,6 +255,7 @@ class Sender(threading.Thread):
         self._ended = False  # the exit flush sent the final batch: nothing is sent after it
         self._last_send = 0.0
         self._may_send: Callable[[], bool] = lambda: True
+        self.flight: FlightRecorder | None = None  # read on a suspected hang (collectors/flight_recorder.py)
 
     def add_task(self, task: Callable[[], object]) -> None:
         """Run ``task()`` on the sender thread at every send cycle, before the buffer is drained."""
@@ -314,7 +316,9 @@ class Sender(threading.Thread):
 
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
-        markers = self.recorder.in_flight_markers(time.perf_counter_ns(), IN_FLIGHT_MARKER_AGE_NS)
+        now_ns = time.perf_counter_ns()
+        markers = self.recorder.in_flight_markers(now_ns, IN_FLIGHT_MARKER_AGE_NS)
+        flight = self.flight.read(markers, now_ns) if self.flight is not None and markers else []
         closing = final
         while True:
             events = self.recorder.drain(limit)
@@ -330,6 +334,8 @@ class Sender(threading.Thread):
             self._cpu.clear()
             self._stacks = []
             record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
+            if flight:  # with the entry markers' batch (EventBatch v6)
+                record["flight_records"], flight = flight, []
             if closing and not more and not self._kernels:
                 record["final"] = True  # the last batch this process sends
             try:

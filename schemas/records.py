@@ -107,6 +107,7 @@ class RankWindow(RankWindowHeader, RankHardware, RankCpu):
     restarts: int  # times the rank's process was replaced under the same job id (new pid, v3)
     mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v4)
     gpu_uuid: str  # the rank's GPU as NVML names it, '' without a GPU or NVML (v5)
+    flight_records_json: str  # Flight Recorder entries of its pending collectives (a JSON list), '' when none (v5)
 
 
 class PeerGroupStat(TypedDict):

@@ -359,12 +359,14 @@ class Items(Rule):
 
     field: str
     rules: tuple[Rule, ...]
+    optional: bool = False  # a field newer versions add: absent from older records (decoded by their writer schema)
 
     def bind(self, limits: Limits) -> Check:
         checks, field, most = bind_all(self.rules, limits), self.field, limits.max_items
+        optional = self.optional
 
         def check(rec: dict, root: dict, path: str) -> str | None:
-            items = rec[field]
+            items = rec.get(field, ()) if optional else rec[field]
             if len(items) > most:
                 return f"{path}{field}: {len(items)} entries, more than {most}"
             for i, item in enumerate(items):

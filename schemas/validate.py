@@ -90,6 +90,11 @@ ID, NAME, FUNCTION, TEXT = Lim("max_id_bytes"), Lim("max_name_bytes"), Lim("max_
 COUNT, RANK, DURATION = Lim("max_count"), Lim("max_rank"), Lim("max_duration_ns")
 FLOAT = Lim("max_float")
 
+_FLIGHT_RECORD: tuple[Rule, ...] = (  # EventBatch v6 ``flight_records`` items
+    Strs(("process_group", "pg_desc", "op", "state"), NAME), Ints(("seq",), 0, COUNT),
+    Ints(("age_ms", "timeout_ms", "last_completed_seq", "last_enqueued_seq"), -1, COUNT),
+)
+
 _EVENT_BATCH: tuple[Rule, ...] = (
     Strs(("job",), ID, required=True), Strs(("host", "gpu_uuid"), ID),
     Ints(("world_size",), 1, Lim("max_world_size")), Ints(("rank", "local_rank"), 0, Below("world_size")),
@@ -115,6 +120,7 @@ _EVENT_BATCH: tuple[Rule, ...] = (
         Strs(("profile_id",), ID), Ints(("count", "bytes"), 0, COUNT),
         Ints(("p50_ns", "p99_ns", "max_ns"), 0, DURATION), Ints(("total_ns",), 0, COUNT),
         TotalWithin("total_ns", "count"))),
+    Items("flight_records", _FLIGHT_RECORD, optional=True),  # v6
 )
 
 _HW_INTS = ("sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "util_gpu_pct", "util_mem_pct", "temp_c",

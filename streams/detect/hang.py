@@ -21,6 +21,7 @@ with samples (a stalled training thread keeps being sampled: the frame it is stu
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ...schemas.records import FunctionComparison, RankWindow
@@ -29,6 +30,15 @@ from .cpu_evidence import top_frames
 from .model import comm_op
 
 DEAD_AFTER_HEARTBEATS = 2  # this many heartbeat intervals without a batch: the process is gone
+
+
+def flight_records(text: str) -> list[dict]:
+    """A RankWindow's ``flight_records_json``; [] when it is not a JSON list of objects."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return [dict(e) for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
 
 @dataclass
@@ -43,6 +53,7 @@ class RankSeen:
     gpu: int = -1
     silent_windows: int = 0  # consecutive evaluated windows without one of its batches
     stack: list[dict] = field(default_factory=list)  # top user frames of its latest sampled window
+    flight: list[dict] = field(default_factory=list)  # its latest Flight Recorder entries (pending collectives)
 
 
 @dataclass
@@ -77,6 +88,8 @@ class HangState:
                 seen.host, seen.gpu = str(rw.get("host", "?")), int(rw.get("gpu", -1))
             if int(rw.get("stack_samples", 0)) > 0:
                 seen.stack = top_frames(rw) or seen.stack
+            if rw.get("flight_records_json"):
+                seen.flight = flight_records(str(rw["flight_records_json"])) or seen.flight
 
     def dead(self, window_s: float) -> list[int]:
         """Ranks silent past the limit while some rank still reports."""

@@ -224,6 +224,10 @@ def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], sta
                 "outside_collectives": v.everyone_outside, "last_step": state.max_last_step}
     shown = sorted(seen) if v.everyone_outside else v.culprits
     evidence["stacks"] = {str(r): seen[r].stack for r in shown if r in seen and seen[r].stack}
+    flight = {str(r): s.flight for r, s in sorted(seen.items()) if s.flight}
+    if flight:  # torch's Flight Recorder, read by the collectors before any watchdog fired
+        evidence["flight_recorder"] = flight
+        summary += " " + _flight_words(flight)
     if v.everyone_outside:
         evidence["last_functions"] = {str(r): s.last_function or "?" for r, s in sorted(seen.items())}
     return Finding(kind=Kind.HANG, cause=Cause.HANG, identity="hang", ranks=tuple(v.culprits),
@@ -231,6 +235,19 @@ def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], sta
                    gpus=tuple(sorted({seen[r].gpu for r in v.culprits})),
                    function=next(iter(last_fn.values()), ""), score=float(stalled_s),
                    impact_ms=float(stalled_s * 1000), summary=summary, evidence=evidence, immediate=True)
+
+
+def _flight_words(flight: dict[str, list[dict]]) -> str:
+    """The Flight Recorder's view of the hang, in one bracket: each rank's oldest pending entry."""
+    parts = []
+    for r, entries in list(flight.items())[:4]:
+        e = entries[0]
+        timeout = f" of its {e['timeout_ms'] / 1000:.0f} s timeout" if int(e.get("timeout_ms", -1)) > 0 else ""
+        parts.append(f"rank {r}: {e['op']} #{e['seq']} on group {e['pg_desc'] or e['process_group']} "
+                     f"{e['state']} for {int(e['age_ms']) / 1000:.0f} s{timeout}, the group's last completed #"
+                     f"{e['last_completed_seq']}")
+    more = f"; {len(flight) - 4} more ranks" if len(flight) > 4 else ""
+    return "[Flight Recorder: " + "; ".join(parts) + more + "]"
 
 
 def _hang_words(v: HangVerdict, wait: Wait | None, last_fn: dict[str, str], state: LivenessState,

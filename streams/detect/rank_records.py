@@ -11,6 +11,7 @@ temperature, errors and clock limit; min for PCIe generation and width).
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 
@@ -198,7 +199,9 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         batches=int(batches),
         **cpu_fields(w.cpu, len(w.steps)),
         ended_cleanly=bool(ended), restarts=int(health.restarts),
-        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()}, gpu_uuid=meta.gpu_uuid)
+        mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()}, gpu_uuid=meta.gpu_uuid,
+        # the latest entries while a collective is pending: what the recorder said of the hang
+        flight_records_json=json.dumps(meta.flight_records) if progress.pending_in_flight and meta.flight_records else "")
 
 
 TOP_FRAMES = 8  # per kind

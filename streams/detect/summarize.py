@@ -79,7 +79,8 @@ class RankSummarizer:
             self.meta = RankMeta(self.job, self.rank, int(batch["world_size"]),
                                  str(batch["host"]), int(batch["gpu"]),
                                  _mesh_coords(batch.get("mesh_coords")) or self.meta.mesh_coords,
-                                 str(batch.get("gpu_uuid") or "") or self.meta.gpu_uuid)
+                                 str(batch.get("gpu_uuid") or "") or self.meta.gpu_uuid,
+                                 list(batch.get("flight_records") or []) or self.meta.flight_records)
             self.collector_dropped = int(batch.get("dropped_events", 0))
             return True
         except ERRORS as exc:

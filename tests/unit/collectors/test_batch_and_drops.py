@@ -184,3 +184,30 @@ def test_exit_does_not_wait_for_a_task_the_sender_thread_is_inside():
         release.set()
         cycle.join(10)
     assert len(sink.sent) == 1  # the cycle's send, after its task, found the final batch sent
+
+
+def test_a_suspected_hang_sends_the_flight_recorders_pending_entries_with_the_entry_markers():
+    import json
+    import time
+
+    from perftracker.collectors.events import GroupRef
+    from perftracker.collectors.flight_recorder import FlightRecorder
+    from perftracker.collectors.safety import ErrorBudget
+
+    dump = json.dumps({"entries": [{"collective_seq_id": 3, "process_group": ["0", "default_pg"],
+                                    "profiling_name": "gloo:all_reduce", "state": "scheduled", "retired": False,
+                                    "time_created_ns": time.time_ns() - 12 * 10**9, "timeout_ms": 1800000}],
+                       "pg_status": {"0": {"last_completed_collective": "2", "last_enqueued_collective": "3"}}})
+    rec = recorder()
+    sink = _Keep()
+    sender = Sender(rec, BatchBuilder(IDENT), Codec(EVENT_BATCH).encode, sink, CollectorSettings(), b"j|2")
+    sender.flight = FlightRecorder(lambda: dump, ErrorBudget(), after_s=10.0)
+    group = GroupRef("pg0-4-x", (0, 1, 2, 3))
+    rec.blocking = ("all_reduce", group, 2, 16, 5, time.perf_counter_ns() - 12 * 10**9)  # 12 s inside
+    sender.flush_once()
+    rec.blocking = None
+    sender.flush_once()
+    (marked, *rest) = sink.sent
+    assert marked["comms"]["dur_ns"] == [-1] and marked["flight_records"][0]["seq"] == 3
+    assert marked["flight_records"][0]["op"] == "gloo:all_reduce" and marked["flight_records"][0]["age_ms"] >= 12000
+    assert all(b["flight_records"] == [] for b in rest)

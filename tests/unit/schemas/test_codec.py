@@ -129,7 +129,7 @@ def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, defa
 def test_v5_mesh_coords_read_by_old_readers_and_defaulted_for_new(old_version):
     new = Codec(EVENT_BATCH)
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
-    assert new.version == EVENT_BATCH_VERSION == 5
+    assert new.version == EVENT_BATCH_VERSION >= 5
     record = {**_with_cpu(event_batch()), "mesh_coords": {"dp": 1, "tp": 0}}
     assert new.decode(new.encode(record))["mesh_coords"] == {"dp": 1, "tp": 0}
     assert new.decode(new.encode(event_batch()))["mesh_coords"] == {}  # the default when left out
@@ -175,6 +175,22 @@ def test_multicodec_dispatches_on_fingerprint():
         multi.decode(Codec(CONTROL).encode({"job": "j", "request_id": "r", "command": "PING", "start_step": 0,
                                             "duration_s": 0.0, "reason": "",
                                             "issued_ms": datetime.now(timezone.utc)}))
+
+
+FLIGHT = {"process_group": "0", "pg_desc": "default_pg", "seq": 2, "op": "nccl:all_reduce", "state": "scheduled",
+          "age_ms": 31000, "timeout_ms": 600000, "last_completed_seq": 1, "last_enqueued_seq": 2}
+
+
+@pytest.mark.parametrize("old_version", [4, 5])
+def test_v6_flight_records_read_by_old_readers_and_defaulted_for_new(old_version):
+    new = Codec(EVENT_BATCH)
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
+    assert new.version == EVENT_BATCH_VERSION == 6
+    record = {**_with_cpu(event_batch()), "flight_records": [FLIGHT]}
+    assert new.decode(new.encode(record))["flight_records"] == [FLIGHT]
+    assert new.decode(new.encode(event_batch()))["flight_records"] == []
+    assert "flight_records" not in old.decode(new.encode(record))
+    assert new.decode(old.encode(event_batch()))["flight_records"] == []
 
 
 def test_every_bundled_schema_has_schema_version_first():

@@ -207,3 +207,29 @@ def test_an_evaluation_pass_that_all_reduces_its_metrics_is_no_hang():
     found, _ = run(lambda r, i: {"pending_group": "world", "pending_seq": 10 * i, "batches": 1,
                                  "last_function": "comm:all_reduce:world", "functions": ["comm:all_reduce:world"]})
     assert found == []
+
+
+def test_the_flight_recorders_entries_of_the_waiting_ranks_are_in_the_hang():
+    """The collectors read torch's Flight Recorder on a suspected hang (EventBatch v6); each
+    waiting rank's pending entries come with the hang, what the recorder says in the summary."""
+    def state(r, i):
+        extra = in_ddp_allreduce(r, i)
+        if r != 3:
+            extra["flight_records_json"] = json.dumps([{
+                "process_group": "0", "pg_desc": "default_pg", "seq": LAST_SEQ + 2, "op": "nccl:all_reduce",
+                "state": "started", "age_ms": 31000, "timeout_ms": 600000, "last_completed_seq": LAST_SEQ + 1,
+                "last_enqueued_seq": LAST_SEQ + 6}])
+        return extra
+
+    found, _ = run(state)
+    assert found and {tuple(a["ranks"]) for a in found} == {(3,)}
+    ev = json.loads(found[0]["evidence_json"])
+    assert sorted(ev["flight_recorder"]) == ["0", "1", "2"]
+    assert ev["flight_recorder"]["0"][0]["op"] == "nccl:all_reduce"
+    assert "[Flight Recorder: rank 0: nccl:all_reduce #202 on group default_pg started for 31 s of its " \
+           "600 s timeout, the group's last completed #201" in found[0]["summary"]
+
+
+def test_a_flight_record_that_is_not_a_json_list_is_ignored():
+    from perftracker.streams.detect.hang import flight_records
+    assert flight_records("not json") == [] and flight_records('{"a": 1}') == [] and flight_records("[1]") == []
