@@ -222,6 +222,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               statements=_raw_constraint_statements()),
     Migration(7, "RankWindow.restarts at least 0: the raw tables again (a negative count passed the rules "
                  "and wrapped around in the UInt32 column)", statements=_raw_constraint_statements()),
+    Migration(8, "RankWindow v5 gpu_uuid and flight_records_json: the raw tables again (read, not stored: "
+                 "the findings carry them)", statements=_raw_constraint_statements()),
 )
 
 
