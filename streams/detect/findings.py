@@ -79,6 +79,31 @@ def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock
     return ev
 
 
+def fault_evidence(rw: Mapping[str, Any] | None, rank_windows: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """NVML's signs of a failing GPU on this rank: uncorrected ECC errors above its peers' (a
+    running count), an Xid error reported; empty when there are none. They say why a GPU is
+    slow (a hardware fault to drain the node for), not that it is: the slowness itself needs
+    device times (:mod:`.device_evidence`)."""
+    if not rw or rw.get("hw_samples", 0) <= 0:
+        return {}
+    ev: dict[str, Any] = {}
+    ecc = int(rw.get("ecc_uncorrected", 0) or 0)
+    peers = [int(p.get("ecc_uncorrected", 0) or 0) for p in rank_windows.values() if p is not rw
+             and p.get("hw_samples", 0) > 0]
+    if ecc > 0 and ecc > (max(peers) if peers else 0):
+        ev["ecc_uncorrected"] = ecc
+    if int(rw.get("xid", 0) or 0) > 0:
+        ev["xid"] = int(rw["xid"])
+    return ev
+
+
+def fault_words(ev: Mapping[str, Any]) -> str:
+    """' (NVML: 3 uncorrected ECC errors, Xid 79)' for :func:`fault_evidence`'s readings, else ''."""
+    parts = ([f"{ev['ecc_uncorrected']} uncorrected ECC errors"] if "ecc_uncorrected" in ev else []) + \
+        ([f"Xid {ev['xid']}"] if "xid" in ev else [])
+    return f" (NVML: {', '.join(parts)})" if parts else ""
+
+
 def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy,
              cpu: str = UNAVAILABLE) -> Cause:
     """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the

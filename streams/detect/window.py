@@ -44,6 +44,8 @@ from .device_evidence import DEVICE_PREFIX, gpu_side, is_device
 from .findings import (
     Finding,
     classify,
+    fault_evidence,
+    fault_words,
     finite_ratio,
     missing_evidence,
     more_work,
@@ -332,6 +334,8 @@ def _rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[di
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
         cpu = cpu_verdict(rank, rank_windows, rank_impact(outs), policy)
         cause = classify(outs, gpu, hw, policy, cpu.verdict)
+        if cause in GPU_CAUSES:
+            hw = {**hw, **fault_evidence(rw, rank_windows)}
         if cause in HOST_LEVEL:
             key: tuple = (cause, outs[0]["host"])
         elif cause == Cause.DATA_IMBALANCE:
@@ -396,7 +400,8 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
                 f"{top['peer_median_ms_per_step']:.1f} ms on its peers ({_times(top['ratio'])})")
     if missing:
         evidence["missing_evidence"] = missing
-    summary = (f"{who} on {', '.join(hosts[:3])}: {what} - {CAUSES[cause].reason}"
+    faults = next((fault_words(m[3]) for m in members if fault_words(m[3])), "")
+    summary = (f"{who} on {', '.join(hosts[:3])}: {what} - {CAUSES[cause].reason}{faults}"
                + (f" (no {'; no '.join(missing)})" if missing else "") + f"; costs the job ~{impact:.1f} ms per step")
     intermittent = all(o.get("intermittent", False) for o in outs)
     if intermittent:
@@ -456,9 +461,10 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
             cause = Cause.GPU_THROTTLE if hw else Cause.SLOW_GPU
             identity = f"{cause.value}|{rank}"
             evidence["gpu_side"] = side.evidence()
+            hw = {**hw, **fault_evidence(rw, rank_windows)}
             if hw:
                 evidence["hardware"] = {str(rank): hw}
-            summary = head + f"{side.words()} - {CAUSES[cause].reason}"
+            summary = head + f"{side.words()} - {CAUSES[cause].reason}{fault_words(hw)}"
         elif cpu.verdict == CONTENDED:
             # direct evidence it waited for a CPU: the late entry is its starved host, not its code
             cause, identity = Cause.HOST_CPU_CONTENTION, f"{Cause.HOST_CPU_CONTENTION.value}|{top['host']}"

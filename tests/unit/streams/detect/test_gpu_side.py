@@ -86,3 +86,20 @@ def test_phases_are_named_as_the_collectors_name_them():
     assert phase_kind("torch.autograd.backward") == SpanKind.BACKWARD
     assert phase_kind("torch.optim.adamw.AdamW.step") == SpanKind.OPTIMIZER
     assert phase_kind("train.load_batch") == -1
+
+
+def test_nvml_fault_readings_of_a_slow_gpu_are_named_with_their_numbers():
+    rws = gpu_job()
+    for r, rw in rws.items():
+        rw.update(hw_samples=5, ecc_uncorrected=3 if r == 2 else 0, xid=79 if r == 2 else 0)
+    comps = [comparison("cuda:" + FWD, SpanKind.DEVICE, outlier(2, 15.2, 1.8)), allreduce(gpu_straggler())]
+    (f,) = blamed(diagnose_window(rws, comps, POL))
+    assert f.cause == Cause.SLOW_GPU and f.evidence["hardware"]["2"] == {"ecc_uncorrected": 3, "xid": 79}
+    assert "(NVML: 3 uncorrected ECC errors, Xid 79)" in f.summary
+
+
+def test_ecc_errors_alone_name_no_slow_gpu():
+    rws = gpu_job()
+    for r, rw in rws.items():
+        rw.update(hw_samples=5, ecc_uncorrected=3 if r == 2 else 0)
+    assert blamed(diagnose_window(rws, [], POL)) == []
