@@ -10,10 +10,15 @@ the time the thread is descheduled). Goal: <= 1500 ns each.
 
 ``functional_event_ns`` is the added cost of one functional collective (what DTensor,
 tensor parallel and compiled graphs issue: ``_c10d_functional.all_reduce`` then its
-``wait_tensor``, a real one-rank gloo all-reduce) with the collector's two dispatcher
-kernels registered, against the same pair without them (installed and removed
-between the halves of each round). It is reported, not held to the goal: each of
-the two ops passes through a Python kernel of the dispatcher (docs/collectors.md).
+``wait_tensor``, a real one-rank gloo all-reduce) with the collector's hooks installed
+(``functional_route``: on the ops' Python entry points, the default), against the same
+pair without them (installed and removed between the halves of each round);
+``functional_dispatcher_event_ns`` the same with the fallback route, a Python kernel of
+the dispatcher per op (docs/collectors.md, "How functional collectives are timed"). The
+routes alternate within each round. ``--breakdown`` adds what the interception alone
+costs on each route, hooks that only call the op with no recording:
+``functional_floor_ns`` and ``functional_dispatcher_floor_ns`` (the rest of a route's
+figure is the recording).
 
 The measurement runs in ``--processes`` fresh interpreters (5) one after the
 other and the median of their results is reported, with each process's value:
@@ -21,6 +26,13 @@ one process's memory layout (address-space randomization) can make the same
 code ~2x slower for its whole life (738 and 763 vs 1593 ns for the collective event in
 three runs on the 2-core VM), the effect pyperf also spreads over worker
 processes.
+
+``--instructions`` counts instead of timing (valgrind's callgrind, needs ``valgrind``; a few
+minutes): the instructions per call each variant adds to its bare loop, counted over the
+measured loop only, each variant in a process of its own (the functional pair on torch's
+fake process group: no communication thread). The counts do not move with the machine's
+load, which moves the times above 2x; they do not see cache misses, which the functional
+pair's times include (its real all-reduce runs between the hooks' calls).
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 GOAL_NS = 1500
 
@@ -57,7 +70,7 @@ def _overhead_ns(bare: Callable[[], object], wrapped: Callable[[], object], n: i
     return statistics.median(diffs)
 
 
-def measure(n: int = 2_000, rounds: int = 101) -> dict[str, float]:
+def measure(n: int = 2_000, rounds: int = 101, breakdown: bool = False) -> dict[str, float]:
     import torch
     import torch.distributed as dist
     from perftracker.collectors.comm import OP_SPECS, CommTimer
@@ -88,54 +101,199 @@ def measure(n: int = 2_000, rounds: int = 101) -> dict[str, float]:
         wrapped = CommTimer(dist, rec, None).wrap(spec, all_reduce)
         comm_ns = _overhead_ns(lambda: all_reduce(tensor), lambda: wrapped(tensor), n, rounds,
                                 lambda: rec.drain(1 << 30))
-        functional_ns = _functional_ns(torch, dist, rec, max(n // 4, 50), rounds)
+        functional = _functional_ns(torch, dist, rec, max(n // 4, 50), rounds, breakdown)
     finally:
         dist.destroy_process_group()
     return {"python_event_ns": round(python_ns, 1), "collective_event_ns": round(comm_ns, 1),
-            "functional_event_ns": round(functional_ns, 1),
+            **{key: round(value, 1) for key, value in functional.items() if key != "functional_route"},
+            "functional_route": functional["functional_route"],
             "goal_ns": GOAL_NS, "calls_per_round": n, "rounds": rounds}
 
 
-def _functional_ns(torch: object, dist: object, rec: object, n: int, rounds: int) -> float:
-    """Median over rounds of (with kernels - without) per functional all_reduce + wait."""
-    from perftracker.collectors.functional import FunctionalTimer
+def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], None], str, dict]:
+    """The measured pair (a functional all_reduce, then its wait_tensor), the default route's
+    name and the variants' installers (each returns its undo): the two routes, and each
+    route's interception alone (its hooks calling the op with no recording)."""
+    import torch.distributed._functional_collectives  # noqa: F401 - the ops' Python parts, bare pair included
+    from perftracker.collectors.functional import DISPATCHER, PYTHON, FunctionalTimer, _Hook
     from perftracker.collectors.groups import GroupRegistry
 
-    ops = torch.ops._c10d_functional  # type: ignore[attr-defined]
-    name = dist.group.WORLD.group_name  # type: ignore[attr-defined]
-    tensor = torch.ones(1024)  # type: ignore[attr-defined]
+    ops = torch.ops._c10d_functional
+    name = dist.group.WORLD.group_name
+    tensor = torch.ones(1024)
 
     def pair() -> None:
         ops.wait_tensor(ops.all_reduce(tensor, "sum", name))
 
     registry = GroupRegistry(dist)
-    diffs = []
+
+    def timer(which: str) -> Callable[[], Callable[[], None]]:
+        def install() -> Callable[[], None]:
+            t = FunctionalTimer(torch, rec, registry, route=which)
+            t.install()
+            return t.remove
+        return install
+
+    def forward(orig: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda *args, **kwargs: orig(*args, **kwargs) if kwargs else orig(*args)
+
+    def python_floor() -> Callable[[], None]:
+        objects = [ops.all_reduce, ops.all_reduce.default, ops.wait_tensor, ops.wait_tensor.default]
+        saved = [(obj, obj._op) for obj in objects]
+        for obj, orig in saved:
+            hook = _Hook(forward(orig))
+            hook.orig = orig
+            obj._op = hook
+
+        def undo() -> None:
+            for obj, orig in saved:
+                obj._op = orig
+        return undo
+
+    def dispatcher_floor() -> Callable[[], None]:
+        lib = torch.library.Library("_c10d_functional", "IMPL")
+        below = torch._C.DispatchKey.BackendSelect
+        for op in (ops.all_reduce.default, ops.wait_tensor.default):
+            kernel = FunctionalTimer._kernel(op, forward, below)
+            lib.impl(op._schema.name.split("::")[1], kernel, "BackendSelect", with_keyset=True)
+        return lib._destroy
+
+    variants = {PYTHON: timer(PYTHON), DISPATCHER: timer(DISPATCHER),
+                "python_floor": python_floor, "dispatcher_floor": dispatcher_floor}
+    return pair, FunctionalTimer(torch, rec, registry).route, variants
+
+
+def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdown: bool) -> dict:
+    """Median over rounds of (with the hooks - without) per functional all_reduce + wait, for
+    each variant (the routes; with ``breakdown`` their interception alone), alternating
+    within each round."""
+    pair, route, installers = _functional_setup(torch, dist, rec)
+    other = "dispatcher" if route == "python" else "python"
+    keys = {"functional_event_ns": route, f"functional_{other}_event_ns": other}
+    if breakdown:
+        keys.update({"functional_floor_ns": f"{route}_floor", f"functional_{other}_floor_ns": f"{other}_floor"})
+    diffs: dict[str, list[float]] = {key: [] for key in keys}
     for _ in range(rounds):
-        base = _per_call_ns(pair, n)
-        timer = FunctionalTimer(torch, rec, registry)  # type: ignore[arg-type]
-        timer.install()
-        try:
-            diffs.append(_per_call_ns(pair, n) - base)
-        finally:
-            timer.remove()
-        rec.drain(1 << 30)  # type: ignore[attr-defined]
-    return statistics.median(diffs)
+        for key, variant in keys.items():
+            base = _per_call_ns(pair, n)
+            undo = installers[variant]()
+            try:
+                diffs[key].append(_per_call_ns(pair, n) - base)
+            finally:
+                undo()
+            rec.drain(1 << 30)
+    return {**{key: statistics.median(values) for key, values in diffs.items()}, "functional_route": route}
 
 
-def in_processes(processes: int, calls: int, rounds: int) -> dict:
+# -- instructions (valgrind's callgrind): the same costs, deterministic -----------------------
+INSTRUCTION_VARIANTS = {  # name: (what runs in the measured loop, how many times)
+    "functional_bare": ("pair", 1000), "functional_python": ("pair", 1000),
+    "functional_python_floor": ("pair", 1000), "functional_dispatcher": ("pair", 1000),
+    "functional_dispatcher_floor": ("pair", 1000),
+    "collective_bare": ("stub", 10000), "collective_event": ("stub", 10000),
+    "python_bare": ("noop", 10000), "python_event": ("noop", 10000),
+}
+
+
+def instructions(workdir: str) -> dict:
+    """Instructions per call each variant adds to its bare loop, counted by callgrind over the
+    measured loop only (each variant in a process of its own, on torch's fake process group:
+    no communication thread). Needs valgrind; takes a few minutes."""
+    totals = {}
+    for variant in INSTRUCTION_VARIANTS:
+        out_file = os.path.join(workdir, f"callgrind.{variant}")
+        child = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_file}",
+             sys.executable, "-m", "benchmarks.collector_hotpath", "--instructions-child", variant, workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ready = os.path.join(workdir, f"ready.{child.pid}")
+        while not os.path.exists(ready):
+            if child.poll() is not None:
+                raise RuntimeError(f"{variant}: the child exited with {child.returncode}")
+            time.sleep(0.2)
+        subprocess.run(["callgrind_control", "-i", "on", str(child.pid)], check=True, capture_output=True)
+        open(os.path.join(workdir, f"go.{child.pid}"), "w").close()
+        child.wait()
+        with open(out_file) as f:
+            totals[variant] = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+    per_call = {v: totals[v] / INSTRUCTION_VARIANTS[v][1] for v in totals}
+    return {"functional_instructions": round(per_call["functional_python"] - per_call["functional_bare"]),
+            "functional_floor_instructions": round(per_call["functional_python_floor"] - per_call["functional_bare"]),
+            "functional_dispatcher_instructions": round(per_call["functional_dispatcher"] - per_call["functional_bare"]),
+            "functional_dispatcher_floor_instructions":
+                round(per_call["functional_dispatcher_floor"] - per_call["functional_bare"]),
+            "collective_event_instructions": round(per_call["collective_event"] - per_call["collective_bare"]),
+            "python_event_instructions": round(per_call["python_event"] - per_call["python_bare"])}
+
+
+def _instructions_child(variant: str, workdir: str) -> None:
+    """One variant's measured loop, run under callgrind with instrumentation off until the
+    parent turns it on (after the set-up and a warm-up): then the loop, and exit."""
+    import gc
+
+    import torch
+    import torch.distributed as dist
+    from perftracker.collectors.comm import OP_SPECS, CommTimer
+    from perftracker.collectors.hooks_python import timed_callable
+    from perftracker.collectors.iteration import IterationDetector
+    from perftracker.collectors.recorder import Recorder
+    from perftracker.collectors.safety import ErrorBudget
+    from perftracker.schemas.vocabulary import SpanKind
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    rec = Recorder(1 << 20, IterationDetector(), ErrorBudget())
+    what, n = INSTRUCTION_VARIANTS[variant]
+    undo = None
+    if what == "pair":
+        pair, _, installers = _functional_setup(torch, dist, rec)
+        undo = None if variant == "functional_bare" else installers[variant.removeprefix("functional_")]()
+        fn: Callable[[], object] = pair
+    elif what == "stub":
+        tensor = torch.ones(1024)
+
+        def all_reduce(tensor, op=None, group=None, async_op=False):  # stub: no communication
+            return None
+
+        wrapped = CommTimer(dist, rec, None).wrap(next(s for s in OP_SPECS if s.name == "all_reduce"), all_reduce)
+        fn = (lambda: wrapped(tensor)) if variant == "collective_event" else (lambda: all_reduce(tensor))
+    else:
+        def noop() -> None:
+            return None
+
+        fn = timed_callable(noop, "bench.noop", SpanKind.PYTHON, rec) if variant == "python_event" else noop
+    gc.disable()  # a collection's cost depends on the whole heap, not on the call
+    for _ in range(200):
+        fn()
+    rec.drain(1 << 30)
+    pid = os.getpid()
+    open(os.path.join(workdir, f"ready.{pid}"), "w").close()
+    while not os.path.exists(os.path.join(workdir, f"go.{pid}")):
+        time.sleep(0.05)
+    for _ in range(n):
+        fn()
+    del undo  # held until here: a torch.library registration lives as long as its Library
+    os._exit(0)
+
+
+def in_processes(processes: int, calls: int, rounds: int, breakdown: bool = False) -> dict:
     """Median over fresh interpreters of :func:`measure`, with every process's values."""
     runs = []
     for _ in range(processes):
         out = subprocess.run([sys.executable, "-m", "benchmarks.collector_hotpath", "--json",
-                              "--processes", "1", "--calls", str(calls), "--rounds", str(rounds)],
+                              "--processes", "1", "--calls", str(calls), "--rounds", str(rounds),
+                              *(["--breakdown"] if breakdown else [])],
                              check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     return summarize(runs)
 
 
 def summarize(runs: list[dict]) -> dict:
-    keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns") if k in runs[0])
-    return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys},
+    keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns",
+                             "functional_dispatcher_event_ns", "functional_floor_ns",
+                             "functional_dispatcher_floor_ns") if k in runs[0])
+    route = {"functional_route": runs[0]["functional_route"]} if "functional_route" in runs[0] else {}
+    return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys}, **route,
             "goal_ns": GOAL_NS, "processes": len(runs),
             **{k.replace("_ns", "_ns_per_process"): [r[k] for r in runs] for k in keys},
             "calls_per_round": runs[0]["calls_per_round"], "rounds": runs[0]["rounds"]}
@@ -147,16 +305,27 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2_000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=101)
     parser.add_argument("--processes", type=int, default=5, help="fresh interpreters (1 = this one)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also the functional collectives' interception alone, per route")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instructions per call instead of time (valgrind's callgrind; minutes)")
+    parser.add_argument("--instructions-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.processes > 1:
-        result = in_processes(args.processes, args.calls, args.rounds)
+    if args.instructions_child:
+        _instructions_child(*args.instructions_child)
+    if args.instructions:
+        import tempfile
+        with tempfile.TemporaryDirectory() as workdir:
+            result = instructions(workdir)
+    elif args.processes > 1:
+        result = in_processes(args.processes, args.calls, args.rounds, args.breakdown)
     else:
-        result = measure(args.calls, args.rounds)
+        result = measure(args.calls, args.rounds, args.breakdown)
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key:>22}: {value}")
+            print(f"{key:>32}: {value}")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,42 @@
 """Functional collectives (``torch.ops._c10d_functional``): DTensor, tensor parallel, compiled graphs.
 
 ``torch.distributed._functional_collectives`` (what DTensor's redistribution and
-tensor parallel call), their autograd backward formulas and the code Inductor
-generates for a compiled model all reach c10d through the dispatcher ops
-``_c10d_functional.*`` (C++), never through the Python c10d functions that
-:mod:`.comm` wraps. These ops are async: an op returns a tensor whose collective
-is still running, and ``_c10d_functional.wait_tensor`` waits for it.
+tensor parallel call), their autograd backward formulas and the code a compiled
+model runs all reach c10d through the dispatcher ops ``_c10d_functional.*``,
+never through the Python c10d functions that :mod:`.comm` wraps. These ops are
+async: an op returns a tensor whose collective is still running, and
+``_c10d_functional.wait_tensor`` waits for it.
 
-How they are seen: a Python kernel is registered for each op at the
-``BackendSelect`` dispatch key (just above the backend kernels; every real tensor's
-call passes there, including the waits an ``AsyncCollectiveTensor`` issues inside
-its ``__torch_dispatch__``), records and redispatches to the original kernel
-below. Fake and functional tensors of tracing (Dynamo, AOTAutograd) do not reach
-it as plain tensors and are not recorded, so compiling a model sees nothing and
-changes nothing in its graphs; the compiled code's own calls are recorded when it
-runs. Each collective:
+How they are seen (two routes, the same record):
 
-* at issue: the group (from its ``group_name``), a sequence number from the same
-  per-group counters as every other collective, bytes of its input, its start
-  time; it is entered (``Recorder.in_flight``) until waited for;
+* **the ops' Python entry points** (the default where torch has them; 2.13 does): a
+  Python caller reaches an op through its ``OpOverload``/``OpOverloadPacket`` object,
+  whose ``__call__`` calls the object's ``_op`` (the C++ entry). That attribute is
+  replaced, on these ops' objects only, by a hook that records and calls the original.
+  The ``_functional_collectives`` API (DTensor, tensor parallel, MoE's all-to-all), torch
+  2.13's autograd formulas of these ops (Python), the waits an ``AsyncCollectiveTensor``
+  issues and the graphs a compiled model runs (FX's and Inductor's Python wrapper code
+  call the op objects) all pass there. The hook stands in for the original (same hash,
+  its other attributes forwarded): the op objects keep their identity and type for
+  Dynamo, FX and Inductor. Not seen on this route: calls from C++ (TorchScript, Inductor's
+  ``cpp_wrapper``, AOTInductor, the C++ autograd formulas of torch releases before the
+  Python ones).
+* **dispatcher kernels** (the fallback where the op objects do not call ``_op``, or on
+  request): a Python kernel per op at the ``BackendSelect`` dispatch key (just above the
+  backend kernels; every real tensor's call passes there, C++ callers' too), which
+  records and redispatches below. It sees everything, at about four times the cost: the
+  dispatcher's call into Python and the redispatch back, per op.
+
+On both routes only plain tensors are recorded: the fake and functional tensors of
+tracing (Dynamo, AOTAutograd) pass straight through, so compiling a model records
+nothing and changes nothing in its graphs; the compiled code's own calls are recorded
+when it runs. A mode active at run time that calls the op again from inside the call
+(a TorchDispatchMode, a TorchFunctionMode) does not record it twice. Each collective:
+
+* at issue: the group (from its ``group_name``, looked up in the registry's cache), a
+  sequence number from the same per-group counters as every other collective, bytes of
+  its input, its start time; it is entered until waited for (the recorder's entry
+  markers, read by the sender thread from the table of pending outputs: :meth:`entered`);
 * at ``wait_tensor`` on its output: one comm event, duration = issue to the end of
   the wait (the host's view: the collective plus whatever the thread did before
   waiting, which is how the training thread experiences it). On a GPU (NCCL) the
@@ -26,20 +44,22 @@ runs. Each collective:
   issue, stop after the wait) gives the device time instead, read back by the
   sender thread without synchronizing (:mod:`.cuda_timing`).
 
-A collective whose output is never waited for stays entered; the table of
-pending outputs is bounded (``MAX_PENDING``), the oldest forgotten and counted
-as an error beyond it. Removing the kernels (:meth:`FunctionalTimer.remove`)
-restores the dispatcher's table.
+A collective whose output is never waited for stays entered; the table of pending
+outputs is bounded (``MAX_PENDING``), the oldest forgotten and counted as an error
+beyond it. Removing the hooks (:meth:`FunctionalTimer.remove`) restores the op objects
+and the dispatcher's table.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
 from .cuda_timing import CudaCommTimer
-from .events import COMM, GroupRef
+from .events import COMM
 from .groups import GroupRegistry
 from .recorder import Recorder
 
@@ -60,20 +80,18 @@ OPS: dict[str, str] = {
     "broadcast": "broadcast",
     "broadcast_": "broadcast",
 }
+# the autograd-enabled variants (their implementation calls the ops above from C++: seen on
+# the Python route only through their own objects)
+AUTOGRAD_NAMESPACE = "_c10d_functional_autograd"
+AUTOGRAD_OPS = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
 WAIT = "wait_tensor"
 MAX_PENDING = 4096
+# a wait on a view of an output looks for it among the newest pending outputs this many deep
+# (the cost of a wait that ends none stays bounded however many are pending)
+VIEW_SCAN = 64
 
-
-class _Pending:
-    """One issued functional collective, until its first output is waited for."""
-
-    __slots__ = ("meta", "key", "done", "cuda_start")
-
-    def __init__(self, meta: tuple, key: tuple[GroupRef, int], cuda_start: Any = None):
-        self.meta = meta  # (op, group, seq, bytes, step, t0)
-        self.key = key
-        self.done = False
-        self.cuda_start = cuda_start  # a CUDA start event (NCCL): device time, not host time
+PYTHON = "python"
+DISPATCHER = "dispatcher"
 
 
 def _nbytes(value: Any) -> int:
@@ -85,19 +103,63 @@ def _nbytes(value: Any) -> int:
         return 0
 
 
-class FunctionalTimer:
-    """Registers the recording kernels; one instance per collector."""
+def python_route_available(torch: Any) -> bool:
+    """Whether this torch's op objects call their ``_op`` attribute (the Python route)."""
+    try:
+        ops = torch._ops
+        return all("_op" in cls.__call__.__code__.co_names for cls in (ops.OpOverload, ops.OpOverloadPacket))
+    except AttributeError:
+        return False
 
-    def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry, cuda: CudaCommTimer | None = None):
+
+class _Hook(functools.partial):
+    """Stands in for an op object's ``_op`` (the C++ entry its ``__call__`` calls): a partial
+    of the recording function, called as directly as the original (no Python ``__call__`` in
+    between). It hashes as the original (an ``OpOverload`` hashes as its ``_op``: the dicts
+    and sets torch keys by op keep finding it) and forwards every other attribute to it."""
+
+    orig: Callable[..., Any]  # the original ``_op`` (in the instance's dict)
+
+    def __hash__(self) -> int:
+        return hash(self.__dict__["orig"])
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            orig = self.__dict__["orig"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(orig, name)
+
+    def __repr__(self) -> str:
+        return repr(self.__dict__.get("orig"))
+
+
+class FunctionalTimer:
+    """Installs the recording hooks; one instance per collector.
+
+    ``route``: ``"python"``, ``"dispatcher"`` or None (the Python route where this torch
+    has it, else the dispatcher's)."""
+
+    def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry, cuda: CudaCommTimer | None = None,
+                 route: str | None = None):
         self.torch = torch
         self.rec = rec
         self.registry = registry
         self.cuda = cuda
+        self.route = route or (PYTHON if python_route_available(torch) else DISPATCHER)
         self._lib: Any = None
-        # the address of an output's storage -> its collective: the wait may come on a view of
-        # the output (an AsyncCollectiveTensor viewed before use waits on the view), as c10d's
-        # own registry of functional collectives keys their works by storage too
-        self._pending: dict[int, _Pending] = {}
+        self._hooked: list[tuple[Any, Any, _Hook]] = []  # (op object, its original _op, our hook)
+        self._builtins: list[int] = []  # ids of hooks registered as TorchScript builtins
+        # Pending collectives, until their (first) output is waited for. A new output timed on
+        # the host (the common case): by the output's id, ``(its event less the duration,
+        # (COMM, op, group, seq, bytes, step, t0); the output)``, held (c10d's registry of
+        # functional collectives holds it until the wait too) so that its id stays its own.
+        # The rest (on a GPU; coalesced, in-place and out= forms): by the address of each
+        # output's storage, ``(that event, the CUDA start event or None, the addresses of a
+        # coalesced collective's outputs or None)``. A wait on a view of an output (an
+        # AsyncCollectiveTensor viewed before use waits on the view) finds it by its storage.
+        self._pending: dict[int, tuple] = {}
+        self._special: dict[int, tuple] = {}
         self.installed: list[str] = []
 
     def install(self) -> list[str]:
@@ -105,100 +167,283 @@ class FunctionalTimer:
         from torch.distributed import _functional_collectives  # noqa: F401 - registers the ops' Python parts
 
         ops = getattr(torch.ops, NAMESPACE)
-        lib = torch.library.Library(NAMESPACE, "IMPL")
-        self._lib = lib
-        below = torch._C.DispatchKey.BackendSelect
+        wanted: list[tuple[str, str, Any]] = []  # (op name, recorded name, overload)
         for op_name, recorded in OPS.items():
             try:
-                overload = getattr(ops, op_name).default
+                wanted.append((op_name, recorded, getattr(ops, op_name).default))
             except (AttributeError, RuntimeError):
                 continue  # an op this torch does not have
-            lib.impl(op_name, self._issue_kernel(overload, recorded, below), "BackendSelect", with_keyset=True)
-            self.installed.append(op_name)
         wait = ops.wait_tensor.default
-        lib.impl(WAIT, self._wait_kernel(wait, below), "BackendSelect", with_keyset=True)
+        self.rec.marker_sources.append(self.entered)
+        if self.route == PYTHON:
+            self._install_python(wanted, wait)
+        else:
+            self._install_dispatcher(wanted, wait)
         return self.installed
 
     def remove(self) -> None:
+        hooked, self._hooked = self._hooked, []
+        for obj, orig, hook in hooked:
+            if obj.__dict__.get("_op") is hook:  # unless torch replaced it since (a refreshed packet)
+                obj._op = orig
+        if self._builtins:
+            try:
+                from torch.jit import _builtins
+                table = _builtins._get_builtin_table()
+                for key in self._builtins:
+                    table.pop(key, None)
+            except Exception:  # noqa: BLE001 - removal never raises
+                pass
+            self._builtins = []
         lib, self._lib = self._lib, None
         if lib is not None:
             lib._destroy()
+        if self.entered in self.rec.marker_sources:
+            self.rec.marker_sources.remove(self.entered)
         self._pending.clear()
+        self._special.clear()
 
-    # -- kernels ----------------------------------------------------------------------------
-    def _issue_kernel(self, overload: Any, recorded: str, below: Any) -> Callable[..., Any]:
-        rec, pending, plain, cuda = self.rec, self._pending, self.torch.Tensor, self.cuda
-        state_of = self.registry.resolve_name
-        args_schema = overload._schema.arguments
-        names = [a.name for a in args_schema]
-        group_idx = names.index("group_name") if "group_name" in names else -1
-        redispatch = overload.redispatch
+    def entered(self, now_ns: int, min_age_ns: int) -> list[tuple]:
+        """Entry markers (``dur_ns`` -1) of the collectives issued at least ``min_age_ns`` ago
+        and not waited for (sender thread; a marker source of the recorder)."""
+        issued = [entry[0] for entry in list(self._pending.values())]
+        seen = set()
+        for entry in list(self._special.values()):
+            if id(entry) not in seen:  # a coalesced collective is there once per output
+                seen.add(id(entry))
+                issued.append(entry[0])
+        return [ev + (-1,) for ev in issued if now_ns - ev[6] >= min_age_ns]
+
+    # -- the Python route ---------------------------------------------------------------------
+    def _install_python(self, wanted: list[tuple[str, str, Any]], wait: Any) -> None:
+        for op_name, recorded, overload in wanted:
+            self._hook_op(overload, functools.partial(self._issue_call, overload, recorded))
+            self.installed.append(op_name)
+        try:
+            autograd_ops = getattr(self.torch.ops, AUTOGRAD_NAMESPACE)
+            for op_name in AUTOGRAD_OPS:
+                overload = getattr(autograd_ops, op_name).default
+                self._hook_op(overload, functools.partial(self._issue_call, overload, op_name))
+                self.installed.append(f"{AUTOGRAD_NAMESPACE}.{op_name}")
+        except (AttributeError, RuntimeError):
+            pass  # no autograd variants in this torch
+        self._hook_op(wait, self._wait_call)
+
+    def _hook_op(self, overload: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Hooks the overload's object and, where it has no other overload, its packet's
+        (whose call then resolves to this overload)."""
+        objects = [overload]
+        packet = overload.overloadpacket
+        if list(packet.overloads()) == ["default"]:
+            objects.append(packet)
+        for obj in objects:
+            orig = obj._op
+            hook = _Hook(make(orig))
+            hook.orig = orig
+            for name in ("__module__", "__name__", "__qualname__", "__doc__"):  # else the class's
+                if hasattr(orig, name):
+                    setattr(hook, name, getattr(orig, name))
+            obj._op = hook
+            self._hooked.append((obj, orig, hook))
+            self._register_builtin(hook, orig)
+
+    def _register_builtin(self, hook: _Hook, orig: Any) -> None:
+        """TorchScript resolves an op packet by its ``_op``'s identity: ours maps to the same name."""
+        try:
+            from torch.jit import _builtins
+            name = _builtins._find_builtin(orig)
+            if name is not None:
+                _builtins._register_builtin(hook, name)
+                self._builtins.append(id(hook))
+        except Exception:  # noqa: BLE001 - TorchScript's table is optional
+            pass
+
+    # -- the dispatcher route -------------------------------------------------------------------
+    def _install_dispatcher(self, wanted: list[tuple[str, str, Any]], wait: Any) -> None:
+        lib = self.torch.library.Library(NAMESPACE, "IMPL")
+        self._lib = lib
+        below = self.torch._C.DispatchKey.BackendSelect
+        for op_name, recorded, overload in wanted:
+            kernel = self._kernel(overload, functools.partial(self._issue_call, overload, recorded), below)
+            lib.impl(op_name, kernel, "BackendSelect", with_keyset=True)
+            self.installed.append(op_name)
+        lib.impl(WAIT, self._kernel(wait, self._wait_call, below), "BackendSelect", with_keyset=True)
+
+    @staticmethod
+    def _kernel(overload: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]], below: Any) -> Callable[..., Any]:
+        """A kernel calling the recording function made for "redispatch below us" (one per
+        key set seen: a handful)."""
+        redispatch = overload._handle.redispatch_boxed
+        by_keys: dict[int, Callable[..., Any]] = {}
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-            first = args[0] if args else None
-            probe = first[0] if isinstance(first, (list, tuple)) and first else first
-            if type(probe) is not plain:  # tracing (fake/functional tensors): nothing to time
-                return redispatch(keyset.remove(below), *args, **kwargs)
+            raw = keyset.raw_repr()
+            call = by_keys.get(raw)
+            if call is None:
+                call = by_keys[raw] = make(functools.partial(redispatch, keyset.remove(below)))
+            return call(*args, **kwargs)
+
+        return kernel
+
+    # -- the recording functions (both routes; ``orig`` calls the op) --------------------------
+    # The common case, one new output timed on the host, takes a path of its own with no
+    # further Python call; every other case (on a GPU, the coalesced, in-place and out= forms)
+    # the general one. ``orig(*args)`` unless there are keywords: no dict is built per call.
+    #
+    # Re-entry: a mode active at run time (a TorchDispatchMode's ``__torch_dispatch__``, a
+    # TorchFunctionMode's ``__torch_function__``, AOTAutograd's aliasing check on a compiled
+    # graph's first run) calls the op object again from inside the call, with the same plain
+    # tensors. The innermost call records; an outer one sees its group's sequence number moved
+    # during its call and records nothing. So the number is taken when the op has returned
+    # (nothing else runs on the thread in between); the start time before the call.
+    def _issue_call(self, overload: Any, recorded: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+        schema = overload._schema
+        listed = str(schema.arguments[0].type).startswith("List")  # coalesced: a list of tensors
+        fresh = all(r.alias_info is None for r in schema.returns)  # not an in-place or out= form
+        if listed or not fresh or self.cuda is not None:
+            return self._issue_general(overload, recorded, orig, listed)
+        rec, pending, plain = self.rec, self._pending, self.torch.Tensor
+        # the registry's cache of group names (cleared in place by its reset): a dict lookup
+        # per call, the registry on a miss
+        names, resolve_name = self.registry._names, self.registry.resolve_name
+        arg_names = [a.name for a in schema.arguments]
+        first_name = arg_names[0]
+        group_idx = arg_names.index("group_name") if "group_name" in arg_names else len(arg_names)
+
+        def issue(*args: Any, **kwargs: Any) -> Any:
             try:
-                group = args[group_idx] if 0 <= group_idx < len(args) else kwargs.get("group_name")
-                state = state_of(group)
-                seq = state.seq = state.seq + 1
+                first = args[0]
+                group = args[group_idx]
+            except IndexError:  # passed by keyword
+                first = args[0] if args else kwargs.get(first_name)
+                group = args[group_idx] if len(args) > group_idx else kwargs.get("group_name")
+            if type(first) is not plain:  # tracing (fake/functional tensors): nothing to time
+                return orig(*args, **kwargs)
+            try:
+                state = names.get(group)
+                if state is None:
+                    state = resolve_name(group)
+                last = state.seq
                 t0 = perf_counter_ns()
-                meta = (recorded, state.ref, seq, _nbytes(first), rec.step, t0)
-                start = cuda.begin(probe) if cuda is not None else None
             except Exception as exc:  # noqa: BLE001 - never into the training loop
                 rec.errors.caught(recorded, exc)
-                return redispatch(keyset.remove(below), *args, **kwargs)
-            out = redispatch(keyset.remove(below), *args, **kwargs)
+                return orig(*args, **kwargs)
+            out = orig(*args, **kwargs) if kwargs else orig(*args)
             try:
-                key = (state.ref, seq)
-                rec.in_flight[key] = meta  # entered until waited for
-                entry = _Pending(meta, key, start)
-                if len(pending) >= MAX_PENDING:
-                    _forget_oldest(pending, rec)
-                if isinstance(out, (list, tuple)):
-                    for t in out:
-                        pending[t.untyped_storage().data_ptr()] = entry
-                else:
-                    pending[out.untyped_storage().data_ptr()] = entry
+                if state.seq == last:  # else recorded by a re-entered call
+                    seq = state.seq = last + 1
+                    if len(pending) >= MAX_PENDING:
+                        _forget_oldest(pending, rec)
+                    pending[id(out)] = ((COMM, recorded, state.ref, seq, first.nbytes, rec.step, t0), out)
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(recorded, exc)
             return out
 
-        return kernel
+        return issue
 
-    def _wait_kernel(self, overload: Any, below: Any) -> Callable[..., Any]:
-        rec, pending, plain, cuda = self.rec, self._pending, self.torch.Tensor, self.cuda
-        redispatch = overload.redispatch
+    def _issue_general(self, overload: Any, recorded: str, orig: Callable[..., Any], listed: bool) -> Callable[..., Any]:
+        rec, special, plain, cuda = self.rec, self._special, self.torch.Tensor, self.cuda
+        resolve_name = self.registry.resolve_name
+        arg_names = [a.name for a in overload._schema.arguments]
+        first_name = arg_names[0]
+        group_idx = arg_names.index("group_name") if "group_name" in arg_names else len(arg_names)
 
-        def wait_tensor(keyset: Any, tensor: Any) -> Any:
-            out = redispatch(keyset.remove(below), tensor)
-            if type(tensor) is not plain or not pending:
-                return out
+        def issue_general(*args: Any, **kwargs: Any) -> Any:
+            first = args[0] if args else kwargs.get(first_name)
+            probe = (first[0] if first else None) if listed else first
+            if type(probe) is not plain:
+                return orig(*args, **kwargs)
             try:
-                entry = pending.pop(tensor.untyped_storage().data_ptr(), None)
-                if entry is not None and not entry.done:
-                    entry.done = True
-                    rec.in_flight.pop(entry.key, None)
-                    if entry.cuda_start is not None and cuda is not None:
-                        # the current stream now waits for the collective: its stop event
-                        cuda.end(entry.cuda_start, entry.meta)
+                group = args[group_idx] if len(args) > group_idx else kwargs.get("group_name")
+                state = resolve_name(group)
+                last = state.seq
+                t0 = perf_counter_ns()
+                start = cuda.begin(probe) if cuda is not None else None
+            except Exception as exc:  # noqa: BLE001
+                rec.errors.caught(recorded, exc)
+                return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
+            try:
+                if state.seq != last:  # recorded by a re-entered call
+                    return out
+                seq = state.seq = last + 1
+                ev = (COMM, recorded, state.ref, seq, _nbytes(first), rec.step, t0)
+                if len(special) >= MAX_PENDING:
+                    _forget_oldest(special, rec)
+                if listed:  # one collective, several outputs: the first one waited for ends it
+                    ptrs = tuple(t.untyped_storage().data_ptr() for t in out)
+                    entry = (ev, start, ptrs)
+                    for ptr in ptrs:
+                        special[ptr] = entry
+                else:
+                    special[out.untyped_storage().data_ptr()] = (ev, start, None)
+            except Exception as exc:  # noqa: BLE001
+                rec.errors.caught(recorded, exc)
+            return out
+
+        return issue_general
+
+    def _wait_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        rec, pending, special, rest = self.rec, self._pending, self._special, self._wait_rest
+
+        def wait_tensor(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs) if kwargs else orig(*args)
+            if pending or special:
+                try:
+                    tensor = args[0] if args else kwargs["tensor"]
+                    # the output itself, held in the table: the same object
+                    entry = pending.pop(id(tensor), None)
+                    if entry is None:
+                        rest(tensor)
                         return out
-                    op, ref, seq, nbytes, step, t0 = entry.meta
+                    ev = entry[0]
                     events = rec.events
                     if len(events) >= rec.capacity:
                         rec.overflow.value += 1
-                    events.append((COMM, op, ref, seq, nbytes, step, t0, perf_counter_ns() - t0))
-            except Exception as exc:  # noqa: BLE001
-                rec.errors.caught(WAIT, exc)
+                    events.append(ev + (perf_counter_ns() - ev[6],))
+                except Exception as exc:  # noqa: BLE001
+                    rec.errors.caught(WAIT, exc)
             return out
 
         return wait_tensor
 
+    def _wait_rest(self, tensor: Any) -> None:
+        """The waits the common case does not end: on a view of an output, on a GPU, of a
+        coalesced, in-place or out= form (or of no collective of ours)."""
+        if type(tensor) is not self.torch.Tensor:  # tracing's fake and functional tensors
+            return
+        rec, pending, special = self.rec, self._pending, self._special
+        end_ns = perf_counter_ns()
+        ptr = tensor.untyped_storage().data_ptr()
+        entry = special.pop(ptr, None)
+        if entry is None:  # a view of an output (an AsyncCollectiveTensor viewed before use)
+            for key in itertools.islice(reversed(pending), VIEW_SCAN):  # the newest first
+                if pending[key][1].untyped_storage().data_ptr() == ptr:
+                    _record(rec, pending.pop(key)[0], end_ns)
+                    return
+            return
+        ev, start, ptrs = entry
+        if ptrs is not None:  # a coalesced collective: its later outputs' waits record nothing
+            for other in ptrs:
+                if special.get(other) is entry:
+                    del special[other]
+        if start is not None and self.cuda is not None:
+            # the current stream now waits for the collective: its stop event
+            self.cuda.end(start, ev[1:])
+        else:
+            _record(rec, ev, end_ns)
 
 
-def _forget_oldest(pending: dict[int, _Pending], rec: Recorder) -> None:
-    oldest = next(iter(pending))
-    entry = pending.pop(oldest)
-    rec.in_flight.pop(entry.key, None)
+def _record(rec: Recorder, ev: tuple, end_ns: int) -> None:
+    _, op, ref, seq, nbytes, step, t0 = ev
+    rec.comm(op, ref, seq, nbytes, step, t0, end_ns - t0)
+
+
+def _forget_oldest(table: dict[int, tuple], rec: Recorder) -> None:
+    oldest = next(iter(table))
+    entry = table.pop(oldest)
+    ptrs = entry[2] if len(entry) == 3 else None
+    for ptr in ptrs or ():
+        if table.get(ptr) is entry:
+            del table[ptr]
     rec.errors.caught(WAIT, OverflowError(f"more than {MAX_PENDING} functional collectives not waited for"))

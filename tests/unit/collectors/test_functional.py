@@ -1,10 +1,16 @@
 """Functional collectives (DTensor, tensor parallel, compiled graphs), torch 2.13's
 ``all_gather_single``/``reduce_scatter_single`` (FSDP2), DeviceMesh coordinates and dim names,
-on a real one-rank gloo group."""
+on a real one-rank gloo group. The functional collectives on both routes of
+``collectors/functional.py``: the ops' Python entry points (the default) and the dispatcher's
+kernels (the fallback)."""
 
+import time
+
+import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+from perftracker.collectors import functional as functional_module
 from perftracker.collectors.comm import CommTimer
 from perftracker.collectors.events import COMM
 from perftracker.collectors.functional import FunctionalTimer
@@ -15,13 +21,15 @@ from perftracker.collectors.patching import Patches
 from perftracker.collectors.recorder import Recorder
 from perftracker.collectors.safety import ErrorBudget
 
+ROUTES = ["python", "dispatcher"]
 
-def _timers():
+
+def _timers(route=None):
     rec = Recorder(1000, IterationDetector(), ErrorBudget())
     patches = Patches()
     comm = CommTimer(dist, rec, None)
     comm.install(patches)
-    functional = FunctionalTimer(torch, rec, comm.registry)
+    functional = FunctionalTimer(torch, rec, comm.registry, route=route)
     functional.install()
     return rec, patches, functional
 
@@ -30,18 +38,28 @@ def _comms(rec):
     return [e for e in rec.drain(1000) if e[0] == COMM]
 
 
-def test_functional_collective_recorded_at_its_wait_in_the_group_sequence(world_of_one):
-    rec, patches, functional = _timers()
+def _entered(rec):
+    """The (op, seq) of the collectives entered and not completed (the sender's markers)."""
+    return [(m[1], m[3]) for m in rec.in_flight_markers(time.perf_counter_ns() + 1, 0)]
+
+
+def test_the_python_route_is_the_default_on_this_torch():
+    assert FunctionalTimer(torch, Recorder(10, IterationDetector(), ErrorBudget()), None).route == "python"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_functional_collective_recorded_at_its_wait_in_the_group_sequence(world_of_one, route):
+    rec, patches, functional = _timers(route)
     try:
         dist.all_reduce(torch.ones(2))  # eager: seq 0 of the default group
         out = funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD)  # issued: entered, not recorded yet
-        assert [m[0] for m in rec.in_flight.values()] == ["all_reduce"]
+        assert _entered(rec) == [("all_reduce", 1)]
         assert [e[3] for e in _comms(rec)] == [0]
         (out.view(2, 2) + 1).sum()  # waited on a view of the output (AsyncCollectiveTensor)
         events = _comms(rec)
         assert [(e[1], e[3], e[4]) for e in events] == [("all_reduce", 1, 16)]
         assert events[0][2] == functional.registry.resolve(None).ref and events[0][7] >= 0
-        assert rec.in_flight == {} and rec.errors.count == 0
+        assert _entered(rec) == [] and rec.errors.count == 0
         gathered = funcol.all_gather_tensor(torch.ones(3), 0, dist.group.WORLD)
         funcol.wait_tensor(gathered)
         funcol.wait_tensor(gathered)  # a second wait records nothing
@@ -53,13 +71,144 @@ def test_functional_collective_recorded_at_its_wait_in_the_group_sequence(world_
         functional.remove()
         patches.undo()
     funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD))
-    assert _comms(rec) == []  # the kernels are gone
+    assert _comms(rec) == [] and rec.marker_sources == []  # the hooks are gone
 
 
-def test_compiled_collectives_are_recorded_without_graph_breaks(world_of_one):
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_form_of_the_ops_is_recorded_once(world_of_one, route):
+    """In-place, out=, coalesced, keyword calls, a wait on a view inside the output, the
+    autograd formula's collective in the backward: one event each, in the group's sequence."""
+    ops = torch.ops._c10d_functional
+    name = dist.group.WORLD.group_name
+    rec, patches, functional = _timers(route)
+    try:
+        x = torch.ones(4)
+        ops.wait_tensor(ops.all_reduce_(x, "sum", name))  # the in-place form Inductor emits
+        out = torch.empty(8)
+        ops.wait_tensor(ops.all_gather_into_tensor_out(torch.ones(8), 1, name, out=out))
+        outs = ops.all_reduce_coalesced([torch.ones(2), torch.ones(3)], "sum", name)
+        ops.wait_tensor(outs[0])
+        ops.wait_tensor(outs[1])  # the coalesced collective ended with its first output's wait
+        big = ops.all_reduce(input=torch.ones(6), reduce_op="sum", group_name=name)  # by keyword
+        ops.wait_tensor(tensor=big[2:])  # a view inside the output: found by its storage
+        grad_in = torch.ones(4, requires_grad=True)
+        funcol.all_reduce(grad_in, "sum", dist.group.WORLD).sum().backward()  # a second all_reduce
+        assert torch.equal(grad_in.grad, torch.ones(4))
+        events = _comms(rec)
+        assert [(e[1], e[3], e[4]) for e in events] == [
+            ("all_reduce", 0, 16), ("all_gather_into_tensor", 1, 32), ("all_reduce_coalesced", 2, 20),
+            ("all_reduce", 3, 24), ("all_reduce", 4, 16), ("all_reduce", 5, 16)]
+        assert _entered(rec) == [] and rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_modes_active_at_run_time_see_each_collective_recorded_once(world_of_one, route):
+    """A TorchDispatchMode or TorchFunctionMode calls the op again from inside its call (the
+    Python route's hook is reached twice): the group's sequence has no gap, one event each."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Dispatching(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Functioning(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    rec, patches, functional = _timers(route)
+    try:
+        for mode in (Dispatching(), Functioning()):
+            with mode:
+                funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD))
+                funcol.wait_tensor(funcol.all_gather_tensor(torch.ones(2), 0, dist.group.WORLD))
+        assert [(e[1], e[3]) for e in _comms(rec)] == [("all_reduce", 0), ("all_gather_into_tensor", 1),
+                                                      ("all_reduce", 2), ("all_gather_into_tensor", 3)]
+        assert _entered(rec) == [] and rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_on_a_gpu_the_wait_ends_a_cuda_event_pair(world_of_one, route):
+    """With a CUDA timer (here a stand-in: this test runs on the CPU) the collective's start
+    event is taken at issue and its stop at the end of the wait: the device time, no host event."""
+    class Cuda:
+        def __init__(self):
+            self.ended = []
+
+        def begin(self, tensor):
+            return ("start", tuple(tensor.shape))
+
+        def end(self, start, meta):
+            self.ended.append((start, meta))
+
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    patches = Patches()
+    comm = CommTimer(dist, rec, None)
+    comm.install(patches)
+    cuda = Cuda()
+    functional = FunctionalTimer(torch, rec, comm.registry, cuda, route=route)
+    functional.install()
+    try:
+        out = funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD)
+        assert _entered(rec) == [("all_reduce", 0)] and cuda.ended == []
+        (out[1:] + 1).sum()  # waited on a view inside the output
+        assert [(start, meta[:4]) for start, meta in cuda.ended] == [
+            (("start", (4,)), ("all_reduce", comm.registry.resolve(None).ref, 0, 16))]
+        assert _entered(rec) == [] and _comms(rec) == [] and rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+
+
+def test_the_python_route_keeps_the_op_objects_for_dynamo_fx_and_inductor(world_of_one):
+    """The op objects keep their identity, type and hash (dicts keyed by op, Inductor's
+    ``type(op) is OpOverload``), every attribute of their ``_op``; removal restores ``_op``."""
+    ops = torch.ops._c10d_functional
+    objects = [ops.all_reduce, ops.all_reduce.default, ops.wait_tensor, ops.wait_tensor.default]
+    before = [(obj, type(obj), hash(obj), obj._op) for obj in objects]
+    keyed = {obj: i for i, obj in enumerate(objects)}  # built before the hooks
+    rec, patches, functional = _timers("python")
+    try:
+        for i, (obj, kind, hashed, orig) in enumerate(before):
+            assert type(obj) is kind and hash(obj) == hashed and keyed[obj] == i
+            assert obj._op is not orig and obj._op.__module__ == orig.__module__
+        assert torch.ops._c10d_functional.all_reduce.default is objects[1]
+    finally:
+        functional.remove()
+        patches.undo()
+    assert [obj._op for obj in objects] == [orig for _, _, _, orig in before]
+
+
+def test_collectives_never_waited_for_stay_entered_within_a_bound(world_of_one, monkeypatch):
+    """Outputs never waited for: entry markers until forgotten, the oldest beyond
+    ``MAX_PENDING`` (counted as an error)."""
+    monkeypatch.setattr(functional_module, "MAX_PENDING", 3)
+    rec, patches, functional = _timers("python")
+    try:
+        keep = [funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD) for _ in range(4)]
+        assert _entered(rec) == [("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 3)]
+        assert rec.errors.count == 1
+        funcol.wait_tensor(keep[-1])
+        assert [e[3] for e in _comms(rec)] == [3] and [seq for _, seq in _entered(rec)] == [1, 2]
+        for out in keep[:-1]:
+            funcol.wait_tensor(out)  # the forgotten one's wait records nothing
+        assert [e[3] for e in _comms(rec)] == [1, 2] and _entered(rec) == []
+    finally:
+        functional.remove()
+        patches.undo()
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_compiled_collectives_are_recorded_without_graph_breaks(world_of_one, route):
     import torch._dynamo
 
-    rec, patches, functional = _timers()
+    rec, patches, functional = _timers(route)
     try:
         def average(x):
             y = x * 2
