@@ -46,7 +46,7 @@ def pending_entries(dump: str | bytes, now_ns: int, limit: int = MAX_ENTRIES) ->
     FlightRecord dicts (schemas: EventBatch v6)."""
     raw = json.loads(dump)
     status = raw.get("pg_status") or {}
-    out = []
+    out: list[dict[str, Any]] = []
     for e in raw.get("entries") or []:
         if e.get("retired") or e.get("state") == "completed":
             continue
@@ -60,7 +60,7 @@ def pending_entries(dump: str | bytes, now_ns: int, limit: int = MAX_ENTRIES) ->
                     "timeout_ms": int(e.get("timeout_ms", -1) or -1),
                     "last_completed_seq": _int(st.get("last_completed_collective")),
                     "last_enqueued_seq": _int(st.get("last_enqueued_collective"))})
-    out.sort(key=lambda r: -r["age_ms"])
+    out.sort(key=lambda r: -int(r["age_ms"]))
     return out[:limit]
 
 
@@ -90,7 +90,7 @@ class FlightRecorder:
             return None
         try:
             from torch._C import _distributed_c10d as c10d_c
-            dump = c10d_c._dump_fr_trace_json
+            dump = getattr(c10d_c, "_dump_fr_trace_json")  # noqa: B009 - absent from the stubs
         except Exception:  # noqa: BLE001 - an older torch, or no distributed
             return None
         return cls(lambda: dump(True, True), errors)

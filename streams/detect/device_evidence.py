@@ -139,9 +139,8 @@ def phases(outliers: Iterable[Mapping[str, Any]]) -> list[PhaseExcess]:
         if not is_device(o):
             continue
         name = str(o["function"])
-        key = device_phase(name)
-        if key < 0:
-            key = name  # a device span of no known phase: on its own
+        phase = device_phase(name)
+        key: Any = phase if phase >= 0 else name  # a device span of no known phase: on its own
         kept = best.get(key)
         named = name.startswith(DEVICE_PREFIX)
         if kept is None or float(o["cost_ms_per_step"]) > float(kept["cost_ms_per_step"]) or \

@@ -153,13 +153,14 @@ def _with_gpu_ids(f: Finding, rank_windows: dict[int, RankWindow]) -> Finding:
     """A finding about ranks with GPUs names each GPU by NVML's UUID too (``evidence.gpu_uuids``:
     an index is only unique on its host); a GPU cause says it in the summary, for whoever
     drains the node."""
-    uuids = {str(r): str(rank_windows.get(r, {}).get("gpu_uuid") or "") for r in f.ranks}
+    windows: Mapping[int, Mapping[str, Any]] = rank_windows
+    uuids = {str(r): str(windows.get(r, {}).get("gpu_uuid") or "") for r in f.ranks}
     uuids = {r: u for r, u in uuids.items() if u}
     if not uuids:
         return f
     summary = f.summary
     if f.cause in GPU_CAUSES and len(f.ranks) == 1:
-        rw = rank_windows.get(f.ranks[0], {})
+        rw = windows.get(f.ranks[0], {})
         summary += f" [GPU {int(rw.get('gpu', -1))} {uuids[str(f.ranks[0])]} on {rw.get('host', '?')}]"
     return dataclasses.replace(f, summary=summary, evidence={**f.evidence, "gpu_uuids": uuids})
 
@@ -456,7 +457,7 @@ def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explaine
         side = gpu_side(own, policy.min_cost_ms_per_step, policy.explains_share)
         if side is not None:
             # its GPU is behind: the device time of its phases grew beyond what its host explains
-            rw = rank_windows.get(rank, {})
+            rw: Mapping[str, Any] = rank_windows.get(rank, {})
             hw = throttle_evidence(rw, _hw_peer_clock(rank_windows), policy.clock_ratio, policy.hot_temp_c)
             cause = Cause.GPU_THROTTLE if hw else Cause.SLOW_GPU
             identity = f"{cause.value}|{rank}"
