@@ -265,3 +265,13 @@ def test_replay_prints_each_incident_of_a_recording(clean_env, tmp_path, capsys)
     assert run(["replay", str(entry.recording)]) == 0
     out = capsys.readouterr().out
     assert "slow_dataloader" in out and "ranks [0]" in out and "ranks [3]" in out
+
+
+def test_record_from_a_spool_without_the_job_says_what_it_found(clean_env, tmp_path, capsys):
+    from perftracker.schemas.spool import SpoolWriter
+
+    SpoolWriter(tmp_path / "spool").close()
+    assert run(["record", "--spool", str(tmp_path / "spool"), "--out", str(tmp_path / "j.ptrec")]) == 1
+    err = capsys.readouterr().err
+    assert "no message of any job in the spool" in err and "1 files, 0 messages" in err and "Traceback" not in err
+    assert not (tmp_path / "j.ptrec").exists()
