@@ -9,7 +9,9 @@ messages go to a spool directory, no broker). Each block is timed from a device
 synchronize to a device synchronize, so the ratio of a with-block to the without-block
 beside it is the step time the collectors add, with everything else (clocks, heat, the
 machine's load) alike within the pair. Prints the geometric mean of the pair ratios and its
-95 % t interval (goal: ratio <= 1.005, half-width <= 0.5 %).
+95 % t interval (goal: ratio <= 1.005, half-width <= 0.5 %), and the full (generation 2)
+garbage collections inside the timed blocks of each arm: the collectors allocate a tuple per
+event, and a full collection of a large model's heap is a stall of its own.
 
 What it leaves out, by design: the start-up (the launcher, each attach: threads, NVML, the
 first flush) and the exit flush, which are once per job: after every switch, in both arms,
@@ -20,6 +22,7 @@ first flush) and the exit flush, which are once per job: after every switch, in 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -92,6 +95,7 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
     plain: list[float] = []
     instrumented: list[float] = []
     errors = events = 0
+    gen2 = {False: 0, True: 0}  # full GC collections inside the timed blocks, per arm
     try:
         for i in range(pairs + 1):
             order = (False, True) if i % 2 == 0 else (True, False)
@@ -100,7 +104,9 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
                 if flag:
                     api.attach(f"overhead-ab-{i}")
                 steps(settle)  # after each switch, in both arms: the attach's once-per-job costs settle
+                before = gc.get_stats()[2]["collections"]
                 got[flag] = steps(block)
+                gen2[flag] += gc.get_stats()[2]["collections"] - before
                 if flag:
                     stats = api.stats()
                     if stats is not None:
@@ -121,6 +127,7 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
             "step_ms_with_median": round(statistics.median(instrumented), 3),
             "step_time_ratio": round(geo, 5), "step_time_ratio_ci95": ci, "half_width_pct": round(half, 3),
             "pair_ratios": [round(r, 4) for r in ratios], "collector_errors": errors,
+            "gc_gen2_without": gen2[False], "gc_gen2_with": gen2[True],
             "events_per_step": round(events / max(1, (pairs + 1) * block), 1),
             "goal": "ratio <= 1.005, half-width <= 0.5 %",
             "meets_goal": bool(ci and geo <= 1.005 and half <= 0.5)}
