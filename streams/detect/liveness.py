@@ -193,11 +193,10 @@ def _communicated(rank_windows: dict[int, RankWindow]) -> bool:
     communication, so it is not hung there, even without a finished iteration (a stall that
     ended: the waiting ranks' calls completed, and the job went on to its final barrier). A
     hung job cannot show this: the rank the others wait for completes nothing, and they complete
-    nothing while they wait. Live fault suite (benchmarks/live_faults.py, subgroup-hang,
-    2026-11-26): the stall ended with the run, the ranks completed their all-reduces and the
-    exit barrier, and the hang's last version read "every rank is stuck outside collectives
-    (rank 0 in comm:barrier, ...)", no longer naming the rank that had stalled. Also an
-    evaluation pass that all-reduces its metrics (no optimizer step, so no iteration) is no hang."""
+    nothing while they wait. Also an evaluation pass that all-reduces its metrics (no optimizer
+    step, so no iteration) is no hang. A GPU rank's collectives complete when their stop events
+    do (entry markers until then), a CPU rank's when the call returns (decisions table,
+    docs/detection.md: "a stall that ends is no longer a hang")."""
     return all(any(str(f).startswith(COMM_PREFIX) for f in rw.get("functions") or [])
                for rw in rank_windows.values())
 

@@ -143,10 +143,9 @@ def _split_groups(t: PeerTable, pol: DetectionPolicy) -> Iterator[tuple[np.ndarr
     population, has no such gap: 16 ranks with 5 % noise have none). Which half is abnormal
     cannot be told from the values alone, so these are only ``minor_outliers``: never findings
     on their own, they name what a rank does with its time once the collectives show that the
-    others wait for it (window.py ``_explain_late_by_minor``). Live fault suite
-    (benchmarks/live_faults.py, two-slow-ranks, 2026-11-26): ranks 1 and 2 were named late
-    into their all_reduces with "none of its instrumented functions is slow, so the delay is in
-    uninstrumented code" while both spent 20 ms/step more in ``TrainerSGD.step``."""
+    others wait for it (window.py ``_explain_late_by_minor``). A GPU rank and a CPU rank show
+    the same: half the replicas slower in one function, by host or device time (decisions
+    table, docs/detection.md: "split groups")."""
     for g in range(len(t.keys)):
         idx = np.flatnonzero(t.peer == g)
         if len(idx) < pol.min_peers:

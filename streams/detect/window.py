@@ -219,11 +219,9 @@ def _explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[
     its peers in every way but the cost a finding needs alone) add up to at least
     ``explains_share`` of the wait it causes, is explained by them: they become its outliers,
     classified as any (data imbalance when they are extra calls, a slow phase, ...), at the cost
-    of the wait. Live fault suite (benchmarks/live_faults.py, data-imbalance, 2 runs of 4,
-    2026-11-26): rank 0 had 4x the calls per step of its peers in forward (+0.72 ms/step),
-    backward (+0.95) and its data loader (+0.94), each under the 1 ms a finding needs, and was
-    named "late into the all_reduce; none of its instrumented functions is slow, so the delay is
-    in uninstrumented code" (the others waited 2.6 ms/step for it: the three excesses' sum)."""
+    of the wait. Several phases each under the cost floor can together be all of a late
+    arriver's delay, on a GPU rank (device or host times) as on a CPU rank (decisions table,
+    docs/detection.md: "minor excesses explain a late arrival")."""
     for rank, outs in _by_rank(comparisons, "minor_outliers").items():
         if rank not in late or rank in by_rank or rank in excluded:
             continue
@@ -243,15 +241,13 @@ def _late_beyond_outliers(by_rank: dict[int, list[dict]], late: dict[int, list[d
     (:func:`.findings.rank_impact`) is a small part of what the others wait for it, so the rest
     of its delay is elsewhere, and the rank is reported as a late entry (located by its stack
     samples) with them as evidence, not as a finding of their cause at the cost of the whole
-    wait. The converse of :func:`_explain_late_by_minor`. Live fault suite (host-copies,
-    2026-11-27): rank 1 cloned tensors for 20 ms a step in untimed code, and the clones' garbage
-    made ``kind:gc`` 1.8 ms/step against 0.1 ms on its peers; it was named ``gc_pause`` "costs the
-    job ~22.6 ms per step" beside its true late entry at the clone line. Not for a rank given more
+    wait. The converse of :func:`_explain_late_by_minor`: a side effect of the real delay (the
+    garbage of untimed work, a GC pause) is evidence, not the cause. Not for a rank given more
     work per step than its peers (data imbalance, :func:`.findings.more_work`): more work is
     slower in every phase, the uninstrumented ones (autograd's backward) too, so the imbalance
-    is the explanation of the whole wait (live fault suite, data-imbalance, 2026-11-27: its
-    instrumented excess was 6.2 of the 9.4 ms/step the others waited, and a second incident
-    named the culprit's forward line as "uninstrumented code")."""
+    is the explanation of the whole wait. A GPU rank's outliers count their device and host
+    times as alternatives (:func:`.findings.phase_sum`), never added (decisions table,
+    docs/detection.md: "outliers that explain little of a late arrival")."""
     out: dict[int, list[dict]] = {}
     for rank, outs in list(by_rank.items()):
         if rank not in late or rank in excluded or more_work(outs, policy.min_excess, policy.explains_share):
@@ -269,9 +265,7 @@ def _drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
     a late culprit, held up, its extra time came out of its waiting there: it waited at least its
     whole excess per step, and less than the group's other waiting members by at least
     ``absorbed_share`` of it. Its extra work ran while it would have waited anyway; the step is
-    as long without it. Live fault suite (benchmarks/live_faults.py, 2026-11-26): with ranks 0
-    and 3 slow by 20 ms/step, rank 1 was named ``gc_pause`` ("kind:gc takes 5.3 ms/step vs
-    0.0 ms on its peers") while it waited for them. Equal culprits are each late in their share
+    as long without it (decisions table, docs/detection.md: "absorbed excess"). Equal culprits are each late in their share
     of the calls and wait little for each other: both stay. A rank whose extra time falls after
     its wait (the DLRM trace: ranks 4 and 5 slow in backward, after waiting for rank 7 in the
     forward all-to-alls like everyone else) waits no less than the others and stays. A slower
@@ -579,10 +573,8 @@ def _extra_wait(ev: Mapping[str, Any]) -> float | None:
 
 def _comparable(v: CpuVerdict, worst: float | None, policy: DetectionPolicy) -> bool:
     """A contended host peer joins when it waited for a CPU at least ``host_join_share`` of what
-    the finding's own ranks did (the same evidence, not a trace of it). Live fault suite
-    (cpu-contention, 2026-11-26): 4 ranks on 2 cores, hogs pinned to rank 2's core; rank 2 waited
-    6.6 ms/step above its peers, rank 0 (on that core now and then) 1.3 ms, and was joined:
-    "ranks 0,2 on vm: CPU contention". Half of a small job on a contended host waits alike."""
+    the finding's own ranks did (the same evidence, not a trace of it; decisions table,
+    docs/detection.md: "joining a contended host")."""
     mine = _extra_wait(v.evidence)
     return worst is None or mine is None or mine >= policy.host_join_share * worst
 
