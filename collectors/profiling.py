@@ -7,9 +7,9 @@ of ``profile_every_s`` of wall time (ranks' clocks agree to well under one
 iteration). It stops at the first boundary after ``duration_s``, or after ``max_steps``
 iterations (``profile_max_steps``, 10) if that comes first. Starting and stopping run on the
 training thread; stopping is *not* cheap: torch.profiler's ``stop()`` processes every op
-recorded, ~30 us per op on the 2-core VM (a 10 s window of a loop of small CPU ops, 2.06 M
-ops, took 68 s to stop), and a requested 20 s window of the live fault suite's job stalled
-the rank and with it the whole job for ~50 s. The step limit bounds that to a few steps'
+recorded (tens of microseconds per op on a small host: a long window of small ops takes
+longer to stop than it ran, and stalls the rank and with it the whole job; measured in
+docs/collectors.md, "Profiling windows and control"). The step limit bounds that to a few steps'
 worth of ops (summaries need a few iterations, not thousands). Turning the trace into per-op
 summaries (count, total, p50, p99, max) runs on a thread of its own (``perftracker-profile``,
 started by the sender when a window has finished), never on the sender thread, whose
@@ -142,9 +142,8 @@ class ProfileWindows:
     def summarize_finished(self) -> None:
         """The sender's task: hand finished windows to a summary thread and return at once.
         Summarizing a window's trace takes seconds to a minute of Python on a loaded host;
-        run on the sender thread, it held every batch back meanwhile (the live fault suite:
-        50 s without a batch from any rank after a requested 20 s window, so the pipeline saw
-        steps stop and could not see the fault clear)."""
+        run on the sender thread, it would hold every batch back meanwhile, and the pipeline
+        would see the steps stop (docs/collectors.md, "Profiling windows and control")."""
         if not self._closed:
             worker = self._summarizer
             if self._finished and (worker is None or not worker.is_alive()):

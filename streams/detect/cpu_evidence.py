@@ -21,11 +21,8 @@ From the RankWindow v2 fields the collectors fill from ``/proc`` and the stack s
   slow because of CPU work it does itself, and on a host with more runnable threads than
   cores such work waits more than in proportion (the scheduler favours threads that sleep,
   as peers waiting in collectives do, over one that burns its slice), so the linear
-  baseline above underestimates it. Measured in the live fault suite (benchmarks/live_faults.py,
-  load 14-17 on 2 cores): a 20 ms CPU-bound slowdown of one phase used 5-7x its peers' CPU
-  per step and waited 15-25 ms/step against 7-13 expected; a rank sharing its core with two
-  busy processes used the same CPU per step as its peers (0.034 vs 0.036 of the window) and
-  waited 3.6x as long.
+  baseline above underestimates it (decisions table, docs/detection.md: "own work explains
+  the wait"). A GPU rank's launch thread is judged the same way; its device is not.
   ``not_contended`` when at least one of these was measured on the rank and its peers and
   none fired; ``unavailable`` when none could be (old collectors, no ``/proc``, no peers).
 * :func:`job_cpu_per_step` and :func:`job_cpu_note`: for a job-wide regression, whether the

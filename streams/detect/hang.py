@@ -139,10 +139,9 @@ def waiting_ranks(state: HangState, dead: set[int], members: dict[str, set[int]]
     member of its pending group stands in for the marker only when no rank of the job sent
     one (collectors without entry markers): a member's highest seq in a group it has left
     for another group is known only from the last comparison, often a few calls behind, so a
-    rank that completed its calls looked "ahead" of it and was taken for a waiting one. Seen
-    in the live fault suite (benchmarks/live_faults.py, subgroup-hang, 2 runs of 2): the
-    stalled rank 1 (its pg0 calls done) was "ahead" of rank 0, which waited in their 2-rank
-    sub-group, and the hang said "every rank is inside a collective" and named nobody."""
+    rank that completed its calls looked "ahead" of it and was taken for a waiting one
+    (decisions table, docs/detection.md: "inside a collective"). GPU ranks send entry markers
+    for collectives pending on their device, CPU ranks for calls not returned."""
     markers = any(s.in_flight for r, s in state.ranks.items() if r not in dead)
     lowest: dict[str, list[tuple[int, int]]] = {}  # group -> its two lowest (highest seq, rank)
     for g, ranks in members.items():

@@ -109,9 +109,7 @@ def iteration_period(rank_windows: dict[int, RankWindow], window_ms: float) -> t
     a rank completed none (a stall, a rank still starting). An iteration's own time runs from
     its first batch fetch to its last optimizer step: code after the step (logging, metric
     all-reduces, checkpoints, host-side syncs) is in no iteration, and only the pace shows
-    it slowing down (live fault suite, job-wide-slowdown: 20 ms of sleep per step on every
-    rank after the optimizer step left the p25 iteration time at 10-12 ms while the ranks
-    went from 260 to 110 iterations per 5 s window)."""
+    it slowing down (decisions table, docs/detection.md: "pace, not iteration time")."""
     steps = [int(rw.get("steps", 0)) for rw in rank_windows.values()]
     if not steps or min(steps) <= 0:
         return 0.0, 0

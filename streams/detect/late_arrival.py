@@ -19,10 +19,9 @@ Culprit rule (:func:`is_late_culprit`), two ways to enough evidence:
   is out of reach unless a rank is last in every call (4 members, 6 calls: last in 4 of 6
   is p = 0.038). Such a rank is a culprit when it is last in a clear majority: more than
   ``late_majority`` (half) of the seqs and more than halfway from chance (1 / members) to
-  every seq (:func:`clear_majority`; in a 2-rank group chance is half: live fault suite,
-  pair groups of 250-280 calls a window, a rank last in 60-61 % of them, p = 2.4e-4 to
-  4.1e-4, causing 1.1-1.3 ms/step, was named twice with no fault behind it, once before any
-  fault was injected), p <= ``late_majority_p_value`` (0.05) and the wait it caused per step
+  every seq (:func:`clear_majority`; in a 2-rank group chance is half, so a bare majority of
+  many calls is noise: decisions table, docs/detection.md, "clear majority"), p <=
+  ``late_majority_p_value`` (0.05) and the wait it caused per step
   is at least ``late_majority_step_share`` (3 %) of the job's step time (and the absolute
   ``min_cost_ms_per_step``). Noise makes some rank last in a majority of few seqs now and
   then (4 members, 6 seqs: ~15 % of windows), but the wait it causes is the noise's size;

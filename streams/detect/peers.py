@@ -176,7 +176,7 @@ def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min
     count only when they account for at least half the rank's ``excess_ms`` per step at the
     peers' time per call: a rank with 5 % more garbage collections than its peers whose
     excess is one 350 ms full collection (its peers had theirs in the window before) is not
-    slow by its number of calls (the live fault suite named such a rank ``gc_pause``)."""
+    slow by its number of calls (decisions table, docs/detection.md: "sustained")."""
     if p50 >= peer_p50 * (1 + min_excess) or peer_calls == 0:
         return True
     if calls < peer_calls * (1 + min_excess / 2):

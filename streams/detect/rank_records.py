@@ -61,10 +61,8 @@ def pattern_functions(rw: RankWindow) -> set[str]:
 
 # Barriers carry no data and every rank calls them at the same points (start-up, the end,
 # around checkpoints): synchronization, not what a rank does. In the signature they split
-# replicas whenever a window edge falls between ranks' entries: in the live fault suite
-# (benchmarks/live_faults.py) the slow rank entered the job's final barrier one window after
-# its peers, got a signature of its own and was reported as a one-rank pipeline stage
-# (stage_imbalance) in 3 of 3 jobs with a slow rank.
+# replicas whenever a window edge falls between ranks' entries (decisions table,
+# docs/detection.md: "barriers are not structure").
 UNSTRUCTURAL_OPS = frozenset({"barrier", "monitored_barrier"})
 
 

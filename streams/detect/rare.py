@@ -4,9 +4,8 @@ A function a rank calls only a few times a window (a full garbage collection, a 
 log or evaluation) falls into whichever window the call happened in: when every rank makes
 one 350 ms full collection every ten seconds or so, one rank's lands in this window and its
 peers' in the one before, and in this window alone that rank spends 7.8 ms/step more than
-they do. In the live fault suite (benchmarks/live_faults.py) such a rank was named
-``gc_pause`` with no fault on it: its collections fell in two windows running beside its
-peers'. Whether a rank is slower in such a function shows only over several windows.
+they do. Whether a rank is slower in such a function shows only over several windows
+(decisions table, docs/detection.md: "rare functions").
 
 So a peer outlier resting on at most :data:`RARE_MAX_CALLS` calls of the rank is kept only
 if the rank is an outlier over the last :data:`HORIZON_WINDOWS` windows in which the function

@@ -67,11 +67,9 @@ HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 GPU_CAUSES = frozenset({Cause.SLOW_GPU, Cause.GPU_THROTTLE})
 # A late entry (a rank last into a collective, none of its own functions slow) is inferred
 # from the order of arrivals alone. On a busy host runs of one rank arriving last fill a
-# window now and then: in the live fault suite (benchmarks/live_faults.py, 16 jobs, 4 gloo
-# ranks on 2 shared cores) 7 late entries naming a rank with no fault were each seen in one
-# window only (2-rank pair groups, last in 57-78 % of 45-280 calls), while the true ones
-# (a checkpoint, host-side copies before the collective) were seen in every window after
-# the fault's onset. So a late entry opens only after two consecutive windows, however
+# window now and then, while a real late arriver is late in every window after its onset
+# (decisions table, docs/detection.md: "late entries persist two windows"). So a late entry
+# opens only after two consecutive windows, however
 # many steps one window holds (``persist_steps``), like an intermittent slowdown. A
 # one-window analysis (trace import, ``persist_windows`` 1) is unchanged.
 LATE_ENTRY_EXTRA_WINDOWS = 1
@@ -172,10 +170,8 @@ def _stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
     least ``propagated_wait_share`` of the wait they caused, and the members other than the
     late arrivers of any collective (pipeline send/recv included) whose late arrivers are not
     all such propagated victims. A group whose only late arriver was itself held up elsewhere
-    says nothing of its other members: live fault suite, host-copies (rank 1 late into its
-    pair group with rank 0 in 99-100 % of calls, 19.6 ms/step caused; rank 0, held up there,
-    last into the world all_reduce in 45-49 %) had rank 1 counted a victim of rank 0 in the
-    world group, and the culprit was never named in 7 windows."""
+    says nothing of its other members (decisions table, docs/detection.md: "propagated
+    victims")."""
     late: dict[int, list[dict]] = defaultdict(list)
     groups: list[tuple[set[int], list[int]]] = []
     for c in comparisons:
@@ -297,9 +293,7 @@ def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[in
     every group it belongs to. The ordinary wait is the median wait of the group's *other*
     members: on a busy host every member of a group waits a few ms per step for whichever
     member happened to come last, and that wait, which every member has, is no sign that
-    someone held this rank up (live fault suite, checkpoint: the culprit, late into its pair
-    group in 70-87 % of calls, waited 5-8 ms/step in the world all_reduce like all its
-    members, no straggler there, and was taken for a propagated victim)."""
+    someone held this rank up (decisions table, docs/detection.md: "ordinary wait")."""
     out: dict[int, list[tuple[str, float]]] = defaultdict(list)
     if not ranks:
         return out
@@ -495,10 +489,7 @@ def _uncompared_collectives(rank_windows: dict[int, RankWindow], comparisons: li
     """Ranks whose RankWindow names a collective group this window has no comparison of
     (the window was evaluated on the timer before it came): whether such a rank waited in that
     group for someone else, a propagated victim, cannot be told, so its late entries are not
-    raised from this window. Evidence (live fault suite, host-copies): the job's last window
-    before its end was evaluated without the 2-rank pair groups' comparisons (stored a moment
-    later: rank 1 last there in 97 % of calls), and rank 0, which waited in its pair group
-    for rank 1 and so came late into the world all_reduce, was named ``slow_function``."""
+    raised from this window (decisions table, docs/detection.md: "uncompared collectives")."""
     compared = {c["function"] for c in comparisons}
     return {int(r) for r, rw in rank_windows.items()
             if any(str(f).startswith(COMM_PREFIX) and f not in compared for f in rw.get("functions") or [])}
