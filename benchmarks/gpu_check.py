@@ -101,14 +101,8 @@ def run_contract(out: Path, gpu: bool) -> dict[str, Any]:
     (out / "pytest.log").write_text(proc.stdout + proc.stderr)
     if not report.exists():
         return _failed(proc.stdout[-1500:] + proc.stderr[-1500:])
-    cases = []
-    gpu_names = _gpu_marked(proc.stdout)
-    for case in ET.parse(report).getroot().iter("testcase"):
-        state = "passed"
-        for tag in ("failure", "error", "skipped"):
-            if case.find(tag) is not None:
-                state = tag
-        cases.append((case.get("name", ""), state, (case.find("failure") if state == "failure" else None)))
+    cases = junit_cases(report)
+    gpu_names = _gpu_marked()
     counts = Counter(state for _, state, _ in cases)
     result: dict[str, Any] = {"status": "ok" if not counts["failure"] and not counts["error"] else "failed",
                               "counts": dict(counts), "gpu": gpu}
@@ -120,7 +114,19 @@ def run_contract(out: Path, gpu: bool) -> dict[str, Any]:
     return result
 
 
-def _gpu_marked(_stdout: str) -> set[str]:
+def junit_cases(report: Path) -> list[tuple[str, str, Any]]:
+    """(name, passed/failure/error/skipped, the failure element or None) of each test case."""
+    cases = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        state = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                state = tag
+        cases.append((case.get("name", ""), state, case.find("failure") if state == "failure" else None))
+    return cases
+
+
+def _gpu_marked() -> set[str]:
     """Names of the tests marked ``gpu`` in the test files (they need the real runtime)."""
     names = set()
     for rel in TEST_FILES:
@@ -138,14 +144,7 @@ def nccl_part(contract: dict[str, Any], out: Path) -> dict[str, Any]:
         return _skipped("part a did not run")
     names = ("test_an_nccl_collectives_future_completes_at_enqueue_while_it_is_still_pending[real]",
              "test_nccl_collective_queued_behind_a_spin_is_pending_then_completed")
-    seen = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        if case.get("name") in names:
-            state = "passed"
-            for tag in ("failure", "error", "skipped"):
-                if case.find(tag) is not None:
-                    state = tag
-            seen[case.get("name")] = state
+    seen = {name: state for name, state, _ in junit_cases(report) if name in names}
     if not seen or any(s == "skipped" for s in seen.values()):
         return _skipped("no CUDA GPU") if not seen or all(s == "skipped" for s in seen.values()) else \
             {"status": "partial", "tests": seen}
@@ -170,7 +169,7 @@ def nccl_probe() -> dict[str, Any]:
         x = torch.ones(1 << 20, device="cuda")
         dist.all_reduce(x)
         torch.cuda.synchronize()
-        hz = _clock_hz()
+        hz = spin_clock_hz()
         torch.cuda._sleep(int(0.2 * hz))
         work = dist.all_reduce(x, async_op=True)
         fut = work.get_future()
@@ -208,7 +207,7 @@ def run_shared_gpu(out: Path, seconds: float, fault_at_s: float, spin_ms: float,
     env = {**os.environ, "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": f"spool:{spool}",
            "GPU_SHARE_SLOW_RANK": str(slow_rank), "GPU_SHARE_FAULT_AT_S": str(fault_at_s),
            "GPU_SHARE_SECONDS": str(seconds), "GPU_SHARE_SPIN_MS": str(spin_ms),
-           "GPU_SHARE_CLOCK_HZ": str(_clock_hz()), "GPU_SHARE_ONSET": str(onset),
+           "GPU_SHARE_CLOCK_HZ": str(spin_clock_hz()), "GPU_SHARE_ONSET": str(onset),
            "PERFTRACKER_COLLECTOR_USER_CODE_PATHS": str(SHARE_SCRIPT.parent)}
     cmd = [sys.executable, "-m", "perftracker.deploy.cli", "launch", "--job", "gpu-share", "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
@@ -229,15 +228,19 @@ def run_shared_gpu(out: Path, seconds: float, fault_at_s: float, spin_ms: float,
     return result
 
 
-def _clock_hz() -> float:
-    import torch
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)
+def spin_clock_hz(cuda: Any = None, cycles: int = 50_000_000) -> float:
+    """Cycles per second of ``cuda._sleep`` (``torch.cuda`` by default), measured with an event
+    pair around a spin of ``cycles`` after a warm-up one (the first spin loads the kernel)."""
+    if cuda is None:
+        import torch
+        cuda = torch.cuda
+    start, stop = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+    cuda._sleep(1000)
     start.record()
-    torch.cuda._sleep(50_000_000)
+    cuda._sleep(cycles)
     stop.record()
     stop.synchronize()
-    return 50_000_000 / (start.elapsed_time(stop) * 1e-3)
+    return cycles / (start.elapsed_time(stop) * 1e-3)
 
 
 def judge_shared_gpu(messages: list, slow_rank: int, onset: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def timed_callable(fn: Callable, name: str, kind: int, rec: Recorder) -> Callabl
 
 def device_timed_callable(fn: Callable, name: str, kind: int, rec: Recorder, cuda: Any) -> Callable:
     """:func:`timed_callable` plus the call's device time (:mod:`.cuda_timing`) once CUDA is in use."""
-    errors = rec.errors
+    timed = timed_callable(fn, name, kind, rec)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -52,15 +52,13 @@ def device_timed_callable(fn: Callable, name: str, kind: int, rec: Recorder, cud
         step = rec.step
         t0 = perf_counter_ns()
         try:
-            return fn(*args, **kwargs)
+            return timed(*args, **kwargs)
         finally:
-            t1 = perf_counter_ns()
-            try:
-                rec.span(kind, name, t0, t1 - t0)
-                if ev is not None:
+            if ev is not None:
+                try:
                     cuda.end_phase(ev, name, step, t0)
-            except Exception as exc:  # noqa: BLE001
-                errors.caught(name, exc)
+                except Exception as exc:  # noqa: BLE001
+                    rec.errors.caught(name, exc)
 
     return wrapper
 

@@ -157,11 +157,12 @@ def phases(outliers: Iterable[Mapping[str, Any]]) -> list[PhaseExcess]:
     return out
 
 
-def host_only_excess(outliers: Iterable[Mapping[str, Any]]) -> float:
-    """Host excess of the compute phases beyond the device excess of the same phase (ms/step)."""
+def host_only_excess(outliers: Iterable[Mapping[str, Any]], per_phase: list[PhaseExcess] | None = None) -> float:
+    """Host excess of the compute phases beyond the device excess of the same phase (ms/step);
+    ``per_phase``: :func:`phases` of the same outliers, when already computed."""
     outs = list(outliers)
     device: dict[int, float] = {}
-    for p in phases(outs):
+    for p in phases(outs) if per_phase is None else per_phase:
         device[p.phase] = device.get(p.phase, 0.0) + p.device_ms
     return sum(max(0.0, h - device.get(k, 0.0)) for k, h in _host_by_phase(outs).items())
 
@@ -180,4 +181,4 @@ def gpu_side(outliers: Iterable[Mapping[str, Any]], min_cost_ms: float, share: f
     host_total = sum(_host_by_phase(outs).values())
     if device_only < min_cost_ms or device_total < share * host_total:
         return None
-    return GpuSide(device_only, host_only_excess(outs), max(per_phase, key=lambda p: p.device_only_ms))
+    return GpuSide(device_only, host_only_excess(outs, per_phase), max(per_phase, key=lambda p: p.device_only_ms))

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from benchmarks.gpu_check import spin_clock_hz
 from tests.fake_cuda import CLOCK_HZ, FakeCuda, FakeCudaTensor, FakeNcclGroup
 
 torch = pytest.importorskip("torch")
@@ -30,7 +31,7 @@ class Runtime:
             self.hz = CLOCK_HZ
         else:
             self.cuda = torch.cuda
-            self.hz = _real_clock_hz()
+            self.hz = spin_clock_hz(torch.cuda, 20_000_000)
         self._group = None
 
     def tensor(self, n: int = 1024):
@@ -61,17 +62,6 @@ class Runtime:
         self.cuda.synchronize()
         if self._group is not None:
             self._group.destroy_process_group()
-
-
-def _real_clock_hz() -> float:
-    """Cycles per second of torch.cuda._sleep, measured once with events."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    stop.record()
-    stop.synchronize()
-    return 20_000_000 / (start.elapsed_time(stop) * 1e-3)
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=[
