@@ -2,7 +2,7 @@
 # Build from the repository root:  docker build -t ghcr.io/perftracker/perftracker:0.1.0 .
 # Stage 1 builds wheels (perftracker with the `server` extra: workers, sink, Grafana tooling,
 # and their dependencies); stage 2 installs them into a slim runtime with no build tools and
-# runs as an unprivileged user. Training images need only `pip install perftracker`. No HEALTHCHECK: one
+# runs as an unprivileged user. Training images need only `pip install perftracker-ml`. No HEALTHCHECK: one
 # image runs three roles, so compose and Kubernetes probe each role (docs/deploy.md).
 #
 # Base image: python 3.11 (the version CI tests) slim bookworm, pinned by tag and digest.
@@ -33,7 +33,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PERFTRACKER_DATA_DIR=/var/lib/perftracker
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels "perftracker[server]==${PERFTRACKER_VERSION}" \
+    pip install --no-cache-dir --no-index --find-links=/wheels "perftracker-ml[server]==${PERFTRACKER_VERSION}" \
     && groupadd --system --gid 10001 perftracker \
     && useradd --system --uid 10001 --gid perftracker --no-create-home --shell /usr/sbin/nologin perftracker \
     && install -d -o perftracker -g perftracker -m 0750 /var/lib/perftracker

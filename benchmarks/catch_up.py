@@ -3,7 +3,7 @@
 The job (:class:`benchmarks.scale.SyntheticRanks`, ``--functions 10``: 100 events per
 rank per second in one batch per rank per second, TP 8 x PP 4 x DP from 512 ranks; rank 1's
 layer block 5 ms per step slower, its DP peers the victims) is run through the worker path
-(:class:`perftracker.streams.topology.LocalRunner`: summarize -> compare -> diagnose, in this
+(:class:`perftracker_ml.streams.topology.LocalRunner`: summarize -> compare -> diagnose, in this
 process) twice per size:
 
 * ``live``: each second's batches arrive when they were sent (the caller's clock is the
@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.deploy.workloads.ranks import MS, SLOW_RANK, TICK_MS, SyntheticRanks
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.job_clock import JobClock
-from perftracker.streams.topology import LocalRunner
+from perftracker_ml.deploy.workloads.ranks import MS, SLOW_RANK, TICK_MS, SyntheticRanks
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.job_clock import JobClock
+from perftracker_ml.streams.topology import LocalRunner
 
 DEFAULT_SIZES = (2048, 8192)
 
@@ -243,7 +243,7 @@ def run_size(ranks: int, seconds: int, functions: int, behind_s: int, wall_clock
 # ---- the real worker -----------------------------------------------------------------------------
 def produce_backlog(bootstrap: str, topic: str, ranks: int, seconds: int, functions: int, wall0_ns: int) -> int:
     from confluent_kafka import Producer
-    from perftracker.schemas import Codec
+    from perftracker_ml.schemas import Codec
 
     codec = Codec(EVENT_BATCH)
     sim = _sim(ranks, functions, wall0_ns, 0)
@@ -268,9 +268,9 @@ def produce_backlog(bootstrap: str, topic: str, ranks: int, seconds: int, functi
 def read_back(bootstrap: str, prefix: str) -> Outcome:
     """The RankWindows on the findings topic and the OPEN anomalies on the anomalies topic."""
     from confluent_kafka import Consumer, TopicPartition
-    from perftracker.schemas import MultiCodec, bundle
-    from perftracker.schemas.topics import TopicNames
-    from perftracker.schemas.vocabulary import FUNCTION_COMPARISON
+    from perftracker_ml.schemas import MultiCodec, bundle
+    from perftracker_ml.schemas.topics import TopicNames
+    from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON
 
     names = TopicNames.for_prefix(prefix)
     out = Outcome()
@@ -296,7 +296,7 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
 
 
 def _worker_counters(port: int) -> dict[str, Any]:
-    from perftracker.deploy.stack import worker_stats
+    from perftracker_ml.deploy.stack import worker_stats
 
     return (worker_stats(port) or {}).get("counters", {})
 
@@ -307,9 +307,9 @@ def run_worker(ranks: int, seconds: int, functions: int, behind_s: int, timeout_
     import tempfile
     from pathlib import Path
 
-    from perftracker.deploy.tansu import start_broker
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.deploy.tansu import start_broker
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     from .faust_worker import _cpu_s, start_worker
 

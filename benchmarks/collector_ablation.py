@@ -80,11 +80,11 @@ def measure(rounds: int, steps: int) -> dict:
 
     import torch
     import torch.distributed as dist
-    from perftracker.collectors import api
-    from perftracker.deploy.tansu import free_port
+    from perftracker_ml.collectors import api
+    from perftracker_ml.deploy.tansu import free_port
     from torch.utils.data import TensorDataset
 
-    logging.getLogger("perftracker.collectors").setLevel(logging.ERROR)
+    logging.getLogger("perftracker_ml.collectors").setLevel(logging.ERROR)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1)

@@ -73,13 +73,13 @@ def _overhead_ns(bare: Callable[[], object], wrapped: Callable[[], object], n: i
 def measure(n: int = 2_000, rounds: int = 101, breakdown: bool = False) -> dict[str, float]:
     import torch
     import torch.distributed as dist
-    from perftracker.collectors.comm import OP_SPECS, CommTimer
-    from perftracker.collectors.hooks_python import timed_callable
-    from perftracker.collectors.iteration import IterationDetector
-    from perftracker.collectors.recorder import Recorder
-    from perftracker.collectors.safety import ErrorBudget
-    from perftracker.deploy.tansu import free_port
-    from perftracker.schemas.vocabulary import SpanKind
+    from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+    from perftracker_ml.collectors.hooks_python import timed_callable
+    from perftracker_ml.collectors.iteration import IterationDetector
+    from perftracker_ml.collectors.recorder import Recorder
+    from perftracker_ml.collectors.safety import ErrorBudget
+    from perftracker_ml.deploy.tansu import free_port
+    from perftracker_ml.schemas.vocabulary import SpanKind
 
     rec = Recorder(1 << 20, IterationDetector(), ErrorBudget())
 
@@ -115,8 +115,8 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
     name and the variants' installers (each returns its undo): the two routes, and each
     route's interception alone (its hooks calling the op with no recording)."""
     import torch.distributed._functional_collectives  # noqa: F401 - the ops' Python parts, bare pair included
-    from perftracker.collectors.functional import DISPATCHER, PYTHON, FunctionalTimer, _Hook
-    from perftracker.collectors.groups import GroupRegistry
+    from perftracker_ml.collectors.functional import DISPATCHER, PYTHON, FunctionalTimer, _Hook
+    from perftracker_ml.collectors.groups import GroupRegistry
 
     ops = torch.ops._c10d_functional
     name = dist.group.WORLD.group_name
@@ -233,12 +233,12 @@ def _instructions_child(variant: str, workdir: str) -> None:
 
     import torch
     import torch.distributed as dist
-    from perftracker.collectors.comm import OP_SPECS, CommTimer
-    from perftracker.collectors.hooks_python import timed_callable
-    from perftracker.collectors.iteration import IterationDetector
-    from perftracker.collectors.recorder import Recorder
-    from perftracker.collectors.safety import ErrorBudget
-    from perftracker.schemas.vocabulary import SpanKind
+    from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+    from perftracker_ml.collectors.hooks_python import timed_callable
+    from perftracker_ml.collectors.iteration import IterationDetector
+    from perftracker_ml.collectors.recorder import Recorder
+    from perftracker_ml.collectors.safety import ErrorBudget
+    from perftracker_ml.schemas.vocabulary import SpanKind
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)

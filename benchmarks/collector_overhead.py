@@ -72,8 +72,8 @@ def _run(with_collectors: bool, workdir: Path, idx: int, env: dict[str, str],
     stats = workdir / f"stats-{idx}-{{rank}}.json"
     run_env = {**os.environ, **env, "TRAIN_REPORT": str(report),
                "PERFTRACKER_COLLECTOR_STATS_FILE": str(stats), **(with_env if with_collectors else {})}
-    prefix = [sys.executable, "-c", "import sys; from perftracker.collectors.launch import run; "
-              "from perftracker.schemas.settings_loader import load_settings; "
+    prefix = [sys.executable, "-c", "import sys; from perftracker_ml.collectors.launch import run; "
+              "from perftracker_ml.schemas.settings_loader import load_settings; "
               f"sys.exit(run(sys.argv[1:], 'bench-{idx}', load_settings()))"]
     cmd = (prefix if with_collectors else []) + _torchrun(model, int(env.get("TRAIN_STEPS", "0")))
     subprocess.run(cmd, env=run_env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,9 +95,9 @@ def measure(pairs: int, steps: int, base_env: dict[str, str] | None = None,
             until_half_width_pct: float = 0.0, max_pairs: int = 0, max_seconds: float = 0.0) -> dict:
     """``pairs`` interleaved pairs; with ``until_half_width_pct``, more (up to ``max_pairs``)
     until the step-time ratio's 95% interval is that narrow."""
-    from perftracker.deploy.tansu import start_broker
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import all_topics
+    from perftracker_ml.deploy.tansu import start_broker
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import all_topics
 
     broker = start_broker()
     try:

@@ -1,7 +1,7 @@
 """One comparison window at scale: ``python -m benchmarks.compare_scale [--json]``.
 
 100,000 ranks x 100 functions (ms per step, lognormal jitter, a few slow ranks, two peer
-groups) scored by :func:`perftracker.streams.detect.columnar.peer_scores`, plus one
+groups) scored by :func:`perftracker_ml.streams.detect.columnar.peer_scores`, plus one
 100,000-member collective over 20 seqs through ``collective_lateness``: the vectorized
 math FunctionComparator runs, on one core. Prints ranks, functions, seconds (best of two
 untraced runs) and peak_mb = input arrays + tracemalloc peak of the computation (MB),
@@ -22,8 +22,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # one core
 
 import numpy as np  # noqa: E402
-from perftracker.streams.detect import DetectionPolicy  # noqa: E402
-from perftracker.streams.detect.columnar import collective_lateness, peer_scores  # noqa: E402
+from perftracker_ml.streams.detect import DetectionPolicy  # noqa: E402
+from perftracker_ml.streams.detect.columnar import collective_lateness, peer_scores  # noqa: E402
 
 
 def build(ranks: int, functions: int, seqs: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """The corpus of recorded real runs and their truth, and how a replay of one is scored.
 
 ``benchmarks/recordings/<set>/<name>.ptrec`` is a recording (``perftracker record``: the
-job's input messages as they arrived, :mod:`perftracker.schemas.recording`) and
+job's input messages as they arrived, :mod:`perftracker_ml.schemas.recording`) and
 ``<name>.truth.json`` beside it says what a correct diagnosis names (:class:`Truth`),
 written by whoever staged the fault (``benchmarks.record_corpus``), never read off a
 diagnosis. ``<set>`` is ``tuning`` (rules may be changed until these are right) or
@@ -75,7 +75,7 @@ class Entry:
 
 def entries(root: Path = CORPUS_DIR, sets: tuple[str, ...] = SETS) -> list[Entry]:
     """Every recording of ``sets`` under ``root`` with its truth, by set then name."""
-    from perftracker.schemas.recording import SUFFIX, truth_path
+    from perftracker_ml.schemas.recording import SUFFIX, truth_path
 
     out = []
     for s in sets:

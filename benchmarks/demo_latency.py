@@ -21,9 +21,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from perftracker.deploy.demo.runner import FAULTS, run_demo
-from perftracker.deploy.stack import down
-from perftracker.schemas.settings_loader import load_settings
+from perftracker_ml.deploy.demo.runner import FAULTS, run_demo
+from perftracker_ml.deploy.stack import down
+from perftracker_ml.schemas.settings_loader import load_settings
 
 
 def measure(fault: str, data_dir: Path, steps: int) -> dict:

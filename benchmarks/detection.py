@@ -2,7 +2,7 @@
 
 Runs every scenario of :mod:`benchmarks.scenarios` through the engine's real classes
 (FunctionComparator and JobDiagnoser always; RankSummarizer too for event-level jobs),
-wired as the stream workers wire them (``perftracker.streams.topology.LocalRunner``), on a
+wired as the stream workers wire them (``perftracker_ml.streams.topology.LocalRunner``), on a
 simulated clock, then scores the OPEN incidents against the ground truth:
 
 * an incident *matches* a truth when its ranks are a non-empty subset of the culprit ranks
@@ -25,12 +25,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-from perftracker.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
-from perftracker.deploy.workloads.simulate.patterns import PatternSim
-from perftracker.deploy.workloads.simulate.records import T0_MS
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import LocalRunner, Routed
+from perftracker_ml.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
+from perftracker_ml.deploy.workloads.simulate.patterns import PatternSim
+from perftracker_ml.deploy.workloads.simulate.records import T0_MS
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import LocalRunner, Routed
 
 from .scenarios import Scenario, event_scenarios, pattern_scenarios, stress_scenarios
 

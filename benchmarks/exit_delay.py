@@ -44,7 +44,7 @@ def one_run(seconds: float, every_s: float, duration_s: float, timeout_s: float)
         env.update({"PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": str(every_s),
                     "PERFTRACKER_COLLECTOR_PROFILE_DURATION_S": str(duration_s),
                     "LF_RUN_FILE": str(run_file), "LF_MAX_S": str(seconds + timeout_s)})
-        cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(work / "stack"), "launch",
+        cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(work / "stack"), "launch",
                "--job", f"exit-delay-{os.getpid()}", "--", sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node=4", str(TRAIN_SCRIPT)]
         with open(work / "job.log", "wb") as log:

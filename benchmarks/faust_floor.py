@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from perftracker.deploy.workloads.batches import Workload
+from perftracker_ml.deploy.workloads.batches import Workload
 
 from .faust_worker import _cpu_s, catch_up
 from .throughput import TOPIC, encode_job, produce, rate
@@ -33,9 +33,9 @@ def serve(bootstrap: str, expect: int, out: str) -> None:
     """The counting worker (a subprocess): writes {"messages", "seconds", "cpu_s"} to ``out``
     once ``expect`` messages came, then exits."""
     import faust
-    from perftracker.deploy.tansu import free_port
-    from perftracker.schemas.settings_loader import load_settings
-    from perftracker.streams.app import bare_app
+    from perftracker_ml.deploy.tansu import free_port
+    from perftracker_ml.schemas.settings_loader import load_settings
+    from perftracker_ml.streams.app import bare_app
 
     settings = load_settings(env={"PERFTRACKER_STREAMS_APP_ID": f"floor-{time.time_ns()}"})
     app = bare_app(settings, bootstrap, web_port=free_port())
@@ -77,7 +77,7 @@ def floor(bootstrap: str, messages: int, timeout_s: float = 600.0) -> dict:
 
 
 def run(w: Workload, agent: bool) -> dict:
-    from perftracker.deploy.tansu import start_broker
+    from perftracker_ml.deploy.tansu import start_broker
 
     job = encode_job(w, time.time_ns() - int(w.seconds * 1e9))
     per_msg = job.events / job.batches

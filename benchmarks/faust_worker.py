@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from perftracker.deploy.stack import worker_stats
-from perftracker.deploy.tansu import free_port
+from perftracker_ml.deploy.stack import worker_stats
+from perftracker_ml.deploy.tansu import free_port
 
 POLL_S = 0.1
 
@@ -41,7 +41,7 @@ def start_worker(bootstrap: str, prefix: str, log: Path, app_id: str | None = No
            "PERFTRACKER_STREAMS_WEB_PORT": str(port), "PERFTRACKER_STREAMS_APP_ID": app_id or f"{prefix}-{time.time_ns()}",
            "PERFTRACKER_DATA_DIR": tempfile.mkdtemp(prefix="pt-bench-worker-"), "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", "worker"], env=env, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", "worker"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return proc, port
 

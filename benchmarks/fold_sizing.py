@@ -22,10 +22,10 @@ import argparse
 import json
 import time
 
-from perftracker.collectors.batch import event_count
-from perftracker.deploy.workloads.batches import Workload
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
-from perftracker.streams.detect.summarize import add_batches
+from perftracker_ml.collectors.batch import event_count
+from perftracker_ml.deploy.workloads.batches import Workload
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.streams.detect.summarize import add_batches
 
 from .throughput import decode_all, encode_job
 

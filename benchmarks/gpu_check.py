@@ -61,12 +61,12 @@ def ensure_importable() -> None:
     """On a machine where perftracker is not installed (a lent GPU), re-run with a package
     view of this checkout on PYTHONPATH (the ranks inherit it)."""
     try:
-        import perftracker.collectors  # noqa: F401
+        import perftracker_ml.collectors  # noqa: F401
         return
     except ImportError:
         if os.environ.get("PERFTRACKER_GPU_CHECK_PATH"):
             raise
-    view = Path(tempfile.mkdtemp(prefix="perftracker-view-")) / "perftracker"
+    view = Path(tempfile.mkdtemp(prefix="perftracker-view-")) / "perftracker_ml"
     view.mkdir()
     for name in PACKAGE_DIRS:
         (view / name).symlink_to(ROOT / name)
@@ -161,7 +161,7 @@ def nccl_probe() -> dict[str, Any]:
     (world size 1): facts the collectors' design rests on, reported as seen."""
     import torch
     import torch.distributed as dist
-    from perftracker.deploy.tansu import free_port
+    from perftracker_ml.deploy.tansu import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
@@ -199,8 +199,8 @@ def nccl_probe() -> dict[str, Any]:
 # -- b. a straggler on a shared GPU -------------------------------------------------------
 def run_shared_gpu(out: Path, seconds: float, fault_at_s: float, spin_ms: float, slow_rank: int = 2,
                    nproc: int = 4) -> dict[str, Any]:
-    from perftracker.deploy.record import record_spool
-    from perftracker.schemas.recording import Recording
+    from perftracker_ml.deploy.record import record_spool
+    from perftracker_ml.schemas.recording import Recording
 
     spool = out / "spool"
     onset = out / "onset.json"
@@ -209,7 +209,7 @@ def run_shared_gpu(out: Path, seconds: float, fault_at_s: float, spin_ms: float,
            "GPU_SHARE_SECONDS": str(seconds), "GPU_SHARE_SPIN_MS": str(spin_ms),
            "GPU_SHARE_CLOCK_HZ": str(spin_clock_hz()), "GPU_SHARE_ONSET": str(onset),
            "PERFTRACKER_COLLECTOR_USER_CODE_PATHS": str(SHARE_SCRIPT.parent)}
-    cmd = [sys.executable, "-m", "perftracker.deploy.cli", "launch", "--job", "gpu-share", "--",
+    cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "launch", "--job", "gpu-share", "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(SHARE_SCRIPT)]
     t0 = time.monotonic()
@@ -245,7 +245,7 @@ def spin_clock_hz(cuda: Any = None, cycles: int = 50_000_000) -> float:
 
 def judge_shared_gpu(messages: list, slow_rank: int, onset: dict[str, Any]) -> dict[str, Any]:
     """The replayed diagnosis of part b, and every rank's forward device time around the onset."""
-    from perftracker.streams.replay import decode_inputs, replay
+    from perftracker_ml.streams.replay import decode_inputs, replay
 
     result = replay(messages)
     last = {a["incident_id"]: a for a in result.anomalies}
@@ -274,7 +274,7 @@ def judge_shared_gpu(messages: list, slow_rank: int, onset: dict[str, Any]) -> d
 
 
 def _policy() -> Any:
-    from perftracker.streams.detect import DetectionPolicy
+    from perftracker_ml.streams.detect import DetectionPolicy
     return DetectionPolicy()
 
 
@@ -287,8 +287,8 @@ def _added(row: dict[str, Any]) -> float:
 
 def _device_forward(decoded: list, onset_step: int, margin: int = 5) -> dict[int, dict[str, Any]]:
     """Median device time (ms) of each rank's forward before and after the onset step."""
-    from perftracker.collectors.cuda_timing import DEVICE_PREFIX
-    from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
+    from perftracker_ml.collectors.cuda_timing import DEVICE_PREFIX
+    from perftracker_ml.schemas.vocabulary import EVENT_BATCH, SpanKind
 
     by_rank: dict[int, tuple[list[float], list[float]]] = {}
     for _msg, records in decoded:
@@ -330,7 +330,7 @@ def run_overhead(out: Path, pairs: int, block: int) -> dict[str, Any]:
 
 # -- e. NVML ------------------------------------------------------------------------------
 def run_nvml() -> dict[str, Any]:
-    from perftracker.collectors.hardware import open_nvml, sample
+    from perftracker_ml.collectors.hardware import open_nvml, sample
 
     nvml = open_nvml(0)
     if nvml is None:

@@ -1,6 +1,6 @@
 """Kineto trace import speed and memory: ``python -m benchmarks.import_speed --json``.
 
-Generates a data-parallel transformer job's profiler traces (:mod:`perftracker.deploy.workloads.kineto`:
+Generates a data-parallel transformer job's profiler traces (:mod:`perftracker_ml.deploy.workloads.kineto`:
 ``--ranks`` files of ``--steps`` steps, ~1 MB per rank and step; 16 x 8 by default, ~150 MB)
 into a temporary directory (or reads ``--dir``), then times the path of
 ``perftracker import-traces``: ``import_traces_with_report`` (read, JSON decode, event
@@ -27,8 +27,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
-from perftracker.streams.traces.importer import import_traces_with_report, load_batches
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.streams.traces.importer import import_traces_with_report, load_batches
 
 from .throughput import cpu_model
 

@@ -35,11 +35,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-from perftracker.deploy.demo.runner import EXPECTED_CAUSE, FAULTS, TRAIN_SCRIPT, stop_process_group
-from perftracker.deploy.stack import down, up
-from perftracker.schemas.settings import Settings
-from perftracker.schemas.settings_loader import load_settings
-from perftracker.sinks.client import diagnose
+from perftracker_ml.deploy.demo.runner import (
+    EXPECTED_CAUSE,
+    FAULTS,
+    TRAIN_SCRIPT,
+    stop_process_group,
+)
+from perftracker_ml.deploy.stack import down, up
+from perftracker_ml.schemas.settings import Settings
+from perftracker_ml.schemas.settings_loader import load_settings
+from perftracker_ml.sinks.client import diagnose
 
 WEBHOOK_ENV = "PERFTRACKER_ALERTS_WEBHOOK_URL"
 
@@ -119,7 +124,7 @@ def one_run(settings: Settings, rx: WebhookReceiver, i: int, fault: str, rank: i
     env.update({"PERFTRACKER_DEMO_FAULT": fault, "PERFTRACKER_DEMO_RANK": str(rank),
                 "PERFTRACKER_DEMO_AT_STEP": str(at_step), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
                 "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
-    cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
+    cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
            "launch", "--job", run.job, "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={ranks}", str(TRAIN_SCRIPT), "--steps", "1000000"]
     with open(work / f"{run.job}.log", "wb") as log:

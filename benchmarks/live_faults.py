@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.workloads.faults import FAULTS
+from perftracker_ml.deploy.workloads.faults import FAULTS
 
 TRAIN_SCRIPT = Path(__file__).with_name("live_faults_train.py")
 HANG = "hang"
@@ -93,7 +93,7 @@ class Scenario:
 
 def expect(fault: str, *ranks: int, **kw: Any) -> Expect:
     """What a correct diagnosis of ``fault`` on ``ranks`` says, from the fault table
-    (:data:`perftracker.deploy.workloads.faults.FAULTS`): its cause on each rank (a frozen
+    (:data:`perftracker_ml.deploy.workloads.faults.FAULTS`): its cause on each rank (a frozen
     process: named dead), or its job-wide cause, or nothing."""
     spec = FAULTS[fault]
     if spec.cause is None:
@@ -264,7 +264,7 @@ def _free_port() -> int:
 
 
 def _launch(data_dir: Path, job: str, scenario: Scenario, env: dict[str, str], log: Path) -> list[subprocess.Popen]:
-    base = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(data_dir), "launch", "--job", job,
+    base = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(data_dir), "launch", "--job", job,
             "--", sys.executable, "-m", "torch.distributed.run"]
     if scenario.nodes == 1:
         commands = [(base + ["--standalone", "--nproc-per-node=4", str(TRAIN_SCRIPT)], env)]
@@ -290,8 +290,8 @@ def _note(seen: dict[tuple, dict], rows: list[dict]) -> None:
 
 def run_scenario(settings: Any, scenario: Scenario, work: Path, onset_s: float, budget_s: float,
                  poll_s: float, linger_s: float, delay_ms: float) -> dict[str, Any]:
-    from perftracker.deploy.demo.runner import stop_process_group
-    from perftracker.sinks.client import diagnose
+    from perftracker_ml.deploy.demo.runner import stop_process_group
+    from perftracker_ml.sinks.client import diagnose
 
     job = f"lf-{scenario.name}-{int(time.time())}"
     onset_s = scenario.onset_s if scenario.onset_s is not None else onset_s
@@ -373,8 +373,8 @@ def default_stack(prefix: str, keep: bool = False) -> Iterator[tuple[Any, Path]]
     for key in [k for k in os.environ if k.startswith("PERFTRACKER_")]:
         del os.environ[key]  # `perftracker up`'s defaults, whatever this shell has set
 
-    from perftracker.deploy.stack import down, up
-    from perftracker.schemas.settings_loader import load_settings
+    from perftracker_ml.deploy.stack import down, up
+    from perftracker_ml.schemas.settings_loader import load_settings
 
     tmp = tempfile.mkdtemp(prefix=prefix)
     settings = load_settings(env={"PERFTRACKER_DATA_DIR": tmp})

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from perftracker.deploy.workloads import inject  # the workloads' shared fault mechanics
+from perftracker_ml.deploy.workloads import inject  # the workloads' shared fault mechanics
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset

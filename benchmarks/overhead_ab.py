@@ -3,7 +3,7 @@
 ``python -m benchmarks.overhead_ab --json`` trains the demo transformer
 (``deploy/demo/train_transformer.py``'s model: tensor parallel x FSDP2 over a DeviceMesh) in
 this one process at world size 1 (NCCL on a GPU, gloo on CPU), and alternates blocks of
-``--block`` steps without and with the collectors attached (``perftracker.collectors.api``:
+``--block`` steps without and with the collectors attached (``perftracker_ml.collectors.api``:
 ``attach()`` installs every hook and starts the sender thread, ``detach()`` removes them;
 messages go to a spool directory, no broker). Each block is timed from a device
 synchronize to a device synchronize, so the ratio of a with-block to the without-block
@@ -53,12 +53,12 @@ def run(pairs: int, block: int, spool: Path, model_args: dict[str, int] | None =
 
     sys.path.insert(0, str(DEMO))
     import train_transformer as tt  # the demo's model, as the demo trains it
-    from perftracker.collectors import api
+    from perftracker_ml.collectors import api
 
     use_cuda = torch.cuda.is_available()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
-        from perftracker.deploy.tansu import free_port
+        from perftracker_ml.deploy.tansu import free_port
         os.environ["MASTER_PORT"] = str(free_port())
     os.environ["PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"] = f"spool:{spool}"
     dist.init_process_group("nccl" if use_cuda else "gloo", rank=0, world_size=1,

@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.workloads.ranks import MS, SyntheticRanks
-from perftracker.schemas.vocabulary import EVENT_BATCH
-from perftracker.streams.detect import DetectionPolicy
+from perftracker_ml.deploy.workloads.ranks import MS, SyntheticRanks
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.streams.detect import DetectionPolicy
 
 from .faust_worker import start_worker
 
@@ -62,7 +62,7 @@ def _rss_mb(pid: int) -> float:
 def _consumed(port: int) -> int | None:
     """Batches the worker took in; None when its stats did not answer within 1 s (a worker
     busy with a chunk): such a sample is left out rather than read as nothing consumed."""
-    from perftracker.deploy.stack import worker_stats
+    from perftracker_ml.deploy.stack import worker_stats
 
     stats = worker_stats(port)
     if stats is None:
@@ -71,14 +71,14 @@ def _consumed(port: int) -> int | None:
 
 
 def _assigned(port: int) -> int:
-    from perftracker.deploy.stack import worker_stats
+    from perftracker_ml.deploy.stack import worker_stats
 
     return len((worker_stats(port) or {}).get("assigned") or [])
 
 
 def build(ranks: int, seconds: int, functions: int, job: str) -> tuple[list[list[tuple[bytes, bytes]]], int, int]:
     """Encoded batches per second (wall times from a start fixed after building: returned)."""
-    from perftracker.schemas import Codec
+    from perftracker_ml.schemas import Codec
 
     codec = Codec(EVENT_BATCH)
     t0 = time.perf_counter()
@@ -125,8 +125,8 @@ class Sender(threading.Thread):
 
 
 def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) -> dict[str, Any]:
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix = f"rw{time.time_ns() % 10**9}"
     ensure_topics({"bootstrap.servers": bootstrap}, all_topics(prefix))
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--functions", type=int, default=10)
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker search")
     args = ap.parse_args(argv)
-    from perftracker.deploy.tansu import start_broker
+    from perftracker_ml.deploy.tansu import start_broker
 
     trials: list[dict] = []
     broker = start_broker()

@@ -2,7 +2,7 @@
 
 Each run of :data:`PLAN` is a real job, diagnosed live by the embedded stack at default
 settings (as ``benchmarks.live_faults`` runs them), then recorded from what the input
-topics retain (``perftracker record``, :mod:`perftracker.deploy.record`) into
+topics retain (``perftracker record``, :mod:`perftracker_ml.deploy.record`) into
 ``<out>/<set>/<name>.ptrec``, with its truth (:class:`benchmarks.corpus.Truth`) beside it:
 the culprits and causes the staged fault implies, the location marker's ``file:line``, the
 onset's wall time as the training script wrote it. What the live stack said is kept in the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.workloads.faults import cause_of
+from perftracker_ml.deploy.workloads.faults import cause_of
 
 from .corpus import CORPUS_DIR, Truth
 from .live_faults import SCENARIOS, Expect, Scenario, default_stack, marker_lines, run_scenario
@@ -110,7 +110,7 @@ def _record_live(settings: Any, run: Run, work: Path, args: argparse.Namespace) 
 
 
 def _record_demo(settings: Any, run: Run) -> tuple[str, Truth]:
-    from perftracker.deploy.demo.runner import run_demo
+    from perftracker_ml.deploy.demo.runner import run_demo
 
     result = run_demo(settings, fault=run.fault, ranks=4, model=run.model, echo=lambda _line: None)
     cause = cause_of(run.fault)
@@ -135,8 +135,8 @@ def main() -> None:
     unknown = [n for n in names if n not in PLAN]
     if unknown:
         parser.error(f"unknown runs {unknown}: choose from {', '.join(PLAN)}")
-    from perftracker.deploy.record import RecordOptions, record_job
-    from perftracker.schemas.recording import SUFFIX, truth_path
+    from perftracker_ml.deploy.record import RecordOptions, record_job
+    from perftracker_ml.schemas.recording import SUFFIX, truth_path
 
     with default_stack("pt-corpus-") as (settings, work):
         for name in names:

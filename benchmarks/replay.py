@@ -2,7 +2,7 @@
 
 Every recording of the corpus (:mod:`benchmarks.corpus`: real ``torchrun`` jobs under
 ``perftracker launch``, each with its truth) goes through the stream topology on its own
-recorded clock (:func:`perftracker.streams.replay.replay`) at the default detection policy,
+recorded clock (:func:`perftracker_ml.streams.replay.replay`) at the default detection policy,
 and is scored against its truth. Prints one JSON object::
 
     {"recordings": N, "seconds": ..., "tuning": {...}, "evaluation": {"culprits_pct", "causes_pct",
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perftracker.schemas.recording import Recording
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.replay import replay
+from perftracker_ml.schemas.recording import Recording
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.replay import replay
 
 from .corpus import BASELINE, CORPUS_DIR, SETS, Entry, entries, score_replay, totals, verdict
 

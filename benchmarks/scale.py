@@ -2,7 +2,7 @@
 
 The detection core a worker runs -- summarize (RankSummarizer) -> compare
 (FunctionComparator) -> diagnose (JobDiagnoser) -- wired as the stream workers wire it
-(:class:`perftracker.streams.topology.LocalRunner`, in process, simulated clock, no
+(:class:`perftracker_ml.streams.topology.LocalRunner`, in process, simulated clock, no
 Kafka/Faust/codec), fed with the EventBatches of a synthetic job of N ranks:
 
 * each rank runs 250 ms steps of ``--functions`` functions (default 30: data loader,
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from perftracker.deploy.workloads.ranks import (  # noqa: F401 (re-exported for the benchmark's readers)
+from perftracker_ml.deploy.workloads.ranks import (  # noqa: F401 (re-exported for the benchmark's readers)
     MS,
     SLOW_RANK,
     STEP_MS,
@@ -51,9 +51,9 @@ from perftracker.deploy.workloads.ranks import (  # noqa: F401 (re-exported for 
     Layout,
     SyntheticRanks,
 )
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import STAGES, LocalRunner, Routed, Stage
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import STAGES, LocalRunner, Routed, Stage
 
 DEFAULT_SIZES = (8, 64, 512, 4096)
 
@@ -146,16 +146,16 @@ def run_size(ranks: int, windows: int, functions: int = 30, policy: DetectionPol
 def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
     """What one window of a ``ranks``-rank job puts on the internal topics and in the store:
     records and Avro bytes (encoded with the stages' codecs, and lz4-framed) per record name,
-    rows per table (``perftracker.sinks.rows``), and bytes on disk per row once written to a
-    fresh chDB store (``perftracker.sinks.schema.migrate``, then ``OPTIMIZE ... FINAL``)."""
+    rows per table (``perftracker_ml.sinks.rows``), and bytes on disk per row once written to a
+    fresh chDB store (``perftracker_ml.sinks.schema.migrate``, then ``OPTIMIZE ... FINAL``)."""
     import tempfile
     from collections import Counter
 
     import lz4.frame
-    from perftracker.schemas import Codec
-    from perftracker.sinks.rows import ROW_BUILDERS
-    from perftracker.sinks.schema import TABLES, migrate
-    from perftracker.sinks.store import Store, StoreTarget
+    from perftracker_ml.schemas import Codec
+    from perftracker_ml.sinks.rows import ROW_BUILDERS
+    from perftracker_ml.sinks.schema import TABLES, migrate
+    from perftracker_ml.sinks.store import Store, StoreTarget
 
     captured: list[Routed] = []
     run_size(ranks, windows, functions, wall0_ns=time.time_ns() - windows * 10 * 1_000_000_000, capture=captured)

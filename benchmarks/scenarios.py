@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from perftracker.deploy.workloads.simulate.faults import Fault, Truth
-from perftracker.deploy.workloads.simulate.layout import Layout
+from perftracker_ml.deploy.workloads.simulate.faults import Fault, Truth
+from perftracker_ml.deploy.workloads.simulate.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def _rank_fault(family: str, layout: Layout, rank: int, mag: float, **kw) -> tup
 
 
 def _cause(family: str) -> str:
-    from perftracker.deploy.workloads.simulate.faults import TRUE_CAUSE
+    from perftracker_ml.deploy.workloads.simulate.faults import TRUE_CAUSE
     return TRUE_CAUSE[family]
 
 

@@ -4,9 +4,9 @@
   end to end from a real (tansu) broker: consume, decode, map to rows, batched
   inserts, offset commits. Timed from the first message consumed to the last
   row written (the consumer-group join is not counted). The records are a
-  realistic job (``perftracker.deploy.workloads.store_records.job_records``), and the rows are
+  realistic job (``perftracker_ml.deploy.workloads.store_records.job_records``), and the rows are
   counted in the store afterwards (``rows`` must equal ``rows_expected``,
-  what the Python mapping of :mod:`perftracker.sinks.rows` gives): per rank and
+  what the Python mapping of :mod:`perftracker_ml.sinks.rows` gives): per rank and
   5 s window, 5 function patterns and one RankWindow carrying 50 iterations;
   per window, two FunctionComparisons (the all-reduce, the data loader).
   ``sink_cpu_s`` is the CPU time this process (the sink's threads, librdkafka,
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from perftracker.deploy.tansu import start_broker
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import MultiCodec
-from perftracker.schemas.settings import (
+from perftracker_ml.deploy.tansu import start_broker
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import MultiCodec
+from perftracker_ml.schemas.settings import (
     AlertSettings,
     KafkaSettings,
     Secret,
@@ -40,16 +40,16 @@ from perftracker.schemas.settings import (
     StoreSettings,
     StreamSettings,
 )
-from perftracker.schemas.topics import TopicNames, all_topics
-from perftracker.schemas.vocabulary import (
+from perftracker_ml.schemas.topics import TopicNames, all_topics
+from perftracker_ml.schemas.vocabulary import (
     ANOMALY,
     FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
     RANK_WINDOW,
 )
-from perftracker.sinks.rows import flat_rows
-from perftracker.sinks.schema import TABLES
-from perftracker.sinks.service import SinkService, tune_gc
+from perftracker_ml.sinks.rows import flat_rows
+from perftracker_ml.sinks.schema import TABLES
+from perftracker_ml.sinks.service import SinkService, tune_gc
 
 NAMES = [FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON, ANOMALY]
 
@@ -144,7 +144,7 @@ def run(ranks: int, windows: int, alerts: int, raw_ingest: bool = True) -> dict:
     tune_gc()  # as run_sink does in the sink process
     service = SinkService(settings)
     try:
-        from perftracker.schemas.kafka_admin import ensure_topics
+        from perftracker_ml.schemas.kafka_admin import ensure_topics
 
         ensure_topics(conf, all_topics("bench", 8))
         expected, n_msgs = _produce_job(conf, topics, ranks, windows)

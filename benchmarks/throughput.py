@@ -1,6 +1,6 @@
 """One worker process's throughput, broker to per-window statistics: ``python -m benchmarks.throughput --json``.
 
-The job (:mod:`perftracker.deploy.workloads.batches`): ``--ranks`` ranks of a TP x PP x DP job, ``--seconds``
+The job (:mod:`perftracker_ml.deploy.workloads.batches`): ``--ranks`` ranks of a TP x PP x DP job, ``--seconds``
 of its EventBatches built by the collectors' own BatchBuilder and encoded with the
 collectors' codec, ~92 events per rank per second in one batch per rank per second.
 The batches are produced to a real tansu broker first (lz4, keyed job|rank, as the
@@ -42,19 +42,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.collectors.batch import event_count
-from perftracker.deploy.workloads.batches import Workload, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.rules import limits_for
-from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.validate import validate
-from perftracker.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
-from perftracker.streams.agents.stage import TAKE_MESSAGES
-from perftracker.streams.context import StreamContext
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
-from perftracker.streams.detect.summarize import add_batches
-from perftracker.streams.gaps import GapMetrics
-from perftracker.streams.topology import TopicRole
+from perftracker_ml.collectors.batch import event_count
+from perftracker_ml.deploy.workloads.batches import Workload, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.rules import limits_for
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
+from perftracker_ml.streams.agents.stage import TAKE_MESSAGES
+from perftracker_ml.streams.context import StreamContext
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.streams.detect.summarize import add_batches
+from perftracker_ml.streams.gaps import GapMetrics
+from perftracker_ml.streams.topology import TopicRole
 
 from .faust_worker import catch_up
 
@@ -238,8 +238,8 @@ PARTITIONS = 8
 
 def produce(bootstrap: str, job: Job) -> None:
     from confluent_kafka import Producer
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import Topic
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import Topic
 
     ensure_topics({"bootstrap.servers": bootstrap}, [Topic(TOPIC, PARTITIONS, "job|rank", "bench")])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
@@ -346,7 +346,7 @@ def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | N
     state, and (``faust``) a real worker's catch-up rates."""
     broker = None
     if bootstrap is None:
-        from perftracker.deploy.tansu import start_broker
+        from perftracker_ml.deploy.tansu import start_broker
         broker = start_broker()
         bootstrap = broker.bootstrap
     try:

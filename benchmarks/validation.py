@@ -2,7 +2,7 @@
 
 For each record the worker or the sink validates: the decode the record goes through
 anyway (the worker's ``MultiCodec``, the sink's fast ``RecordDecoder``) and
-:func:`perftracker.schemas.validate.validate` on the decoded record, in CPU microseconds
+:func:`perftracker_ml.schemas.validate.validate` on the decoded record, in CPU microseconds
 (best of 7 rounds of ``process_time``, so a busy machine inflates them less), per record
 and per event for EventBatches: one rank's batch of one second of a synthetic 8-rank job
 (~150 events) and one of 20 seconds (~3,000 events, a collector with a long flush interval).
@@ -16,11 +16,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, MultiCodec
-from perftracker.schemas.validate import validate
-from perftracker.sinks.decode import RecordDecoder
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, MultiCodec
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.sinks.decode import RecordDecoder
 
 SINK_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
 

@@ -15,7 +15,7 @@ a totals line:
 
 Trace sets: the real 8-rank DLRM step (``--dlrm PATH``, default ``$PERFTRACKER_DLRM_TRACES``;
 a ``.tar.gz`` or a directory; left out, with a note, when absent) and traces this module
-generates with :mod:`perftracker.deploy.workloads.kineto` (GPU-shaped: NCCL all-reduce kernels, a compute
+generates with :mod:`perftracker_ml.deploy.workloads.kineto` (GPU-shaped: NCCL all-reduce kernels, a compute
 stream): a slow forward on one rank, a rank late into 4 of 6 all-reduces on a noisy host,
 a rank late into every all-reduce, and noise alone. ``expected`` is the set of culprit
 ranks a correct diagnosis names (none for noise); ``victims`` are ranks that must not be
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.workloads.kineto import NCCL_KERNEL_PRE_2_19, TraceJob, write_job
-from perftracker.streams.traces.importer import import_traces_with_report
+from perftracker_ml.deploy.workloads.kineto import NCCL_KERNEL_PRE_2_19, TraceJob, write_job
+from perftracker_ml.streams.traces.importer import import_traces_with_report
 
 DLRM_ENV = "PERFTRACKER_DLRM_TRACES"
 HTA_MISSING = "holistictraceanalysis is not installed: pip install holistictraceanalysis (or pip install -e '.[dev,hta]')"

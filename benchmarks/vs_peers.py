@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.demo.runner import stop_process_group
-from perftracker.deploy.stack import down, up
-from perftracker.schemas.settings import Settings
-from perftracker.schemas.settings_loader import load_settings
-from perftracker.sinks.client import diagnose
+from perftracker_ml.deploy.demo.runner import stop_process_group
+from perftracker_ml.deploy.stack import down, up
+from perftracker_ml.schemas.settings import Settings
+from perftracker_ml.schemas.settings_loader import load_settings
+from perftracker_ml.sinks.client import diagnose
 
 TRAIN = Path(__file__).resolve().parent / "vs_peers_train.py"
 NVRX_MISSING = "nvidia-resiliency-ext is not installed: pip install -e '.[dev,peers]'"
@@ -120,7 +120,7 @@ def run_tool(tool: str, args: argparse.Namespace, work: Path, settings: Settings
     cmd = train
     if tool == "perftracker":
         assert settings is not None
-        cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
+        cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
                "launch", "--job", job, "--", *train]
     run_env = dict(env if env is not None else os.environ)
     run_env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})

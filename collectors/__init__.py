@@ -1,4 +1,4 @@
-"""perftracker.collectors: per-rank instrumentation inside the training process.
+"""perftracker_ml.collectors: per-rank instrumentation inside the training process.
 
 Public API::
 

@@ -17,7 +17,7 @@ from .config import load_attach_settings
 from .identity import identity_from_env
 from .job_agreement import provisional_job, settled_job, world_size
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -46,7 +46,7 @@ def _perftracker_sitecustomize():
         except Exception:
             traceback.print_exc()
     try:
-        from perftracker.collectors.bootstrap import boot
+        from perftracker_ml.collectors.bootstrap import boot
         boot()
     except Exception as exc:
         sys.stderr.write("perftracker: collector bootstrap failed: %r\\n" % (exc,))

@@ -1,6 +1,6 @@
 """The per-process collector: wires recorder, hooks, sender and the optional parts.
 
-Only :func:`perftracker.collectors.attach` creates one. Torch hooks go in as
+Only :func:`perftracker_ml.collectors.attach` creates one. Torch hooks go in as
 soon as ``torch`` is imported (immediately if it already is), so a bootstrap
 that attaches before the user's script runs never imports torch itself.
 """
@@ -35,7 +35,7 @@ from .safety import ErrorBudget
 from .selfcost import background_cpu_by_thread
 from .transport import KafkaSink, NullSink, Sender, SpoolSink
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 
 @dataclass(frozen=True)

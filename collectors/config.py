@@ -1,6 +1,6 @@
-"""What :func:`perftracker.collectors.attach` reads: the collector and Kafka settings.
+"""What :func:`perftracker_ml.collectors.attach` reads: the collector and Kafka settings.
 
-Both sections are declared in :mod:`perftracker.schemas.settings` (``collector``
+Both sections are declared in :mod:`perftracker_ml.schemas.settings` (``collector``
 and ``kafka``; `perftracker config` lists them) and read here from the
 environment only (``PERFTRACKER_COLLECTOR_*``, ``PERFTRACKER_KAFKA_*``), so
 ``PERFTRACKER_COLLECTOR_FLUSH_INTERVAL_S=2`` sets ``flush_interval_s``.

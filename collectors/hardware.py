@@ -20,7 +20,7 @@ from typing import Any
 from .identity import RankIdentity
 from .safety import ErrorBudget
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 SEND_EVERY_S = 5.0
 FIELDS = ("wall_ns", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "util_gpu_pct",

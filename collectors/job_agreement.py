@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 STORE_KEY = "perftracker/job"
 PROVISIONAL_ENV = "PERFTRACKER_COLLECTOR_PROVISIONAL_JOB"

@@ -16,7 +16,7 @@ from .transport import KafkaSink, SpoolSink
 if TYPE_CHECKING:
     from .collector import Collector
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 
 def start_optional_parts(collector: Collector, torch: ModuleType) -> None:

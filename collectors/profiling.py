@@ -38,7 +38,7 @@ from ..schemas.vocabulary import OpKind
 from .events import OpSummary
 from .safety import ErrorBudget
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 MAX_OPS_PER_WINDOW = 200
 

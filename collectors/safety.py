@@ -9,7 +9,7 @@ import time
 from ..schemas.redact import redact_configured
 from .counters import CollectorCounters
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 
 class ErrorBudget:

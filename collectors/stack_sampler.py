@@ -63,7 +63,7 @@ def _library_roots() -> tuple[str, ...]:
 
 
 LIBRARY_ROOTS = _library_roots()
-LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}perftracker{os.sep}")
+LIBRARY_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}perftracker{os.sep}", f"{os.sep}perftracker_ml{os.sep}")
 
 
 def user_parts(setting: str) -> tuple[str, ...]:

@@ -28,9 +28,9 @@ from .identity import RankIdentity
 from .recorder import Recorder
 from .safety import ErrorBudget
 
-LIBRDKAFKA_LOGGER = "perftracker.collectors.librdkafka"
+LIBRDKAFKA_LOGGER = "perftracker_ml.collectors.librdkafka"
 
-log = logging.getLogger("perftracker.collectors")
+log = logging.getLogger("perftracker_ml.collectors")
 
 # a collective still in flight this long is reported as entered (hang culprits); shorter calls
 # usually complete before the next batch and need no marker
@@ -186,7 +186,7 @@ class NullSink:
 
 class SpoolSink:
     """No broker, a directory (``spool:DIR``): every message goes to this process's spool file
-    (:mod:`perftracker.schemas.spool`), written by the sender thread; a message past the
+    (:mod:`perftracker_ml.schemas.spool`), written by the sender thread; a message past the
     file's bound is counted as lost, as an undeliverable one is."""
 
     wire_at_ns = 0  # no wire: wire_bytes stays unknown

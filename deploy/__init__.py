@@ -1,1 +1,1 @@
-"""perftracker.deploy"""
+"""perftracker_ml.deploy"""

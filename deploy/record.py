@@ -4,7 +4,7 @@ Reads the input topics (events and hardware) of the configured prefix from the s
 every partition with a consumer of its own (no group offsets committed: the stream
 workers' reading is untouched), keeps the messages whose key names the job (``job|rank``,
 as the collectors key them; a message without a key is decoded to find its job), and
-writes them, bytes untouched, to a recording (:mod:`perftracker.schemas.recording`).
+writes them, bytes untouched, to a recording (:mod:`perftracker_ml.schemas.recording`).
 
 Two ways to stop, for the two uses:
 
@@ -144,7 +144,7 @@ def record_job(settings: Settings, out: Path, options: RecordOptions,
 
 def record_spool(directory: Path, out: Path, job: str | None = None, note: str = "") -> tuple[str, int]:
     """A recording of one job's messages from a spool directory (collectors run with
-    ``spool:DIR``, no broker: :mod:`perftracker.schemas.spool`); returns (job, messages).
+    ``spool:DIR``, no broker: :mod:`perftracker_ml.schemas.spool`); returns (job, messages).
     Each spool file is one partition, its frames the offsets. ``job`` None: the spool's only
     job (several: an error naming them)."""
     from ..schemas.spool import SpoolReading, read_spool
@@ -179,6 +179,6 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("perftracker")
+        return version("perftracker-ml")
     except PackageNotFoundError:
         return ""

@@ -71,7 +71,7 @@ def _child_env(settings: Settings, bootstrap: str, **extra: str) -> dict[str, st
 def _spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", *args], env=env,
+        return subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", *args], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 

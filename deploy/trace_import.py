@@ -1,8 +1,8 @@
 """`perftracker import-traces`: diagnose profiler traces and keep the result in the store.
 
-The detection runs in process (:mod:`perftracker.streams.traces`); what its stages sent,
+The detection runs in process (:mod:`perftracker_ml.streams.traces`); what its stages sent,
 the records a stream worker would have sent the sink, is then written into the store
-(:func:`perftracker.sinks.client.keep`): through the stack's sink when it runs, else into
+(:func:`perftracker_ml.sinks.client.keep`): through the stack's sink when it runs, else into
 the store directly (the data dir's embedded chDB by default). `diagnose` and `report`
 then read the job like any other.
 

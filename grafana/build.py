@@ -1,4 +1,4 @@
-"""Builds the dashboard JSON files in ``dashboards/`` (run ``python -m perftracker.grafana.build``).
+"""Builds the dashboard JSON files in ``dashboards/`` (run ``python -m perftracker_ml.grafana.build``).
 
 The JSON is committed (Grafana provisioning reads files); this module is its
 source, and a test checks the files are up to date. Every panel names the

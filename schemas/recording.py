@@ -9,7 +9,7 @@ what the replay needs to know about the run (:class:`RecordingHeader`): the job,
 was read from, when, and by which version.
 
 Nothing here decodes a value: a recording is evidence, kept byte for byte; decoding and
-validation happen at replay, as the worker does them (:mod:`perftracker.streams.replay`).
+validation happen at replay, as the worker does them (:mod:`perftracker_ml.streams.replay`).
 A truth file (``<name>.truth.json`` beside the recording) says what a correct diagnosis of
 the run names; it is written by whoever staged the fault, never derived from a diagnosis.
 """

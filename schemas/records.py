@@ -7,7 +7,7 @@ one), so the types cost nothing at run time. Field names follow the latest bundl
 fields the schema marks timestamp-millis; the core reads them with ``to_ms``), window
 ids count windows since the epoch.
 Stage 1 emits FunctionPattern and RankWindow, stage 2 FunctionComparison, stage 3
-Anomaly and Control (see ``perftracker.streams.topology``).
+Anomaly and Control (see ``perftracker_ml.streams.topology``).
 """
 
 from __future__ import annotations

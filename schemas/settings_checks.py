@@ -39,7 +39,7 @@ def check_settings(settings: Settings) -> None:
 
 def check_urls(settings: Settings) -> None:
     """Every http(s) URL setting, when set, is one: a scheme, a host, a numeric port (the store
-    URL is checked where it is parsed, ``perftracker.sinks.store``). A secret's value is never
+    URL is checked where it is parsed, ``perftracker_ml.sinks.store``). A secret's value is never
     shown; the others are, their password part masked."""
     alerts = settings.alerts
     for name, value, example in (

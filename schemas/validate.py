@@ -26,7 +26,7 @@ Bounds (:class:`Limits`, defaults documented in docs/schemas.md):
 
 The rules are data (:data:`RULES`), so the sink renders the same rules as
 ClickHouse constraints for the records it lets ClickHouse decode
-(:mod:`perftracker.sinks.checks`). Checks are ``min``/``max``/``sum`` over
+(:mod:`perftracker_ml.sinks.checks`). Checks are ``min``/``max``/``sum`` over
 whole columns (C loops over the decoded lists, no per-element Python); see
 docs/schemas.md for the measured cost.
 """

@@ -1,4 +1,4 @@
-"""perftracker.sinks: the store, the sink service, read queries and alert channels.
+"""perftracker_ml.sinks: the store, the sink service, read queries and alert channels.
 
 * :mod:`.service` — ``run_sink(settings, ready_file)``: Kafka -> store, alerts, query API
 * :mod:`.client` — ``diagnose(settings, job)`` and ``query(settings, name, **params)``

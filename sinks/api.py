@@ -2,7 +2,7 @@
 
 It binds ``store.query_host`` (default 127.0.0.1); any other address needs the
 ``http_token`` setting, and with a token every request must carry
-``Authorization: Bearer <token>`` (else 401), see :mod:`perftracker.schemas.http_auth`.
+``Authorization: Bearer <token>`` (else 401), see :mod:`perftracker_ml.schemas.http_auth`.
 
 ``GET /health`` -> ``{"ok": true, "stats": {...}}``;
 ``GET /metrics`` -> the sink's counters in Prometheus' text format;

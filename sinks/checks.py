@@ -1,11 +1,11 @@
-"""The content rules of :mod:`perftracker.schemas.validate` as ClickHouse ``CHECK`` constraints.
+"""The content rules of :mod:`perftracker_ml.schemas.validate` as ClickHouse ``CHECK`` constraints.
 
 Raw-ingested records (:mod:`.raw`) are decoded by ClickHouse, never by
 Python, so their validation runs there: the ``raw_*`` tables carry one
 constraint per rule, rendered from the same rule objects. ClickHouse refuses
 a container holding one violating record (``VIOLATED_CONSTRAINT``) before any
 materialized view sees it; the sink then decodes that container in Python,
-where :func:`~perftracker.schemas.validate.validate` names the bad records,
+where :func:`~perftracker_ml.schemas.validate.validate` names the bad records,
 which are dead-lettered while the others are written.
 """
 

@@ -66,7 +66,7 @@ def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]
 
 
 def query(settings: Settings, name: str, **params: Any) -> list[dict]:
-    """Run the named query ``name`` (see ``perftracker.sinks.queries.QUERIES``); rows as dicts."""
+    """Run the named query ``name`` (see ``perftracker_ml.sinks.queries.QUERIES``); rows as dicts."""
     if name not in QUERIES:
         raise UnknownQuery(f"no query named {name!r}; known: {sorted(QUERIES)}")
     QUERIES[name].bind(params)  # fail early on bad parameters

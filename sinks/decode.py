@@ -1,6 +1,6 @@
 """Decoding for the sink's hot path.
 
-Same result as :class:`perftracker.schemas.MultiCodec` (which it falls back
+Same result as :class:`perftracker_ml.schemas.MultiCodec` (which it falls back
 to), but a message written with the latest schema of a record type is read
 with a schema parsed once *with* fastavro's parse hint: ~2.5x faster per
 message (15 us instead of 39 us for a FunctionPattern), and timestamps are
@@ -27,7 +27,7 @@ from ..schemas.vocabulary import CONFLUENT_HEADER_LEN, CONFLUENT_MAGIC, SINGLE_O
 class RecordDecoder:
     """With a schema registry ``client``, Confluent-framed messages (``00`` + schema id) are read
     too: on the fast path when the id's writer schema is one of the latest schemas (looked up
-    once per id), else through :class:`~perftracker.schemas.registry.RegistryMultiCodec`."""
+    once per id), else through :class:`~perftracker_ml.schemas.registry.RegistryMultiCodec`."""
 
     def __init__(self, names: list[str], client: RegistryClient | None = None, topic: str = ""):
         schemas = bundled_schemas()
@@ -41,7 +41,7 @@ class RecordDecoder:
 
     def decode(self, data: bytes) -> tuple[str, dict]:
         """``(record name, record)``; raises :class:`SchemaError` for anything unknown or corrupt
-        (and :class:`~perftracker.schemas.registry.RegistryUnavailable` when the registry is away)."""
+        (and :class:`~perftracker_ml.schemas.registry.RegistryUnavailable` when the registry is away)."""
         fp = writer_fingerprint(data) if type(data) is bytes else None
         if fp is not None:
             hit = self._fast.get(fp)

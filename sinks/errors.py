@@ -6,7 +6,7 @@ from ..schemas.errors import ConfigError, PerftrackerError
 
 
 class SinkError(PerftrackerError):
-    """Base of every error raised on purpose by :mod:`perftracker.sinks`."""
+    """Base of every error raised on purpose by :mod:`perftracker_ml.sinks`."""
 
 
 class StoreUrlError(SinkError, ConfigError):

@@ -1,7 +1,7 @@
 """Decoded records -> rows of the store's tables (pure functions, no I/O).
 
 Each ``*_rows`` function returns ``[(table, [row, ...]), ...]``, each row's
-values in the order of :data:`perftracker.sinks.schema.TABLES`
+values in the order of :data:`perftracker_ml.sinks.schema.TABLES`
 ``[table].column_names`` (lists per table, not a row at a time: this is the
 sink's hot path).
 Strings are stored verbatim (they travel as query parameters, never as SQL).

@@ -1,1 +1,1 @@
-"""perftracker.streams"""
+"""perftracker_ml.streams"""

@@ -31,7 +31,7 @@ from ..schemas.vocabulary import (
 )
 from .topology import TOPIC_OF, records_on
 
-log = logging.getLogger("perftracker.streams")
+log = logging.getLogger("perftracker_ml.streams")
 
 
 def now_ms() -> int:
@@ -107,7 +107,7 @@ class StreamContext:
     """Wiring shared by the agents of one worker process (plain attributes, no logic)."""
 
     names: TopicNames
-    policy: Any  # perftracker.streams.detect.DetectionPolicy
+    policy: Any  # perftracker_ml.streams.detect.DetectionPolicy
     topics: dict[str, Any] = field(default_factory=dict)  # name -> faust topic
     counters: StreamCounters = field(default_factory=StreamCounters)
     codecs: dict[str, Any] = field(default_factory=topic_codecs)  # topic role -> its codec
@@ -163,7 +163,7 @@ class StreamContext:
                                   max(0, now_ms() - int(anomaly["last_seen_ms"])), anomaly["status"])
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:
-        """Decode with a (Multi)Codec and validate the content (:mod:`perftracker.schemas.validate`);
+        """Decode with a (Multi)Codec and validate the content (:mod:`perftracker_ml.schemas.validate`);
         bad bytes and absurd records go to the dead-letter topic with the reason and return None.
         A registry-framed message waits while the schema registry is away (:meth:`writer_ready`)."""
         await self.writer_ready(getattr(codec, "client", None), raw)

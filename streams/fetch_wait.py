@@ -22,7 +22,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-log = logging.getLogger("perftracker.streams")
+log = logging.getLogger("perftracker_ml.streams")
 
 SCHEMES = ("kafka", "aiokafka")  # the broker URL schemes that name Faust's aiokafka driver
 

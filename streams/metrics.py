@@ -2,7 +2,7 @@
 
 The endpoint (``GET /metrics`` on ``streams.metrics_host:metrics_port``, off
 when the port is 0) exports the worker's :class:`~.context.StreamCounters`
-through :mod:`perftracker.schemas.metrics`. Lag is sampled every
+through :mod:`perftracker_ml.schemas.metrics`. Lag is sampled every
 ``LAG_INTERVAL_S`` into the ``consumer_lag`` gauge: per assigned partition,
 the high watermark the consumer saw in its last fetch minus the next offset to
 process, clamped at 0. The broker's end offsets (ListOffsets) are not used:
@@ -19,7 +19,7 @@ from ..schemas.metrics import MetricsServer, registry_of
 from ..schemas.settings import StreamSettings
 from .context import StreamContext, StreamCounters
 
-log = logging.getLogger("perftracker.streams")
+log = logging.getLogger("perftracker_ml.streams")
 
 LAG_INTERVAL_S = 2.0
 

@@ -2,7 +2,7 @@
 
 The worker's path for each message is kept: the value is split into its records (a
 RecordBundle's items, else the message itself), each decoded by the input topic's codec
-and validated (:mod:`perftracker.schemas.validate`); what the worker would dead-letter is
+and validated (:mod:`perftracker_ml.schemas.validate`); what the worker would dead-letter is
 counted here by reason. The records then go through :class:`..topology.LocalRunner` (the
 summarize -> compare -> diagnose stages the Faust agents run) in the order they were
 appended, with the clock driven by the recorded timestamps:

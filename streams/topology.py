@@ -18,7 +18,7 @@ input (a window is evaluated as soon as every rank has reported it) and, each
 missing rank; :meth:`Cores.due`), and routes
 what the polls return, and drops a core once it reports idle after a poll.
 
-Two runners run this declaration: the Faust app (``perftracker.streams.agents``, one
+Two runners run this declaration: the Faust app (``perftracker_ml.streams.agents``, one
 agent and one timer per stage) and :class:`LocalRunner` (in process, caller's clock:
 the trace importer, the detection benchmark's simulator, tests). No Faust or Kafka here.
 """

@@ -3,7 +3,7 @@
 The Faust web server binds ``streams.web_host`` (default 127.0.0.1). With the
 ``http_token`` setting every request to it (this page and Faust's own) must carry
 ``Authorization: Bearer <token>`` (401 otherwise); beyond loopback the token is
-required (:func:`perftracker.schemas.http_auth.check_bind`).
+required (:func:`perftracker_ml.schemas.http_auth.check_bind`).
 """
 
 from __future__ import annotations

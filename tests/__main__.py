@@ -31,20 +31,20 @@ def ensure_chromium() -> None:
 
 
 def typecheck() -> int:
-    """mypy over the packages as they are imported, ``perftracker.<folder>``.
+    """mypy over the packages as they are imported, ``perftracker_ml.<folder>``.
 
     Run on the bare folders, mypy names modules ``streams.detect.x`` and cannot resolve a
     ``from ...schemas`` import two levels down (it becomes ``Any``), hiding real errors;
-    a temporary ``perftracker/`` tree of links to the folders gives it the real names.
+    a temporary ``perftracker_ml/`` tree of links to the folders gives it the real names.
     """
     with tempfile.TemporaryDirectory(prefix="pt-mypy-") as tmp:
-        tree = Path(tmp) / "perftracker"
+        tree = Path(tmp) / "perftracker_ml"
         tree.mkdir()
         for package in PACKAGES:
             (tree / package).symlink_to(ROOT / package, target_is_directory=True)
         return subprocess.call(
             [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-             "--cache-dir", str(ROOT / ".mypy_cache"), "--explicit-package-bases", "perftracker"],
+             "--cache-dir", str(ROOT / ".mypy_cache"), "--explicit-package-bases", "perftracker_ml"],
             cwd=tmp)
 
 

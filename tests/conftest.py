@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from perftracker.deploy.tansu import LocalBroker, start_broker
-from perftracker.schemas.redact import reset_redaction
+from perftracker_ml.deploy.tansu import LocalBroker, start_broker
+from perftracker_ml.schemas.redact import reset_redaction
 
 from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
 

@@ -1,7 +1,7 @@
 """A fake CUDA runtime (``torch.cuda``'s surface the collectors use) and an NCCL-like group, for CI.
 
-CI has no GPU, yet the collectors' GPU branches (:mod:`perftracker.collectors.cuda_timing`,
-the CUDA paths of :mod:`perftracker.collectors.comm`) must run there. This fake behaves as
+CI has no GPU, yet the collectors' GPU branches (:mod:`perftracker_ml.collectors.cuda_timing`,
+the CUDA paths of :mod:`perftracker_ml.collectors.comm`) must run there. This fake behaves as
 the real runtime does, awkward parts included, and ``tests/unit/collectors/test_cuda_contract.py``
 runs the same assertions against it and, on a GPU (``python -m benchmarks.gpu_check``),
 against the real one, so the two cannot drift apart:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import fastavro
 from fastavro.schema import parse_schema
 from hypothesis import strategies as st
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, MultiCodec
-from perftracker.schemas.codec import SINGLE_OBJECT_MAGIC
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, MultiCodec
+from perftracker_ml.schemas.codec import SINGLE_OBJECT_MAGIC
 
 ODD_NAMES = ["'; DROP TABLE collectives; --", '"quoted" \\ ${x} `tick`', "<script>alert(1)</script>",
              "line\nforged: yes\r\x1b[31m\x00\x07", "*bold* _md_ [x](http://e) <!channel>", "ünï©ødé ✓"]
@@ -102,7 +102,7 @@ def _field_strategy(avro: object) -> st.SearchStrategy | None:
 def hostile_sink_record(draw: Callable) -> tuple[str, dict]:
     """A worker output (FunctionPattern, RankWindow, FunctionComparison, Anomaly) with some
     scalar or array fields replaced by hostile values."""
-    from perftracker.schemas import bundled_schemas
+    from perftracker_ml.schemas import bundled_schemas
 
     name, rec = draw(st.sampled_from([(n, r) for n, r in samples.job_records("prop", world=4, windows=1)
                                       if n in SINK_NAMES]))

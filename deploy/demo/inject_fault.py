@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from perftracker.deploy.workloads import inject  # the workloads' shared fault mechanics
+from perftracker_ml.deploy.workloads import inject  # the workloads' shared fault mechanics
 
 FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")  # names of deploy/workloads/faults.py
 # competitors on the rank's core: enough that the rank gets clearly less CPU than its peers even

@@ -156,7 +156,7 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
            "PERFTRACKER_COLLECTOR_USER_CODE_PATHS": str(Path(__file__).parent) + os.sep,
            "PYTHONFAULTHANDLER": "1"}  # a rank that crashes prints every thread's Python stack
     script, args = MODELS[result.model]
-    cmd = [sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
+    cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
            "launch", "--job", result.job, "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
            str(script), "--steps", str(steps), *args]

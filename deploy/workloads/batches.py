@@ -1,7 +1,7 @@
 """A 3D-parallel training job's EventBatches, built by the collectors' own BatchBuilder.
 
 Each rank records, per step, the event tuples the collector's hooks append
-(:mod:`perftracker.collectors.events` layouts): a data-loader fetch, the root forward,
+(:mod:`perftracker_ml.collectors.events` layouts): a data-loader fetch, the root forward,
 ``torch.autograd.backward``, a ``timed`` user block (loss) and a ``@timed`` Python
 function (gradient clipping), the optimizer step, now and then a GC pause, and the
 collectives of tensor, pipeline and data parallelism: per step ``tp_collectives``
@@ -10,7 +10,7 @@ one send and one recv to the neighbouring pipeline stages (point-to-point pair g
 and ``dp_buckets`` gradient all-reduces in the DP group nested at the end of backward.
 With the defaults that is about 23 events per 250 ms step, ~92 events per rank per
 second. Every ``flush_s`` the rank's events go through
-:class:`perftracker.collectors.batch.BatchBuilder` (so names, groups and columns are
+:class:`perftracker_ml.collectors.batch.BatchBuilder` (so names, groups and columns are
 exactly what a collector sends); the header's ``wall_ns``/``mono_ns`` are then set to
 the simulated send time, as a live collector's would be. With the collector's defaults
 each batch also carries one CPU-evidence sample and the stack sampler's rows of that

@@ -1,6 +1,6 @@
 """The fault table: every fault perftracker's workloads can inject, and the cause it should be named with.
 
-One row per fault (:data:`FAULTS`): what the fault does, the :class:`~perftracker.schemas.causes.Cause`
+One row per fault (:data:`FAULTS`): what the fault does, the :class:`~perftracker_ml.schemas.causes.Cause`
 a correct diagnosis names on the culprit (None: nothing should be reported — a one-off event
 or noise), and whether the whole job is the culprit (a job-wide cause naming no rank). The
 demo (``deploy/demo``), the live fault suite and the corpus of recordings

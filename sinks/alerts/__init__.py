@@ -1,4 +1,4 @@
-"""perftracker.sinks.alerts: incident notifications.
+"""perftracker_ml.sinks.alerts: incident notifications.
 
 :mod:`.dispatcher` decides what an Anomaly means to people (open, update,
 resolve; rate limits) and fans out to one :mod:`.worker` per channel;

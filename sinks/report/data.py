@@ -1,8 +1,8 @@
 """Gather what a report shows from the store, as plain dicts of numbers and strings.
 
 ``build_report_data`` is the only part that talks to the store (through the
-named queries of :mod:`perftracker.sinks.client`); everything it returns is
-JSON-serializable and is all :func:`perftracker.sinks.report.html.render_html`
+named queries of :mod:`perftracker_ml.sinks.client`); everything it returns is
+JSON-serializable and is all :func:`perftracker_ml.sinks.report.html.render_html`
 needs, so rendering is tested without a store. Times become epoch seconds.
 """
 

@@ -1,6 +1,6 @@
 """``render_html(data) -> str``: the self-contained report page (inline CSS and SVG, no network).
 
-``data`` is what :func:`perftracker.sinks.report.data.build_report_data` returns
+``data`` is what :func:`perftracker_ml.sinks.report.data.build_report_data` returns
 (plain dicts); every string from it is HTML-escaped here.
 """
 

@@ -1,6 +1,6 @@
 """Plain words for causes and evidence: what an on-call engineer reads on an incident card.
 
-The words of each cause are in :data:`perftracker.schemas.causes.CAUSES`; an id this
+The words of each cause are in :data:`perftracker_ml.schemas.causes.CAUSES`; an id this
 version does not know (a newer writer's) gets generic words."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""perftracker.streams.detect: the pure differential-diagnosis core (numpy + stdlib only).
+"""perftracker_ml.streams.detect: the pure differential-diagnosis core (numpy + stdlib only).
 
 Stage 1 :class:`RankSummarizer` (per job, rank): events -> FunctionPattern + RankWindow.
 Stage 2 :class:`FunctionComparator` (per job, function): patterns -> FunctionComparison.
 Stage 3 :class:`JobDiagnoser` (per job): comparisons + rank windows -> Anomaly + Control.
-The records between the stages are the TypedDicts of :mod:`perftracker.schemas.records`
-(plain dicts, built with keywords); ``perftracker.streams.topology`` wires the stages.
+The records between the stages are the TypedDicts of :mod:`perftracker_ml.schemas.records`
+(plain dicts, built with keywords); ``perftracker_ml.streams.topology`` wires the stages.
 See docs/detection.md for the algorithm, thresholds and known failure cases.
 """
 

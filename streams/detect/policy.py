@@ -2,7 +2,7 @@
 
 Scoring code computes numbers; this policy decides what those numbers mean.
 The thresholds a user may tune are declared once, with their defaults and docs,
-in :mod:`perftracker.schemas.settings` (``DetectionSettings``; the window sizes
+in :mod:`perftracker_ml.schemas.settings` (``DetectionSettings``; the window sizes
 in ``StreamSettings``): their fields here take those defaults, and
 :meth:`DetectionPolicy.from_settings` takes the loaded values. The other fields
 are internal thresholds, documented where they are declared. ``DetectionPolicy()``

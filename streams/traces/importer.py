@@ -2,7 +2,7 @@
 
 Pipeline (all in process, no Kafka): each trace -> :func:`.kineto.parse_trace` ->
 EventBatch dict -> the stream topology's three stages run by its in-process
-:class:`~perftracker.streams.topology.LocalRunner` (summarize per rank, compare per
+:class:`~perftracker_ml.streams.topology.LocalRunner` (summarize per rank, compare per
 function, diagnose the job) -> Anomaly records -> rows shaped like ``perftracker diagnose --json``.
 
 Offline policy (:func:`import_policy`): a profiler trace covers a few steps, not a stream

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perftracker.schemas import Codec
-from perftracker.schemas.settings_loader import load_settings
-from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.settings_loader import load_settings
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -23,7 +23,7 @@ def torchrun(script: str, nproc: int = 4) -> list[str]:
 
 def launch(command: list[str], job: str, env: dict[str, str]) -> tuple[int, float]:
     """``perftracker launch --job JOB -- command`` in-process; returns (exit code, seconds)."""
-    from perftracker.collectors.launch import run
+    from perftracker_ml.collectors.launch import run
 
     saved = dict(os.environ)
     os.environ.update(env)
@@ -115,7 +115,7 @@ def request_profile(conf: dict[str, str], topic: str, job: str, request_id: str,
     import datetime as dt
 
     from confluent_kafka import Producer
-    from perftracker.schemas.vocabulary import CONTROL
+    from perftracker_ml.schemas.vocabulary import CONTROL
 
     msg = {"job": job, "request_id": request_id, "command": "PROFILE", "start_step": start_step,
            "duration_s": 0.2, "reason": "e2e", "issued_ms": dt.datetime.now(dt.timezone.utc)}
@@ -129,8 +129,8 @@ def launch_profiled(bootstrap: str, prefix: str, script: str, nproc: int, steps:
     """Topics under ``prefix``, a PROFILE request for ``profile_step``, then ``script``
     under ``perftracker launch`` (torchrun, ``nproc`` ranks, ``steps`` steps, no
     duty-cycle window); asserts it exits 0 and returns (topics, job)."""
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import all_topics
 
     conf = {"bootstrap.servers": bootstrap}
     ensure_topics(conf, all_topics(prefix))

@@ -9,7 +9,7 @@ name the rank's GPU.
 from __future__ import annotations
 
 import pytest
-from perftracker.schemas.vocabulary import HARDWARE_BATCH, OpKind
+from perftracker_ml.schemas.vocabulary import HARDWARE_BATCH, OpKind
 
 from .helpers import by_rank, comm_rows, consume_events, launch_profiled
 

@@ -25,8 +25,8 @@ def comms(records: list[dict]) -> list[tuple[str, str, int, int, int]]:
 
 @pytest.fixture(scope="module")
 def run_records(kafka_broker, tmp_path_factory):
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix = "hang" + tmp_path_factory.mktemp("x").name[-6:].replace("_", "")
     ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, all_topics(prefix))

@@ -50,8 +50,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Itera
 
 
 def incidents(stack: Stack, job: str) -> list[dict]:
-    from perftracker.schemas.settings_loader import load_settings
-    from perftracker.sinks.client import query
+    from perftracker_ml.schemas.settings_loader import load_settings
+    from perftracker_ml.sinks.client import query
 
     return query(load_settings(env=stack.env), "incidents", job=job, include_resolved=True)
 
@@ -62,7 +62,7 @@ def test_finished_job_resolves_its_open_incident_once_as_job_finished(stack: Sta
     env = {**stack.env, "TRAIN_STEPS": str(STEPS), "TRAIN_HIDDEN": "64", "TRAIN_REPORT": "",
            "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0", "TRAIN_STALL_FILE": str(tmp_path / "stall"),
            "TRAIN_STALL": f"{STALL_RANK}:{STALL_STEP}:{STALL_S}"}
-    cmd = [sys.executable, "-m", "perftracker.deploy.cli", "launch", "--job", job, "--", sys.executable, "-m",
+    cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "launch", "--job", job, "--", sys.executable, "-m",
            "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}", str(SCRIPTS / "train_ddp.py")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

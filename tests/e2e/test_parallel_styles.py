@@ -25,8 +25,8 @@ P2P_OPS = {"send", "recv", "isend", "irecv"}
 
 
 def run(bootstrap: str, tmp_path: Path, mode: str, device: str = "cpu") -> tuple[dict[int, list[dict]], dict]:
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix = f"par{mode}{tmp_path.name[-4:]}".replace("_", "")
     ensure_topics({"bootstrap.servers": bootstrap}, all_topics(prefix))
@@ -203,15 +203,15 @@ def test_mesh_coords_reach_the_store(tmp_path_factory):
     job = f"mesh-{uuid.uuid4().hex[:6]}"
     try:
         env = {**stack.env, "TRAIN_MODE": "tp", "TRAIN_STEPS": str(STEPS), "PERFTRACKER_COLLECTOR_PROFILE_EVERY_S": "0"}
-        cmd = [sys.executable, "-m", "perftracker.deploy.cli", "launch", "--job", job, "--", sys.executable, "-m",
+        cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "launch", "--job", job, "--", sys.executable, "-m",
                "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(SCRIPTS / "train_parallel.py")]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
         from tests.integration.waiting import wait_for
 
         def stored() -> list:  # the ranks' final batches close their windows at once
-            from perftracker.schemas.settings_loader import load_settings
-            from perftracker.sinks.client import query
+            from perftracker_ml.schemas.settings_loader import load_settings
+            from perftracker_ml.sinks.client import query
             rows = query(load_settings(env=stack.env), "rank_health", job=job)
             return rows if len(rows) == 4 else []
 

@@ -7,7 +7,7 @@ import time
 from collections import deque
 
 import pytest
-from perftracker.deploy.tansu import free_port
+from perftracker_ml.deploy.tansu import free_port
 
 from .helpers import consume_events, first_record, launch, torchrun
 
@@ -67,7 +67,7 @@ def _train_one_process(steps: int, tmp_path) -> float:
 @pytest.fixture
 def attached(tmp_path, monkeypatch):
     import torch  # noqa: F401 - hooks go in when torch is imported
-    from perftracker.collectors import api
+    from perftracker_ml.collectors import api
 
     monkeypatch.setenv("PERFTRACKER_DATA_DIR", str(tmp_path / "no-stack"))
     monkeypatch.setenv("PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS", "")
@@ -143,9 +143,9 @@ def test_broker_lost_mid_run_training_goes_on_and_the_collector_reconnects(tmp_p
     """
     import threading
 
-    from perftracker.deploy.tansu import start_broker
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.deploy.tansu import start_broker
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix, job = "rc", "job-reconnect"
     broker = start_broker(log_path=tmp_path / "tansu.log")

@@ -1,4 +1,4 @@
-"""The collector-only install (`pip install perftracker`, no extra) in a fresh venv.
+"""The collector-only install (`pip install perftracker-ml`, no extra) in a fresh venv.
 
 A training image gets the collectors and `perftracker launch` without the stream
 workers' and the sink's dependencies (Faust, numpy, chDB, the embedded broker,
@@ -85,7 +85,7 @@ def test_collector_install_leaves_out_the_server_dependencies(slim_venv: Path) -
 
 def test_importing_the_collectors_pulls_in_no_server_module(slim_venv: Path) -> None:
     probe = ("import sys, time, json; t = time.perf_counter(); "
-             "import perftracker.collectors, perftracker.collectors.launch; "
+             "import perftracker_ml.collectors, perftracker_ml.collectors.launch; "
              "print(json.dumps({'s': time.perf_counter() - t, 'mods': sorted(sys.modules)}))")
     out = subprocess.run([str(slim_venv / "bin" / "python"), "-c", probe], check=True,
                          capture_output=True, text=True, cwd=slim_venv.parent).stdout
@@ -96,8 +96,8 @@ def test_importing_the_collectors_pulls_in_no_server_module(slim_venv: Path) -> 
 
 def test_launch_from_the_collector_install_delivers_every_rank(slim_venv: Path, kafka_broker,
                                                                unique: str) -> None:
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix = f"slim{unique}"
     ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, all_topics(prefix))

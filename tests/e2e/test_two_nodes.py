@@ -30,8 +30,8 @@ def free_port() -> int:
 
 
 def test_two_launchers_make_one_job_with_each_nodes_host(kafka_broker, unique: str) -> None:
-    from perftracker.schemas.kafka_admin import ensure_topics
-    from perftracker.schemas.topics import TopicNames, all_topics
+    from perftracker_ml.schemas.kafka_admin import ensure_topics
+    from perftracker_ml.schemas.topics import TopicNames, all_topics
 
     prefix = f"nodes{unique}"
     ensure_topics({"bootstrap.servers": kafka_broker.bootstrap}, all_topics(prefix))

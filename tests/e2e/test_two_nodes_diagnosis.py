@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.schemas.settings_loader import load_settings
-from perftracker.sinks.client import query
-from perftracker.sinks.errors import NoStore
+from perftracker_ml.schemas.settings_loader import load_settings
+from perftracker_ml.sinks.client import query
+from perftracker_ml.sinks.errors import NoStore
 
 from tests.integration.stack.conftest import Stack, running_stack
 

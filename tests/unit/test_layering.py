@@ -1,6 +1,6 @@
 """The packages import each other one way only: the layering rule, checked on every module.
 
-Each module's imports (relative and absolute ``perftracker.*`` ones, at the top,
+Each module's imports (relative and absolute ``perftracker_ml.*`` ones, at the top,
 inside functions or under ``TYPE_CHECKING``) are read with :mod:`ast`, resolved
 to the perftracker module they name, and checked against ``MAY_IMPORT``. A
 package also fails the check when its imports form a cycle with another
@@ -38,7 +38,7 @@ KNOWN_VIOLATIONS: set[str] = set()
 
 
 def module_name(path: Path) -> str:
-    """``streams/detect/policy.py`` -> ``streams.detect.policy`` (without ``perftracker.``)."""
+    """``streams/detect/policy.py`` -> ``streams.detect.policy`` (without ``perftracker_ml.``)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -58,7 +58,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
 
 def imports_in(name: str, is_package: bool, text: str) -> list[tuple[int, str]]:
     """(line, imported name) of every import in module ``name``, sorted; perftracker names
-    without the ``perftracker.`` prefix, any other as ``<external>.<top-level name>``."""
+    without the ``perftracker_ml.`` prefix, any other as ``<external>.<top-level name>``."""
     package = name if is_package else name.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(text)):
@@ -78,7 +78,7 @@ def imports_in(name: str, is_package: bool, text: str) -> list[tuple[int, str]]:
 
 
 def _absolute(name: str) -> str:
-    if name == "perftracker" or name.startswith("perftracker."):
+    if name == "perftracker_ml" or name.startswith("perftracker_ml."):
         return name.partition(".")[2]
     return "<external>." + name.partition(".")[0]
 
@@ -166,7 +166,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_checker_sees_relative_absolute_and_nested_imports():
-    source = ("from ...schemas import errors\nfrom .. import app\nimport perftracker.deploy.cli\n"
+    source = ("from ...schemas import errors\nfrom .. import app\nimport perftracker_ml.deploy.cli\n"
               "import faust\n\ndef f():\n    from ...deploy.stack import up\n")
     found = imports_in("streams.detect.probe", False, source)
     assert found == [(1, "schemas.errors"), (2, "streams.app"), (3, "deploy.cli"),

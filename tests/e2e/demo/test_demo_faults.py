@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.demo.runner import EXPECTED_CAUSE, run_demo
-from perftracker.deploy.stack import down
-from perftracker.schemas.settings_loader import load_settings
+from perftracker_ml.deploy.demo.runner import EXPECTED_CAUSE, run_demo
+from perftracker_ml.deploy.stack import down
+from perftracker_ml.schemas.settings_loader import load_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def diagnose_json(data_dir: Path, job: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
-    out = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", "--data-dir", str(data_dir),
+    out = subprocess.run([sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(data_dir),
                           "diagnose", "--job", job, "--json"], env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     return json.loads(out.stdout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from perftracker.sinks.report import write_report_files
+from perftracker_ml.sinks.report import write_report_files
 
 from tests.unit.report.sample import report_data
 

@@ -21,8 +21,8 @@ import time
 
 import torch
 import torch.distributed as dist
-from perftracker.deploy.demo.train_common import write_train_report
-from perftracker.deploy.workloads import inject
+from perftracker_ml.deploy.demo.train_common import write_train_report
+from perftracker_ml.deploy.workloads import inject
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset

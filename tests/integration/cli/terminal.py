@@ -20,7 +20,7 @@ def on_terminal(s: Stack, *args: str) -> tuple[int, str, str]:
     got with its line ends as written, stderr)."""
     leader, follower = pty.openpty()
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty stderr cannot block it
-        proc = subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", *args], env={
+        proc = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", *args], env={
             **s.env, "TERM": "xterm", "COLUMNS": "160"}, stdout=follower, stderr=err)
         os.close(follower)
         chunks = []

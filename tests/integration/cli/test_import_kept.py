@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
 
 from ..stack.conftest import Stack, running_stack, stack_env
 from .terminal import on_terminal

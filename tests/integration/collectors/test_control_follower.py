@@ -2,13 +2,13 @@
 
 import datetime as dt
 
-from perftracker.collectors.control import ControlFollower
-from perftracker.collectors.profiling import ProfileRequest
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.schemas import Codec
-from perftracker.schemas.kafka_admin import ensure_topics
-from perftracker.schemas.topics import Topic
-from perftracker.schemas.vocabulary import CONTROL
+from perftracker_ml.collectors.control import ControlFollower
+from perftracker_ml.collectors.profiling import ProfileRequest
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.kafka_admin import ensure_topics
+from perftracker_ml.schemas.topics import Topic
+from perftracker_ml.schemas.vocabulary import CONTROL
 
 from ..waiting import wait_for
 

@@ -2,18 +2,18 @@
 
 import time
 
-from perftracker.collectors.batch import BatchBuilder
-from perftracker.collectors.counters import CollectorCounters
-from perftracker.collectors.identity import RankIdentity
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import STATS_INTERVAL_MS, KafkaSink, Sender
-from perftracker.schemas import Codec
-from perftracker.schemas.kafka_admin import ensure_topics
-from perftracker.schemas.settings import CollectorSettings
-from perftracker.schemas.topics import Topic
-from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
+from perftracker_ml.collectors.batch import BatchBuilder
+from perftracker_ml.collectors.counters import CollectorCounters
+from perftracker_ml.collectors.identity import RankIdentity
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.transport import STATS_INTERVAL_MS, KafkaSink, Sender
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.kafka_admin import ensure_topics
+from perftracker_ml.schemas.settings import CollectorSettings
+from perftracker_ml.schemas.topics import Topic
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, SpanKind
 
 IDENT = RankIdentity("wire", 0, 0, 1, "h", -1, "", 1)
 

@@ -2,7 +2,7 @@
 
 The oracle for the store is the sink's input itself: every record on the patterns,
 findings and anomalies topics, mapped to rows by the sink's own row builders
-(:data:`perftracker.sinks.rows.ROW_BUILDERS`), gives the keys (each table's
+(:data:`perftracker_ml.sinks.rows.ROW_BUILDERS`), gives the keys (each table's
 ``ORDER BY``, the key its ReplacingMergeTree collapses replays on) that must be in
 the store, each exactly once after the store's deduplication (``FINAL``).
 """
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from perftracker.schemas.topics import TopicNames
-from perftracker.sinks.rows import ROW_BUILDERS, incident_version
-from perftracker.sinks.schema import TABLES
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.sinks.rows import ROW_BUILDERS, incident_version
+from perftracker_ml.sinks.schema import TABLES
 
 from .harness import read_topic
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.tansu import LocalBroker
+from perftracker_ml.deploy.tansu import LocalBroker
 
 from .harness import Deployment
 from .servers import ClickHouseServer, Webhook

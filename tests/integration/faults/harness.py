@@ -4,7 +4,7 @@
 environment variables on a temp data dir and random topics) and the processes
 started with them: `perftracker worker` (Faust) and `perftracker sink` (chDB, or a
 ClickHouse server URL), each a real OS process that can be killed with SIGKILL.
-``Traffic`` sends synthetic jobs (:mod:`perftracker.deploy.workloads.synthetic`) paced in
+``Traffic`` sends synthetic jobs (:mod:`perftracker_ml.deploy.workloads.synthetic`) paced in
 real time, one batch per rank per second, as the collectors of a running job do.
 """
 
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.deploy.tansu import free_port
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, MultiCodec, bundle
-from perftracker.schemas.kafka_admin import quiet_kafka_logger
-from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, MultiCodec, bundle
+from perftracker_ml.schemas.kafka_admin import quiet_kafka_logger
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 
 from ..waiting import wait_for
 
@@ -125,7 +125,7 @@ class Deployment:
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", *args],
+            return subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", *args],
                                     env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -257,7 +257,7 @@ def read_topic(conf: dict[str, str], topic: str, names: list[str],
 def chdb_reader(path: Path) -> Callable[[list[str]], list[list[list]]]:
     """Runs SQL statements on the chDB store at ``path`` from a fresh process (chDB allows one
     process per data dir: the sink must be stopped first); returns each statement's rows."""
-    script = ("import json, sys; from perftracker.sinks.store import Store, StoreTarget;"
+    script = ("import json, sys; from perftracker_ml.sinks.store import Store, StoreTarget;"
               "s = Store.open(StoreTarget('chdb', path=sys.argv[1]));"
               "print(json.dumps([[list(r) for r in s.query(q).rows] for q in sys.argv[2:]], default=str))")
 
@@ -271,7 +271,7 @@ def chdb_reader(path: Path) -> Callable[[list[str]], list[list[list]]]:
 
 def server_reader(url: str) -> Callable[[list[str]], list[list[list]]]:
     """Runs SQL statements on a ClickHouse server store (``clickhouse://...``)."""
-    from perftracker.sinks.store import Store, parse_store_url
+    from perftracker_ml.sinks.store import Store, parse_store_url
 
     def run(sqls: list[str]) -> list[list[list]]:
         store = Store.open(parse_store_url(url, Path(".")))

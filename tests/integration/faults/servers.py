@@ -10,7 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from perftracker.deploy.tansu import free_port, port_open
+from perftracker_ml.deploy.tansu import free_port, port_open
 
 from ..sinks.receiver import Received
 from ..waiting import wait_for

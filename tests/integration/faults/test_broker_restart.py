@@ -9,9 +9,9 @@ import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from perftracker.deploy.tansu import start_broker
-from perftracker.deploy.workloads.synthetic import SyntheticJob
-from perftracker.schemas.topics import all_topics
+from perftracker_ml.deploy.tansu import start_broker
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob
+from perftracker_ml.schemas.topics import all_topics
 
 from ..waiting import wait_for
 from .harness import Traffic, chdb_reader, partitions_of, stop_workers
@@ -131,7 +131,7 @@ def _restart_scenario(tmp_path, brokers, deployment, unique) -> None:
 
 
 def _rank_health_sql() -> str:
-    from perftracker.sinks.queries import QUERIES
+    from perftracker_ml.sinks.queries import QUERIES
 
     return QUERIES["rank_health"].sql
 

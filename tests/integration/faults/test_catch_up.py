@@ -1,6 +1,6 @@
 """A 512-rank backlog, produced before the worker starts, is diagnosed as the same data live.
 
-The backlog: `perftracker synth`'s job (:mod:`perftracker.deploy.workloads.synthetic`) of 512 ranks,
+The backlog: `perftracker synth`'s job (:mod:`perftracker_ml.deploy.workloads.synthetic`) of 512 ranks,
 rank 37's forward 40 % slower, 25 s of batches that end a minute before the worker starts
 (a worker restarted behind the live head). The worker reads it as fast as it goes; before
 the job clock (streams/detect/job_clock.py) most ranks looked silent on the wall clock while
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.kafka_admin import ensure_topics
-from perftracker.schemas.topics import all_topics
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import LocalRunner
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.kafka_admin import ensure_topics
+from perftracker_ml.schemas.topics import all_topics
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import LocalRunner
 
 from ..waiting import wait_for
 from .harness import GRACE_S, WINDOW_S, chdb_reader, read_topic, stop_workers

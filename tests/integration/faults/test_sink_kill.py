@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from perftracker.deploy.workloads.synthetic import SyntheticJob
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob
 
 from ..waiting import wait_for
 from .checks import (

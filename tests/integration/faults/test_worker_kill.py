@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from perftracker.deploy.workloads.synthetic import SyntheticJob
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob
 
 from ..waiting import wait_for
 from .checks import (
@@ -110,6 +110,6 @@ def test_a_killed_worker_is_taken_over_and_every_anomaly_reaches_store_and_webho
 
 
 def _batches(job: SyntheticJob):
-    from perftracker.deploy.workloads.synthetic import batches
+    from perftracker_ml.deploy.workloads.synthetic import batches
 
     return batches(job)

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.record import RecordError, RecordOptions, record_job
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.kafka_admin import ensure_topics
-from perftracker.schemas.recording import Recording
-from perftracker.schemas.settings_loader import load_settings
-from perftracker.schemas.topics import TopicNames, all_topics
-from perftracker.schemas.vocabulary import EVENT_BATCH
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.replay import replay
+from perftracker_ml.deploy.record import RecordError, RecordOptions, record_job
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.kafka_admin import ensure_topics
+from perftracker_ml.schemas.recording import Recording
+from perftracker_ml.schemas.settings_loader import load_settings
+from perftracker_ml.schemas.topics import TopicNames, all_topics
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.replay import replay
 
 pytestmark = pytest.mark.integration
 

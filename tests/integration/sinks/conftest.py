@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.schemas import MultiCodec, bundle
-from perftracker.schemas.settings import KafkaSettings, Settings, StoreSettings, StreamSettings
-from perftracker.schemas.topics import TopicNames
-from perftracker.sinks.service import SinkService
+from perftracker_ml.schemas import MultiCodec, bundle
+from perftracker_ml.schemas.settings import KafkaSettings, Settings, StoreSettings, StreamSettings
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.sinks.service import SinkService
 
 from ..waiting import wait_for  # noqa: F401 - re-exported for the sink tests
 

@@ -6,18 +6,18 @@ import threading
 import time
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas.settings import Secret
-from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
-from perftracker.sinks.alerts.pagerduty import PagerDutyChannel
-from perftracker.sinks.alerts.slack import SlackChannel
-from perftracker.sinks.alerts.webhook import (
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas.settings import Secret
+from perftracker_ml.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
+from perftracker_ml.sinks.alerts.pagerduty import PagerDutyChannel
+from perftracker_ml.sinks.alerts.slack import SlackChannel
+from perftracker_ml.sinks.alerts.webhook import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     WebhookChannel,
     verify_signature,
 )
-from perftracker.sinks.alerts.worker import DeliveryPolicy
+from perftracker_ml.sinks.alerts.worker import DeliveryPolicy
 
 from .conftest import wait_for
 from .receiver import Receiver

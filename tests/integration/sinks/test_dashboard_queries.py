@@ -7,15 +7,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.grafana.dashboards import (
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.grafana.dashboards import (
     load_dashboards,
     load_provisioning,
     panel_queries,
     render_sql,
 )
-from perftracker.sinks.schema import migrate
-from perftracker.sinks.store import Store, parse_store_url
+from perftracker_ml.sinks.schema import migrate
+from perftracker_ml.sinks.store import Store, parse_store_url
 
 from .test_store import load
 

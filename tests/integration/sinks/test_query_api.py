@@ -9,14 +9,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas.settings import Secret, Settings, StoreSettings
-from perftracker.schemas.stackfile import StackState
-from perftracker.sinks import client
-from perftracker.sinks.api import QueryServer
-from perftracker.sinks.errors import NoStore, UnknownQuery
-from perftracker.sinks.schema import migrate
-from perftracker.sinks.store import Store, parse_store_url
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas.settings import Secret, Settings, StoreSettings
+from perftracker_ml.schemas.stackfile import StackState
+from perftracker_ml.sinks import client
+from perftracker_ml.sinks.api import QueryServer
+from perftracker_ml.sinks.errors import NoStore, UnknownQuery
+from perftracker_ml.sinks.schema import migrate
+from perftracker_ml.sinks.store import Store, parse_store_url
 
 from .test_store import load
 
@@ -85,7 +85,7 @@ def test_without_a_sink_the_store_is_opened_directly(tmp_path: Path):
 @pytest.fixture
 def writable(tmp_path: Path):
     """A query API that stores what is POSTed to /store, as the sink's does."""
-    from perftracker.sinks.keep import decode_records, write_records
+    from perftracker_ml.sinks.keep import decode_records, write_records
 
     store = Store.open(parse_store_url(f"chdb://{tmp_path / 'chdb'}", tmp_path))
     migrate(store)

@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import MultiCodec
-from perftracker.schemas.settings import StoreSettings
-from perftracker.sinks.clickhouse import ClickHouseSink
-from perftracker.sinks.raw import RawMessage
-from perftracker.sinks.schema import TABLES
-from perftracker.sinks.store import Store, parse_store_url
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import MultiCodec
+from perftracker_ml.schemas.settings import StoreSettings
+from perftracker_ml.sinks.clickhouse import ClickHouseSink
+from perftracker_ml.sinks.raw import RawMessage
+from perftracker_ml.sinks.schema import TABLES
+from perftracker_ml.sinks.store import Store, parse_store_url
 
 from .test_store import load
 

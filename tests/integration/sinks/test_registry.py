@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas.registry import multi_codec_for, registry_client
-from perftracker.schemas.settings import Secret
-from perftracker.schemas.stackfile import StackState
-from perftracker.schemas.topics import TopicNames
-from perftracker.sinks import client
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas.registry import multi_codec_for, registry_client
+from perftracker_ml.schemas.settings import Secret
+from perftracker_ml.schemas.stackfile import StackState
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.sinks import client
 
 from ...registry_fake import PASSWORD, USER, FakeRegistry
 from .conftest import CODEC_NAMES, wait_for

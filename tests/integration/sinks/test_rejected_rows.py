@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import MultiCodec, SchemaError
-from perftracker.schemas.settings import StoreSettings
-from perftracker.schemas.validate import validate
-from perftracker.sinks.clickhouse import ClickHouseSink
-from perftracker.sinks.decode import RecordDecoder
-from perftracker.sinks.errors import RowsRejected, StoreUnavailable
-from perftracker.sinks.raw import RAW_TABLES, RawMessage, container, migration_statements
-from perftracker.sinks.rows import ROW_BUILDERS
-from perftracker.sinks.schema import MIGRATIONS, TABLES, Migration, migrate
-from perftracker.sinks.store import Store, parse_store_url
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import MultiCodec, SchemaError
+from perftracker_ml.schemas.settings import StoreSettings
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.sinks.clickhouse import ClickHouseSink
+from perftracker_ml.sinks.decode import RecordDecoder
+from perftracker_ml.sinks.errors import RowsRejected, StoreUnavailable
+from perftracker_ml.sinks.raw import RAW_TABLES, RawMessage, container, migration_statements
+from perftracker_ml.sinks.rows import ROW_BUILDERS
+from perftracker_ml.sinks.schema import MIGRATIONS, TABLES, Migration, migrate
+from perftracker_ml.sinks.store import Store, parse_store_url
 
 from ...hostile import SINK_NAMES, hostile_sink_record
 from .conftest import wait_for
@@ -135,9 +135,9 @@ def test_a_raw_container_with_an_absurd_record_is_refused_by_the_constraints(tmp
 
 def test_a_store_migrated_before_the_constraints_gets_them(tmp_path, monkeypatch):
     store = Store.open(parse_store_url(f"chdb://{tmp_path / 'old'}", tmp_path))
-    monkeypatch.setattr("perftracker.sinks.raw.constraints_sql", lambda name: [])
+    monkeypatch.setattr("perftracker_ml.sinks.raw.constraints_sql", lambda name: [])
     old = (MIGRATIONS[0], Migration(2, MIGRATIONS[1].description, statements=migration_statements()))
-    monkeypatch.setattr("perftracker.sinks.schema.MIGRATIONS", old)
+    monkeypatch.setattr("perftracker_ml.sinks.schema.MIGRATIONS", old)
     assert migrate(store) == [1, 2]
     monkeypatch.undo()
     absurd = {**samples.pattern("mig", int(time.time() // 5), 0, "f"), "rank": -5}
@@ -204,7 +204,7 @@ def test_the_service_dead_letters_invalid_records_and_rejected_rows(sink_setting
     ids = sink.service.store.query("SELECT incident_id FROM incidents WHERE job = {j:String}", {"j": job}).rows
     assert ids == [(f"{job}-ok",)]
     # a row the store refuses (validation switched off): dead-lettered with its table, the rest written
-    monkeypatch.setattr("perftracker.sinks.service.validate", lambda name, record: None)
+    monkeypatch.setattr("perftracker_ml.sinks.service.validate", lambda name, record: None)
     comparison = {**samples.comparison(job, int(time.time() // 5), world=2), "members": [0, -5]}
     produce(settings, [("FunctionComparison", comparison)])
     wait_for(lambda: sink.service.stats.rows_rejected == 1 and sink.service.idle(), 30)

@@ -9,16 +9,16 @@ from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import bundle
-from perftracker.schemas.settings import Secret
-from perftracker.schemas.stackfile import StackState
-from perftracker.sinks import client
-from perftracker.sinks.errors import StoreUnavailable
-from perftracker.sinks.rows import flat_rows
-from perftracker.sinks.schema import TABLES
-from perftracker.sinks.service import SinkService
-from perftracker.sinks.store import Store
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import bundle
+from perftracker_ml.schemas.settings import Secret
+from perftracker_ml.schemas.stackfile import StackState
+from perftracker_ml.sinks import client
+from perftracker_ml.sinks.errors import StoreUnavailable
+from perftracker_ml.sinks.rows import flat_rows
+from perftracker_ml.sinks.schema import TABLES
+from perftracker_ml.sinks.service import SinkService
+from perftracker_ml.sinks.store import Store
 
 from .conftest import CODEC_NAMES, wait_for
 from .receiver import Receiver

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.sinks.client import incident_view
-from perftracker.sinks.queries import QUERIES, run_query
-from perftracker.sinks.rows import flat_rows
-from perftracker.sinks.schema import MIGRATIONS, MIGRATIONS_TABLE, TABLES, migrate
-from perftracker.sinks.store import Store, parse_store_url
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.sinks.client import incident_view
+from perftracker_ml.sinks.queries import QUERIES, run_query
+from perftracker_ml.sinks.rows import flat_rows
+from perftracker_ml.sinks.schema import MIGRATIONS, MIGRATIONS_TABLE, TABLES, migrate
+from perftracker_ml.sinks.store import Store, parse_store_url
 
 pytestmark = pytest.mark.integration
 
@@ -52,8 +52,8 @@ def test_migration_5_adds_mesh_coords_to_a_store_that_has_data(store):
     migration 5 adds the column (the old row reads {}), and both paths store it afterwards."""
     import time
 
-    from perftracker.schemas import MultiCodec
-    from perftracker.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
+    from perftracker_ml.schemas import MultiCodec
+    from perftracker_ml.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
 
     migrate(store)
     old_view = VIEWS["mv_rank_windows"][1].replace(", mesh_coords", "")
@@ -87,8 +87,8 @@ def test_migration_4_adds_the_job_end_columns_to_a_store_that_has_data(store):
     path and the Python path both store the new fields afterwards."""
     import time
 
-    from perftracker.schemas import MultiCodec
-    from perftracker.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
+    from perftracker_ml.schemas import MultiCodec
+    from perftracker_ml.sinks.raw import RAW_TABLES, VIEWS, RawMessage, container
 
     migrate(store)
     old_view = VIEWS["mv_rank_windows"][1].replace(

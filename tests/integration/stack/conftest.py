@@ -20,7 +20,7 @@ class Stack:
     env: dict[str, str]
 
     def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", *args], env=self.env,
+        proc = subprocess.run([sys.executable, "-m", "perftracker_ml.deploy.cli", *args], env=self.env,
                               capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"perftracker {' '.join(args)} failed ({proc.returncode}):\n"

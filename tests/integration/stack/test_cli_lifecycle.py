@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from perftracker.deploy.tansu import free_port
-from perftracker.schemas.stackfile import pid_alive
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.schemas.stackfile import pid_alive
 
 from .conftest import Stack, stack_env
 

@@ -20,10 +20,10 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from perftracker.deploy.stack import worker_stats
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.deploy.stack import worker_stats
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 
 from ...hostile import Hostile, hostile_messages, odd_but_valid_batches
 from ..waiting import wait_for

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..waiting import wait_for
@@ -100,10 +100,10 @@ def test_sink_metrics_on_its_query_api(stack: Stack, job: str):
 def test_sink_and_worker_logs_are_written_with_levels(stack: Stack):
     logs = stack.data_dir / "logs"
     sink = logs / "sink.log"
-    assert " INFO perftracker.sinks.service " in sink.read_text()
+    assert " INFO perftracker_ml.sinks.service " in sink.read_text()
     assert "sink consuming" in sink.read_text()
     worker_logs = [logs / f"worker-{pid}.log" for pid in stack.state()["worker_pids"]]
     assert worker_logs and all(p.exists() for p in worker_logs), sorted(logs.iterdir())
     worker = worker_logs[0].read_text()
-    assert " INFO perftracker.streams " in worker and "metrics at http://127.0.0.1:" in worker
+    assert " INFO perftracker_ml.streams " in worker and "metrics at http://127.0.0.1:" in worker
     assert worker.count("metrics at http://") == 1  # one line, not repeated by a second handler

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from perftracker.schemas.stackfile import pid_alive
+from perftracker_ml.schemas.stackfile import pid_alive
 
 from ..waiting import wait_for
 from .conftest import Stack, running_stack
@@ -46,7 +46,7 @@ def kill(pid: int) -> None:
 
 def hand_started(stack: Stack, command: str, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", command], env=stack.env,
+        return subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", command], env=stack.env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import get_type_hints
 
 import pytest
-from perftracker.deploy.tansu import free_port
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
-from perftracker.schemas.settings import Secret, Settings
-from perftracker.schemas.settings_loader import env_name
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.schemas.settings import Secret, Settings
+from perftracker_ml.schemas.settings_loader import env_name
 
 from ...registry_fake import USER, FakeRegistry
 from ...tls import make_tls_files
@@ -74,7 +74,7 @@ class Transcript:
 
     def run(self, stack: Stack, *args: str, env: dict[str, str] | None = None, timeout: float = 180,
             expect: int | None = 0) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", *args], env=env or stack.env,
+        proc = subprocess.run([sys.executable, "-m", "perftracker_ml.deploy.cli", *args], env=env or stack.env,
                               capture_output=True, text=True, timeout=timeout)
         self.add(f"perftracker {' '.join(args)} (stdout)", proc.stdout)
         self.add(f"perftracker {' '.join(args)} (stderr)", proc.stderr)
@@ -175,7 +175,7 @@ def test_failing_kafka_connections_never_show_a_secret(tmp_path):
             proc = out.run(stack, command, env=env, timeout=90, expect=1)
             assert "cannot reach Kafka" in proc.stderr
         collector = subprocess.run(
-            [sys.executable, "-c", "import time; from perftracker.collectors import attach, detach; "
+            [sys.executable, "-c", "import time; from perftracker_ml.collectors import attach, detach; "
              "c = attach('job-x'); time.sleep(3); detach()"],
             env={**env, "PERFTRACKER_COLLECTOR_EXIT_FLUSH_S": "0.5", "PERFTRACKER_COLLECTOR_LOG_EVERY_S": "0"},
             capture_output=True, text=True, timeout=60)
@@ -196,7 +196,7 @@ def test_a_failing_store_never_shows_its_password(tmp_path):
     assert "could not be opened" in proc.stderr
     out.run(stack, "diagnose", "--job", "j", expect=1,
             env={**env, "PERFTRACKER_STORE_PASSWORD": password})
-    sink = subprocess.Popen([sys.executable, "-m", "perftracker.deploy.cli", "sink"],
+    sink = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", "sink"],
                             env={**env, "PERFTRACKER_STORE_PASSWORD": password},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from perftracker.deploy.workloads.synthetic import SyntheticJob, produce
-from perftracker.schemas import Codec
-from perftracker.schemas.vocabulary import CONTROL
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, produce
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.vocabulary import CONTROL
 
 from ..waiting import wait_for
 from .conftest import Stack

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from perftracker.schemas.recording import Recording
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.replay import ReplayResult, replay
+from perftracker_ml.schemas.recording import Recording
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.replay import ReplayResult, replay
 
 from benchmarks.corpus import Entry, entries
 

@@ -32,7 +32,7 @@ def test_without_a_gpu_it_says_what_it_skipped_and_exits_0(tmp_path):
 
 
 def test_the_shared_gpu_recording_passes_part_b():
-    from perftracker.schemas.recording import Recording
+    from perftracker_ml.schemas.recording import Recording
 
     from benchmarks.gpu_check import judge_shared_gpu
 

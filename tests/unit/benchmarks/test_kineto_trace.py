@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
-from perftracker.streams.traces.importer import import_traces_with_report
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.streams.traces.importer import import_traces_with_report
 
 from benchmarks.import_speed import summary
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from perftracker.schemas import Codec
-from perftracker.schemas.rules import limits_for
-from perftracker.schemas.validate import validate
-from perftracker.schemas.vocabulary import EVENT_BATCH
-from perftracker.streams.detect import DetectionPolicy
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.rules import limits_for
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.streams.detect import DetectionPolicy
 
 from benchmarks.scale import SLOW_RANK, SyntheticRanks, extrapolate, fit, run_size, sizes_up_to
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perftracker.deploy.workloads.batches import Workload
+from perftracker_ml.deploy.workloads.batches import Workload
 
 from benchmarks.throughput import Job, encode_job, faust_rates, offline_stages, rate, summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
 
 from benchmarks import vs_hta
 

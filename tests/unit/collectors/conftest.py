@@ -4,7 +4,7 @@ import os
 
 import pytest
 import torch.distributed as dist
-from perftracker.deploy.tansu import free_port
+from perftracker_ml.deploy.tansu import free_port
 
 
 @pytest.fixture

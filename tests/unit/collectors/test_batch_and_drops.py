@@ -1,14 +1,14 @@
-from perftracker.collectors.batch import BatchBuilder, event_count
-from perftracker.collectors.counters import CollectorCounters
-from perftracker.collectors.events import GroupRef, OpSummary
-from perftracker.collectors.identity import RankIdentity
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import NullSink, Sender
-from perftracker.schemas import Codec
-from perftracker.schemas.settings import CollectorSettings
-from perftracker.schemas.vocabulary import EVENT_BATCH, OpKind, SpanKind
+from perftracker_ml.collectors.batch import BatchBuilder, event_count
+from perftracker_ml.collectors.counters import CollectorCounters
+from perftracker_ml.collectors.events import GroupRef, OpSummary
+from perftracker_ml.collectors.identity import RankIdentity
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.transport import NullSink, Sender
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.settings import CollectorSettings
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, OpKind, SpanKind
 
 IDENT = RankIdentity("j", 2, 2, 4, "h", -1, "", 123)
 WORLD = GroupRef("pg0-4-x", (0, 1, 2, 3))
@@ -88,7 +88,7 @@ def test_sender_survives_an_exception():
 
 
 def test_wire_bytes_follow_each_broker_connection_through_resets_and_disconnects():
-    from perftracker.collectors.transport import WireBytes
+    from perftracker_ml.collectors.transport import WireBytes
 
     wire = WireBytes()
     assert wire.add({"b/bootstrap": {"txbytes": 100}}) == 100
@@ -99,7 +99,7 @@ def test_wire_bytes_follow_each_broker_connection_through_resets_and_disconnects
 
 
 def test_every_loss_is_counted_by_the_recorder_with_its_reason():
-    from perftracker.collectors.counters import DropReason
+    from perftracker_ml.collectors.counters import DropReason
 
     rec = recorder(capacity=1)
     rec.span(SpanKind.USER, "x", 0, 1)
@@ -190,9 +190,9 @@ def test_a_suspected_hang_sends_the_flight_recorders_pending_entries_with_the_en
     import json
     import time
 
-    from perftracker.collectors.events import GroupRef
-    from perftracker.collectors.flight_recorder import FlightRecorder
-    from perftracker.collectors.safety import ErrorBudget
+    from perftracker_ml.collectors.events import GroupRef
+    from perftracker_ml.collectors.flight_recorder import FlightRecorder
+    from perftracker_ml.collectors.safety import ErrorBudget
 
     dump = json.dumps({"entries": [{"collective_seq_id": 3, "process_group": ["0", "default_pg"],
                                     "profiling_name": "gloo:all_reduce", "state": "scheduled", "retired": False,

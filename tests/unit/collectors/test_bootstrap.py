@@ -1,8 +1,8 @@
 import subprocess
 import sys
 
-from perftracker.collectors.bootstrap import SITECUSTOMIZE, is_launcher, should_attach
-from perftracker.collectors.launch import job_from_command
+from perftracker_ml.collectors.bootstrap import SITECUSTOMIZE, is_launcher, should_attach
+from perftracker_ml.collectors.launch import job_from_command
 
 BASE = {"PERFTRACKER_COLLECTOR_ATTACH": "1", "PERFTRACKER_COLLECTOR_LAUNCHER_PID": "10"}
 

@@ -1,10 +1,10 @@
 """The collective wrappers, on stub functions with torch.distributed's signatures."""
 
-from perftracker.collectors.comm import OP_SPECS, CommTimer, nbytes_of
-from perftracker.collectors.events import COMM
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.comm import OP_SPECS, CommTimer, nbytes_of
+from perftracker_ml.collectors.events import COMM
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
 
 
 class FakeTensor:

@@ -9,8 +9,8 @@ import textwrap
 import threading
 import time
 
-from perftracker.collectors.cpu_stats import CpuReader
-from perftracker.collectors.stack_sampler import (
+from perftracker_ml.collectors.cpu_stats import CpuReader
+from perftracker_ml.collectors.stack_sampler import (
     INNERMOST,
     MAX_DEPTH,
     WHERE,
@@ -116,12 +116,12 @@ def test_stack_counts_name_the_user_frame_and_the_innermost():
 def test_library_frames_are_skipped_for_where():
     assert is_library(threading.__file__)
     assert is_library("/x/site-packages/torch/nn/modules/module.py")
-    assert is_library("/x/perftracker/collectors/comm.py") and is_library("<frozen importlib._bootstrap>")
+    assert is_library("/x/perftracker_ml/collectors/comm.py") and is_library("<frozen importlib._bootstrap>")
     assert not is_library("/home/me/train.py")
-    assert is_library("/x/site-packages/perftracker/deploy/demo/train.py")
-    demo = ("/perftracker/deploy/demo/",)  # collector.user_code_paths: the demo stands in for a user
-    assert not is_library("/x/site-packages/perftracker/deploy/demo/train.py", user=demo)
-    assert is_library("/x/site-packages/perftracker/deploy/cli.py", user=demo)
+    assert is_library("/x/site-packages/perftracker_ml/deploy/demo/train.py")
+    demo = ("/perftracker_ml/deploy/demo/",)  # collector.user_code_paths: the demo stands in for a user
+    assert not is_library("/x/site-packages/perftracker_ml/deploy/demo/train.py", user=demo)
+    assert is_library("/x/site-packages/perftracker_ml/deploy/cli.py", user=demo)
 
 
 def test_non_utf8_file_names_are_escaped_and_counted():
@@ -183,7 +183,7 @@ def test_no_stack_is_read_while_a_module_is_being_imported(tmp_path, monkeypatch
 SAMPLED_WHILE_SWITCHING = textwrap.dedent("""
     import gc, sys, threading, time
     sys.setswitchinterval(1e-6)  # the GIL changes hands at nearly every chance it has
-    from perftracker.collectors.stack_sampler import StackSampler
+    from perftracker_ml.collectors.stack_sampler import StackSampler
 
     def batches():
         while True:
@@ -256,8 +256,8 @@ class FakeSender:
 
 
 def test_cpu_evidence_hands_one_sample_and_the_stack_rows_to_the_sender():
-    from perftracker.collectors.counters import CollectorCounters
-    from perftracker.collectors.cpu_evidence import CpuEvidence
+    from perftracker_ml.collectors.counters import CollectorCounters
+    from perftracker_ml.collectors.cpu_evidence import CpuEvidence
     sender, counters = FakeSender(), CollectorCounters()
     ev = CpuEvidence(sender, counters, hz=0)  # sampler thread off: drive it by hand
     ev.stacks = StackSampler(threading.get_ident(), 25)
@@ -273,10 +273,10 @@ def test_cpu_evidence_hands_one_sample_and_the_stack_rows_to_the_sender():
 
 
 def test_batch_with_cpu_sample_and_stacks_encodes_and_decodes():
-    from perftracker.collectors.batch import BatchBuilder
-    from perftracker.collectors.cpu_stats import CpuSample
-    from perftracker.collectors.identity import RankIdentity
-    from perftracker.schemas import Codec
+    from perftracker_ml.collectors.batch import BatchBuilder
+    from perftracker_ml.collectors.cpu_stats import CpuSample
+    from perftracker_ml.collectors.identity import RankIdentity
+    from perftracker_ml.schemas import Codec
     sample = CpuSample(10**9, 9 * 10**8, 10**6, 1, 2, 0, 1.0, -1.0).as_record()  # no stack fields
     builder = BatchBuilder(RankIdentity("job", 0, 0, 1, "h", -1, "", 1))
     record = builder.build([], 0, (), [sample], [("train.py step", 88, WHERE, 5, "x.clone()")])

@@ -47,7 +47,7 @@ class Runtime:
         if self.name == "fake":
             return FakeNcclGroup(self.cuda, ranks=(0,))
         import torch.distributed as dist
-        from perftracker.deploy.tansu import free_port
+        from perftracker_ml.deploy.tansu import free_port
 
         if not dist.is_initialized():
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

@@ -11,15 +11,19 @@ from __future__ import annotations
 import time
 
 import pytest
-from perftracker.collectors.comm import OP_SPECS, CommTimer
-from perftracker.collectors.counters import CollectorCounters, DropReason
-from perftracker.collectors.cuda_timing import DEVICE_PREFIX, CudaCommTimer
-from perftracker.collectors.events import COMM, SPAN, GroupRef
-from perftracker.collectors.hooks_python import ForwardTimer, OptimizerTimer, device_timed_callable
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.schemas.vocabulary import SpanKind
+from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+from perftracker_ml.collectors.counters import CollectorCounters, DropReason
+from perftracker_ml.collectors.cuda_timing import DEVICE_PREFIX, CudaCommTimer
+from perftracker_ml.collectors.events import COMM, SPAN, GroupRef
+from perftracker_ml.collectors.hooks_python import (
+    ForwardTimer,
+    OptimizerTimer,
+    device_timed_callable,
+)
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.schemas.vocabulary import SpanKind
 
 from tests.fake_cuda import CLOCK_HZ, INF, FakeCuda, FakeCudaTensor, FakeNcclGroup, FakeTorch
 
@@ -149,7 +153,7 @@ def test_cpu_tensors_get_no_events_and_a_full_queue_counts_its_drops(monkeypatch
         is_cuda = False
 
     assert timer.begin(Cpu()) is None and timer.begin([Cpu()]) is None and timer.begin([]) is None
-    monkeypatch.setattr("perftracker.collectors.cuda_timing.MAX_PENDING", 2)
+    monkeypatch.setattr("perftracker_ml.collectors.cuda_timing.MAX_PENDING", 2)
     cuda._sleep(int(10 * CLOCK_HZ))
     for seq in range(3):
         timer.end(timer.begin(FakeCudaTensor()), ("all_reduce", G, seq, 4, 0, 0))

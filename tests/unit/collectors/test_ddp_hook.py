@@ -2,11 +2,11 @@
 
 import torch
 import torch.distributed as dist
-from perftracker.collectors.comm import OP_SPECS, CommTimer
-from perftracker.collectors.events import COMM
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+from perftracker_ml.collectors.events import COMM
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -10,18 +10,22 @@ import sys
 import textwrap
 import time
 
-from perftracker.collectors.events import COMM, GroupRef
-from perftracker.collectors.flight_recorder import FlightRecorder, buffer_enabled, pending_entries
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.deploy.tansu import free_port
+from perftracker_ml.collectors.events import COMM, GroupRef
+from perftracker_ml.collectors.flight_recorder import (
+    FlightRecorder,
+    buffer_enabled,
+    pending_entries,
+)
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.deploy.tansu import free_port
 
 HANG = textwrap.dedent("""
     import os, sys, time
     os.environ["TORCH_FR_BUFFER_SIZE"] = "64"
     import torch, torch.distributed as dist
-    from perftracker.collectors.events import COMM, GroupRef
-    from perftracker.collectors.flight_recorder import FlightRecorder
-    from perftracker.collectors.safety import ErrorBudget
+    from perftracker_ml.collectors.events import COMM, GroupRef
+    from perftracker_ml.collectors.flight_recorder import FlightRecorder
+    from perftracker_ml.collectors.safety import ErrorBudget
     rank = int(sys.argv[1])
     dist.init_process_group("gloo", rank=rank, world_size=2)
     x = torch.ones(4)

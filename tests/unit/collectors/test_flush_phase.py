@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from perftracker.collectors.transport import FLUSH_PHASE, FLUSH_SPREAD, flush_delay
+from perftracker_ml.collectors.transport import FLUSH_PHASE, FLUSH_SPREAD, flush_delay
 
 
 @given(now=st.floats(1.6e9, 2.0e9), interval=st.sampled_from([0.05, 0.5, 1.0, 2.0]),

@@ -3,13 +3,13 @@ hooks, so Module.__call__ keeps its fast path), any other root through its own h
 
 import pytest
 import torch
-from perftracker.collectors.events import SPAN
-from perftracker.collectors.hooks_python import ForwardTimer
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.patching import Patches
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.schemas.vocabulary import SpanKind
+from perftracker_ml.collectors.events import SPAN
+from perftracker_ml.collectors.hooks_python import ForwardTimer
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.patching import Patches
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.schemas.vocabulary import SpanKind
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -10,16 +10,16 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from perftracker.collectors import functional as functional_module
-from perftracker.collectors.comm import CommTimer
-from perftracker.collectors.events import COMM
-from perftracker.collectors.functional import FunctionalTimer
-from perftracker.collectors.groups import group_ref, mesh_dim_of
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.mesh import coordinates_of, install_mesh
-from perftracker.collectors.patching import Patches
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
+from perftracker_ml.collectors import functional as functional_module
+from perftracker_ml.collectors.comm import CommTimer
+from perftracker_ml.collectors.events import COMM
+from perftracker_ml.collectors.functional import FunctionalTimer
+from perftracker_ml.collectors.groups import group_ref, mesh_dim_of
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.mesh import coordinates_of, install_mesh
+from perftracker_ml.collectors.patching import Patches
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
 
 ROUTES = ["python", "dispatcher"]
 
@@ -282,9 +282,9 @@ def test_device_mesh_coordinates_are_published(world_of_one):
 
 def test_distributed_checkpoint_save_and_load_are_checkpoint_spans(world_of_one, tmp_path):
     import torch.distributed.checkpoint as dcp
-    from perftracker.collectors.events import SPAN
-    from perftracker.collectors.hooks_python import install_distributed_checkpoint
-    from perftracker.schemas.vocabulary import SpanKind
+    from perftracker_ml.collectors.events import SPAN
+    from perftracker_ml.collectors.hooks_python import install_distributed_checkpoint
+    from perftracker_ml.schemas.vocabulary import SpanKind
 
     rec, patches, functional = _timers()
     try:

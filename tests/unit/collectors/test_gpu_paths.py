@@ -4,10 +4,10 @@ import os
 import time
 
 import pytest
-from perftracker.collectors.hardware import open_nvml, sample
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.hardware import open_nvml, sample
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
 
 torch = pytest.importorskip("torch")
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -32,8 +32,8 @@ def test_nvml_sample_reads_clocks_and_power():
 @pytest.mark.gpu
 @needs_gpu
 def test_cuda_events_time_device_work_without_synchronizing():
-    from perftracker.collectors.cuda_timing import CudaCommTimer
-    from perftracker.collectors.events import GroupRef
+    from perftracker_ml.collectors.cuda_timing import CudaCommTimer
+    from perftracker_ml.collectors.events import GroupRef
 
     rec = Recorder(100, IterationDetector(), ErrorBudget())
     timer = CudaCommTimer(torch, rec)
@@ -59,7 +59,7 @@ def test_cuda_events_time_device_work_without_synchronizing():
 
 def _world_of_one(backend: str) -> None:
     import torch.distributed as dist
-    from perftracker.deploy.tansu import free_port
+    from perftracker_ml.deploy.tansu import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group(backend, rank=0, world_size=1, device_id=torch.device("cuda", 0)
@@ -71,8 +71,8 @@ def _world_of_one(backend: str) -> None:
 @pytest.mark.parametrize("backend", ["nccl", "gloo"])
 def test_ddp_hook_and_async_ops_on_cuda_are_timed_by_cuda_events(backend):
     import torch.distributed as dist
-    from perftracker.collectors.comm import OP_SPECS, CommTimer
-    from perftracker.collectors.cuda_timing import CudaCommTimer
+    from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+    from perftracker_ml.collectors.cuda_timing import CudaCommTimer
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -111,8 +111,8 @@ def test_ddp_hook_and_async_ops_on_cuda_are_timed_by_cuda_events(backend):
 @pytest.mark.gpu
 @needs_gpu
 def test_profiling_window_summarizes_cuda_kernels():
-    from perftracker.collectors.profiling import ProfileRequest, ProfileWindows
-    from perftracker.schemas.vocabulary import OpKind
+    from perftracker_ml.collectors.profiling import ProfileRequest, ProfileWindows
+    from perftracker_ml.schemas.vocabulary import OpKind
 
     emitted = []
     windows = ProfileWindows(torch, emitted.append, ErrorBudget(), every_s=0, duration_s=0)
@@ -133,9 +133,9 @@ def test_functional_collectives_on_nccl_eager_and_compiled():
     wait, the compiled ones too, no synchronizing call of ours."""
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
-    from perftracker.collectors.cuda_timing import CudaCommTimer
-    from perftracker.collectors.functional import FunctionalTimer
-    from perftracker.collectors.groups import GroupRegistry
+    from perftracker_ml.collectors.cuda_timing import CudaCommTimer
+    from perftracker_ml.collectors.functional import FunctionalTimer
+    from perftracker_ml.collectors.groups import GroupRegistry
 
     _world_of_one("nccl")
     rec = Recorder(1000, IterationDetector(), ErrorBudget())
@@ -170,8 +170,8 @@ def test_nccl_collective_queued_behind_a_spin_is_pending_then_completed():
     behind device work is an entry marker (dur -1) until its stop event completes, then
     one event with its device time; no synchronizing call of ours."""
     import torch.distributed as dist
-    from perftracker.collectors.comm import OP_SPECS, CommTimer
-    from perftracker.collectors.cuda_timing import CudaCommTimer
+    from perftracker_ml.collectors.comm import OP_SPECS, CommTimer
+    from perftracker_ml.collectors.cuda_timing import CudaCommTimer
 
     _world_of_one("nccl")
     try:

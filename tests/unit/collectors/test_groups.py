@@ -1,4 +1,4 @@
-from perftracker.collectors.groups import GroupRegistry, group_ref
+from perftracker_ml.collectors.groups import GroupRegistry, group_ref
 
 
 class FakeDist:

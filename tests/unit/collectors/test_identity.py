@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from perftracker.collectors.config import load_attach_settings
-from perftracker.collectors.identity import identity_from_env
+from perftracker_ml.collectors.config import load_attach_settings
+from perftracker_ml.collectors.identity import identity_from_env
 
 ENV = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
 

@@ -1,4 +1,4 @@
-from perftracker.collectors.iteration import ExplicitSteps, IterationDetector, Token
+from perftracker_ml.collectors.iteration import ExplicitSteps, IterationDetector, Token
 
 F, P = Token.FETCH, Token.OPT  # fetch, optimizer step
 

@@ -8,7 +8,7 @@ for, since one test process cannot be two ranks (the e2e suite runs real torchru
 from __future__ import annotations
 
 import pytest
-from perftracker.collectors.job_agreement import (
+from perftracker_ml.collectors.job_agreement import (
     STORE_KEY,
     JobAgreement,
     settled_job,

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perftracker.deploy.tansu import free_port
+from perftracker_ml.deploy.tansu import free_port
 
 SCRIPT = """
 import sys, urllib.request
 {block}
-from perftracker.collectors import attach, detach
+from perftracker_ml.collectors import attach, detach
 env = {{"PERFTRACKER_DATA_DIR": {data_dir!r}, "PERFTRACKER_COLLECTOR_METRICS_PORT": "{base}",
         "RANK": "3", "LOCAL_RANK": "1", "PERFTRACKER_COLLECTOR_NVML_INTERVAL_S": "0"}}
 collector = attach("job-m", env=env)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perftracker.collectors.profiling import percentile
+from perftracker_ml.collectors.profiling import percentile
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])

@@ -3,10 +3,10 @@ import threading
 import time
 
 import pytest
-from perftracker.collectors.control import ControlFollower
-from perftracker.collectors.profiling import ProfileRequest, ProfileWindows, classify
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.schemas.vocabulary import OpKind
+from perftracker_ml.collectors.control import ControlFollower
+from perftracker_ml.collectors.profiling import ProfileRequest, ProfileWindows, classify
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.schemas.vocabulary import OpKind
 
 
 class SlowProfiler:

@@ -5,8 +5,8 @@ import time
 from pathlib import Path
 
 import pytest
-from perftracker.collectors.collector import _background
-from perftracker.collectors.selfcost import background_cpu_by_thread, thread_cpu_s
+from perftracker_ml.collectors.collector import _background
+from perftracker_ml.collectors.selfcost import background_cpu_by_thread, thread_cpu_s
 
 
 def background_cpu_s(tasks: Path | None = None) -> float:

@@ -15,8 +15,8 @@ from typing import Any
 
 import tomllib
 import yaml
-from perftracker.schemas.settings import Settings
-from perftracker.schemas.settings_loader import describe_settings, load_settings
+from perftracker_ml.schemas.settings import Settings
+from perftracker_ml.schemas.settings_loader import describe_settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"

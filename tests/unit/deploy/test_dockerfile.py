@@ -81,7 +81,7 @@ def test_multi_stage_build_installs_only_the_built_wheels():
                for w, a in build), "the worker and the sink need the server extra"
     (install,) = [a for w, a in runtime if w == "RUN" and "pip install" in a]
     assert f"from={names[0]}" in install and "--no-index" in install and "--find-links=/wheels" in install
-    assert "perftracker[server]==${PERFTRACKER_VERSION}" in install
+    assert "perftracker-ml[server]==${PERFTRACKER_VERSION}" in install
     assert ("ARG", f"PERFTRACKER_VERSION={VERSION}") in runtime, "image version = pyproject version"
     assert not any(w == "RUN" and re.search(r"apt-get|gcc|build-essential", a) for w, a in runtime)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perftracker.deploy.demo import inject_fault
-from perftracker.deploy.demo.runner import EXPECTED_CAUSE
-from perftracker.deploy.workloads.faults import FAULTS, cause_of
-from perftracker.schemas.causes import Cause
+from perftracker_ml.deploy.demo import inject_fault
+from perftracker_ml.deploy.demo.runner import EXPECTED_CAUSE
+from perftracker_ml.deploy.workloads.faults import FAULTS, cause_of
+from perftracker_ml.schemas.causes import Cause
 
 from benchmarks.live_faults import DEAD, SCENARIOS
 

@@ -15,7 +15,7 @@ import pytest
 ])
 def test_refused_before_anything_starts(tmp_path, command, env):
     base = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
-    proc = subprocess.run([sys.executable, "-m", "perftracker.deploy.cli", command],
+    proc = subprocess.run([sys.executable, "-m", "perftracker_ml.deploy.cli", command],
                           env={**base, "PERFTRACKER_DATA_DIR": str(tmp_path),
                                "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", **env},
                           capture_output=True, text=True, timeout=60)

@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from perftracker.deploy.workloads import inject
+from perftracker_ml.deploy.workloads import inject
 
 CHILD = """
 import json, os, sys
-from perftracker.deploy.workloads import inject
+from perftracker_ml.deploy.workloads import inject
 hogs = inject.pin_with_hogs(2)
 print(json.dumps({"me": sorted(os.sched_getaffinity(0)), "hogs": [h.pid for h in hogs]}), flush=True)
 """

@@ -10,12 +10,12 @@ import sys
 import time
 
 import pytest
-from perftracker.deploy import stack
-from perftracker.deploy.members import sink_member, worker_member
-from perftracker.deploy.output import format_status
-from perftracker.deploy.stack import StackError
-from perftracker.schemas.settings import KafkaSettings, Settings, StreamSettings
-from perftracker.schemas.stackfile import StackState, read_state
+from perftracker_ml.deploy import stack
+from perftracker_ml.deploy.members import sink_member, worker_member
+from perftracker_ml.deploy.output import format_status
+from perftracker_ml.deploy.stack import StackError
+from perftracker_ml.schemas.settings import KafkaSettings, Settings, StreamSettings
+from perftracker_ml.schemas.stackfile import StackState, read_state
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 import io
 import os
 
-from perftracker.deploy import progress as progress_mod
-from perftracker.deploy.cli import main
-from perftracker.deploy.progress import Progress, RichProgress, progress_for, wants_display
-from perftracker.deploy.trace_import import DAY_MS, store_time_ms
-from perftracker.schemas.settings import Settings, StoreSettings
+from perftracker_ml.deploy import progress as progress_mod
+from perftracker_ml.deploy.cli import main
+from perftracker_ml.deploy.progress import Progress, RichProgress, progress_for, wants_display
+from perftracker_ml.deploy.trace_import import DAY_MS, store_time_ms
+from perftracker_ml.schemas.settings import Settings, StoreSettings
 
 
 class Terminal(io.StringIO):
@@ -41,7 +41,7 @@ def test_rich_display_shows_phase_files_and_events_and_prints_lines_above(monkey
 
 
 def test_demo_reports_its_phases_to_the_display(monkeypatch, tmp_path, capsys):
-    from perftracker.deploy.demo import runner
+    from perftracker_ml.deploy.demo import runner
 
     seen: list[str] = []
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from perftracker.collectors.cuda_timing import DEVICE_PREFIX
-from perftracker.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
-from perftracker.deploy.workloads.simulate.faults import Fault
-from perftracker.deploy.workloads.simulate.layout import Layout
-from perftracker.deploy.workloads.simulate.patterns import PatternSim
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.validate import validate
-from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
+from perftracker_ml.collectors.cuda_timing import DEVICE_PREFIX
+from perftracker_ml.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
+from perftracker_ml.deploy.workloads.simulate.faults import Fault
+from perftracker_ml.deploy.workloads.simulate.layout import Layout
+from perftracker_ml.deploy.workloads.simulate.patterns import PatternSim
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, SpanKind
 
 DEVICE = int(SpanKind.DEVICE)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.collectors.batch import event_count
-from perftracker.deploy.workloads.batches import Workload, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.validate import validate
-from perftracker.schemas.vocabulary import EVENT_BATCH
-from perftracker.streams.detect import RankSummarizer
+from perftracker_ml.collectors.batch import event_count
+from perftracker_ml.deploy.workloads.batches import Workload, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.streams.detect import RankSummarizer
 
 SMALL = Workload(ranks=32, seconds=3, tp=4, pp=2)
 

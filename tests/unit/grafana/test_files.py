@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from perftracker.grafana import build
-from perftracker.grafana.dashboards import load_dashboards, load_provisioning, panel_queries
+from perftracker_ml.grafana import build
+from perftracker_ml.grafana.dashboards import load_dashboards, load_provisioning, panel_queries
 
 DS_UID = "perftracker-clickhouse"
 DS_TYPE = "grafana-clickhouse-datasource"
@@ -17,7 +17,7 @@ DATASOURCES = {DS_UID: DS_TYPE, PROM_UID: PROM_TYPE}  # the provisioned ones
 def test_dashboard_files_are_generated_from_build():
     files = load_dashboards()
     for name, text in build.render_all().items():
-        assert build.json.loads(text) == files[name], f"run python -m perftracker.grafana.build ({name})"
+        assert build.json.loads(text) == files[name], f"run python -m perftracker_ml.grafana.build ({name})"
 
 
 def test_dashboards_have_the_fields_grafana_requires():
@@ -62,11 +62,11 @@ def test_job_view_has_the_panels_on_call_needs():
 
 def exported_metric_names() -> set[str]:
     """Every sample name the workers, the sink and the collectors export."""
-    from perftracker.collectors.counters import CollectorCounters
-    from perftracker.schemas.counters import Histogram, Kind
-    from perftracker.sinks.alerts.worker import AlertCounters
-    from perftracker.sinks.service import SinkCounters
-    from perftracker.streams.context import StreamCounters
+    from perftracker_ml.collectors.counters import CollectorCounters
+    from perftracker_ml.schemas.counters import Histogram, Kind
+    from perftracker_ml.sinks.alerts.worker import AlertCounters
+    from perftracker_ml.sinks.service import SinkCounters
+    from perftracker_ml.streams.context import StreamCounters
 
     names = set()
     for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters):

@@ -10,8 +10,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from perftracker.grafana.dashboards import load_dashboards
-from perftracker.grafana.push import GrafanaPushError, push, read_token
+from perftracker_ml.grafana.dashboards import load_dashboards
+from perftracker_ml.grafana.push import GrafanaPushError, push, read_token
 
 
 class FakeGrafana:

@@ -43,7 +43,7 @@ def report_data(incidents: list[dict] | None = None) -> dict:
              "collectives": 1000, "wait_caused_ms_per_step": 11.8 if r == 2 else 0.0,
              "late_windows": 6 if r == 2 else 0} for r in range(4)]
     incs = [incident()] if incidents is None else incidents
-    from perftracker.sinks.report.data import normalize_incident
+    from perftracker_ml.sinks.report.data import normalize_incident
 
     return {"job": "demo-1", "title": "perftracker demo: slow-dataloader on rank 2",
             "generated_s": T0 + 70, "missing": [], "step_times": steps, "slowdown": slow,

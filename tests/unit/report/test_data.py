@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from perftracker.sinks import client
-from perftracker.sinks.report.data import build_report_data, normalize_late_arrivals
+from perftracker_ml.sinks import client
+from perftracker_ml.sinks.report.data import build_report_data, normalize_late_arrivals
 
 from .sample import incident
 

@@ -6,11 +6,11 @@ import json
 import re
 from html import escape
 
-from perftracker.schemas.causes import CAUSES, Cause
-from perftracker.sinks.report import json_path_for, render_html, write_report_files
-from perftracker.sinks.report.data import epoch_s, normalize_step_times
-from perftracker.sinks.report.html import render_card
-from perftracker.sinks.report.svg import nice_max, slowdown_color
+from perftracker_ml.schemas.causes import CAUSES, Cause
+from perftracker_ml.sinks.report import json_path_for, render_html, write_report_files
+from perftracker_ml.sinks.report.data import epoch_s, normalize_step_times
+from perftracker_ml.sinks.report.html import render_card
+from perftracker_ml.sinks.report.svg import nice_max, slowdown_color
 
 from .sample import FAULT_S, incident, report_data
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from perftracker.schemas import Codec, SchemaError, bundle
-from perftracker.schemas.vocabulary import CONTROL, SINGLE_OBJECT_HEADER_LEN
+from perftracker_ml.schemas import Codec, SchemaError, bundle
+from perftracker_ml.schemas.vocabulary import CONTROL, SINGLE_OBJECT_HEADER_LEN
 
 
 def control(i: int) -> bytes:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
-from perftracker.schemas.vocabulary import (
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
+from perftracker_ml.schemas.vocabulary import (
     ANOMALY,
     CONTROL,
     EVENT_BATCH,
@@ -112,7 +112,12 @@ MINOR = {"rank": 2, "host": "h2", "gpu": 0, "peer_group": "s", "value_ms_per_ste
     (FUNCTION_COMPARISON, "minor_outliers", [MINOR], [], 1),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
-    from perftracker.deploy.workloads.store_records import anomaly, comparison, pattern, rank_window
+    from perftracker_ml.deploy.workloads.store_records import (
+        anomaly,
+        comparison,
+        pattern,
+        rank_window,
+    )
 
     base = {RANK_WINDOW: lambda: rank_window("j", 3, 1), ANOMALY: lambda: anomaly("j", "i1"),
             FUNCTION_PATTERN: lambda: pattern("j", 3, 1, "f"),

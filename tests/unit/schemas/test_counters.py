@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from perftracker.schemas.counters import Counter, CounterSet, Histogram, Kind, Sample
+from perftracker_ml.schemas.counters import Counter, CounterSet, Histogram, Kind, Sample
 
 
 class Things(CounterSet):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perftracker.schemas.diagnosis import ROW_FIELDS, diagnosis_row
+from perftracker_ml.schemas.diagnosis import ROW_FIELDS, diagnosis_row
 
 INCIDENT = {"incident_id": "i1", "job": "j", "status": "OPEN", "kind": "rank", "cause": "slow_gpu",
             "ranks": (5,), "hosts": ["h0", ""], "gpus": None, "function": "f", "score": 7,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
-from perftracker.schemas.codec import SINGLE_OBJECT_MAGIC
-from perftracker.schemas.validate import validate
-from perftracker.sinks.decode import RecordDecoder
-from perftracker.sinks.rows import ROW_BUILDERS
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
+from perftracker_ml.schemas.codec import SINGLE_OBJECT_MAGIC
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.sinks.decode import RecordDecoder
+from perftracker_ml.sinks.rows import ROW_BUILDERS
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
 from ...hostile import (
     GOOD_BATCH,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.http_auth import auth_headers, authorized, check_bind, is_loopback
-from perftracker.schemas.settings import Secret, Settings
-from perftracker.schemas.settings_loader import load_settings
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.http_auth import auth_headers, authorized, check_bind, is_loopback
+from perftracker_ml.schemas.settings import Secret, Settings
+from perftracker_ml.schemas.settings_loader import load_settings
 
 
 @pytest.mark.parametrize("host, loopback", [

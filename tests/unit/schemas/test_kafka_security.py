@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.settings import KafkaSettings, Secret
-from perftracker.schemas.settings_loader import load_settings, section_env
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.settings import KafkaSettings, Secret
+from perftracker_ml.schemas.settings_loader import load_settings, section_env
 
 from ...tls import KEY_PASSWORD, TLSFiles, TLSListener, make_tls_files
 
@@ -184,7 +184,7 @@ def test_settings_that_cannot_work_are_refused_by_name(env, fragment):
 
 
 def test_collectors_check_the_same_rules():
-    from perftracker.collectors.config import load_attach_settings
+    from perftracker_ml.collectors.config import load_attach_settings
 
     with pytest.raises(ConfigError, match="needs kafka.sasl_mechanism"):
         load_attach_settings(env={"PERFTRACKER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"})
@@ -192,7 +192,7 @@ def test_collectors_check_the_same_rules():
 
 def test_launch_hands_every_kafka_setting_to_the_training_processes(tls, tmp_path):
     """`perftracker launch` passes the Kafka settings on in the environment: the children rebuild them."""
-    from perftracker.collectors.config import load_attach_settings
+    from perftracker_ml.collectors.config import load_attach_settings
 
     env = {**tls_env(tls), "PERFTRACKER_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
            "PERFTRACKER_KAFKA_SASL_MECHANISM": "PLAIN", "PERFTRACKER_KAFKA_SASL_USERNAME": "svc",

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.logs import log_path, setup_logging
-from perftracker.schemas.settings import Settings
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.logs import log_path, setup_logging
+from perftracker_ml.schemas.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +34,10 @@ def settings(tmp_path: Path, **kw: str) -> Settings:
 def test_text_lines_at_the_level_in_the_component_file(tmp_path: Path):
     path = setup_logging(settings(tmp_path, log_level="WARNING"), "sink")
     assert path == tmp_path / "logs" / "sink.log"
-    logging.getLogger("perftracker.sinks").info("not at this level")
-    logging.getLogger("perftracker.sinks").warning("store not ready (%s)", "down")
+    logging.getLogger("perftracker_ml.sinks").info("not at this level")
+    logging.getLogger("perftracker_ml.sinks").warning("store not ready (%s)", "down")
     lines = path.read_text().splitlines()
-    assert len(lines) == 1 and " WARNING perftracker.sinks [" in lines[0] and lines[0].endswith("store not ready (down)")
+    assert len(lines) == 1 and " WARNING perftracker_ml.sinks [" in lines[0] and lines[0].endswith("store not ready (down)")
 
 
 def test_json_lines_carry_level_logger_component_and_the_traceback(tmp_path: Path):
@@ -45,9 +45,9 @@ def test_json_lines_carry_level_logger_component_and_the_traceback(tmp_path: Pat
     try:
         raise RuntimeError("boom")
     except RuntimeError:
-        logging.getLogger("perftracker.streams").exception("error in %s", "summarize")
+        logging.getLogger("perftracker_ml.streams").exception("error in %s", "summarize")
     (entry,) = [json.loads(line) for line in path.read_text().splitlines()]
-    assert entry["level"] == "ERROR" and entry["logger"] == "perftracker.streams"
+    assert entry["level"] == "ERROR" and entry["logger"] == "perftracker_ml.streams"
     assert entry["component"] == "worker" and entry["message"] == "error in summarize"
     assert "RuntimeError: boom" in entry["exc_info"] and entry["time"].endswith("+00:00")
 
@@ -78,8 +78,8 @@ def test_a_file_that_already_is_stderr_is_written_once(tmp_path: Path):
     log = tmp_path / "logs" / "sink.log"
     log.parent.mkdir()
     code = ("import dataclasses, logging, pathlib\n"
-            "from perftracker.schemas.logs import setup_logging\n"
-            "from perftracker.schemas.settings import Settings\n"
+            "from perftracker_ml.schemas.logs import setup_logging\n"
+            "from perftracker_ml.schemas.settings import Settings\n"
             f"setup_logging(dataclasses.replace(Settings(), data_dir=pathlib.Path({str(tmp_path)!r})), 'sink')\n"
             "logging.getLogger('perftracker').info('hello once')\n")
     with open(log, "ab") as out:

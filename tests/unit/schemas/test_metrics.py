@@ -6,8 +6,8 @@ import urllib.request
 
 import prometheus_client
 import pytest
-from perftracker.schemas.counters import Counter, CounterSet, Histogram, Kind
-from perftracker.schemas.metrics import MetricsServer, exposition, registry_of
+from perftracker_ml.schemas.counters import Counter, CounterSet, Histogram, Kind
+from perftracker_ml.schemas.metrics import MetricsServer, exposition, registry_of
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -109,10 +109,10 @@ def test_server_binds_localhost_serves_metrics_and_frees_its_port():
 def test_every_exported_metric_is_documented():
     from pathlib import Path
 
-    from perftracker.collectors.counters import CollectorCounters
-    from perftracker.sinks.alerts.worker import AlertCounters
-    from perftracker.sinks.service import SinkCounters
-    from perftracker.streams.context import StreamCounters
+    from perftracker_ml.collectors.counters import CollectorCounters
+    from perftracker_ml.sinks.alerts.worker import AlertCounters
+    from perftracker_ml.sinks.service import SinkCounters
+    from perftracker_ml.streams.context import StreamCounters
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
     for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters):

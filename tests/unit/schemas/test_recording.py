@@ -7,8 +7,8 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from perftracker.schemas.errors import SchemaError
-from perftracker.schemas.recording import (
+from perftracker_ml.schemas.errors import SchemaError
+from perftracker_ml.schemas.recording import (
     SUFFIX,
     RecordedMessage,
     Recording,

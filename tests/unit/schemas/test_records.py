@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.schemas import bundled_schemas
-from perftracker.schemas import records as r
+from perftracker_ml.schemas import bundled_schemas
+from perftracker_ml.schemas import records as r
 
 NESTED = {"groups": r.PeerGroupStat, "outliers": r.RankOutlier, "stragglers": r.Straggler}
 

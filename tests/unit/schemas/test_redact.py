@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perftracker.schemas.redact import redact, redact_url_passwords
+from perftracker_ml.schemas.redact import redact, redact_url_passwords
 
 
 def test_a_one_letter_password_leaves_http_alone():

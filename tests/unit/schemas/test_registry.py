@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, SchemaError, bundled_schemas
-from perftracker.schemas.registry import (
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, SchemaError, bundled_schemas
+from perftracker_ml.schemas.registry import (
     RegistryClient,
     RegistryCodec,
     RegistryError,
     RegistryUnavailable,
     codec_for,
 )
-from perftracker.schemas.settings import KafkaSettings, Secret, Settings
-from perftracker.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.schemas.settings import KafkaSettings, Secret, Settings
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 
 from ...registry_fake import PASSWORD, USER, FakeRegistry
 

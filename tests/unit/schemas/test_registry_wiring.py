@@ -12,33 +12,33 @@ import threading
 import time
 
 import pytest
-from perftracker.collectors.batch import BatchBuilder
-from perftracker.collectors.counters import CollectorCounters
-from perftracker.collectors.iteration import IterationDetector
-from perftracker.collectors.recorder import Recorder
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import NullSink, Sender
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec, MultiCodec, SchemaError
-from perftracker.schemas.registry import (
+from perftracker_ml.collectors.batch import BatchBuilder
+from perftracker_ml.collectors.counters import CollectorCounters
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.transport import NullSink, Sender
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec, MultiCodec, SchemaError
+from perftracker_ml.schemas.registry import (
     RegistryCodec,
     RegistryMultiCodec,
     RegistryUnavailable,
     multi_codec_for,
     registry_client,
 )
-from perftracker.schemas.settings import CollectorSettings, KafkaSettings, Secret, Settings
-from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.vocabulary import (
+from perftracker_ml.schemas.settings import CollectorSettings, KafkaSettings, Secret, Settings
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.schemas.vocabulary import (
     ANOMALY,
     EVENT_BATCH,
     FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
     RANK_WINDOW,
 )
-from perftracker.sinks.decode import RecordDecoder
-from perftracker.streams.detect import DetectionPolicy
+from perftracker_ml.sinks.decode import RecordDecoder
+from perftracker_ml.streams.detect import DetectionPolicy
 
 from ...registry_fake import PASSWORD, USER, FakeRegistry
 from ..collectors.test_batch_and_drops import IDENT
@@ -102,8 +102,8 @@ def test_sink_decoder_reads_registry_framing_on_its_fast_path(registry):
 
 
 def test_worker_codecs_register_at_start_and_read_both_framings(registry):
-    from perftracker.streams.app import stream_codecs
-    from perftracker.streams.context import StreamContext
+    from perftracker_ml.streams.app import stream_codecs
+    from perftracker_ml.streams.context import StreamContext
 
     codecs = stream_codecs(settings(registry), NAMES)
     assert set(FakeRegistry.subjects) == {"pt.patterns-value", "pt.anomalies-value", "pt.control-value",
@@ -119,14 +119,14 @@ def test_worker_codecs_register_at_start_and_read_both_framings(registry):
 
 
 def test_a_worker_does_not_start_without_its_registry():
-    from perftracker.streams.app import stream_codecs
+    from perftracker_ml.streams.app import stream_codecs
 
     with pytest.raises(RegistryUnavailable, match="unreachable"):
         stream_codecs(settings("http://127.0.0.1:9"), NAMES)
 
 
 def test_worker_holds_a_message_while_the_registry_is_away(registry):
-    from perftracker.streams.context import StreamContext
+    from perftracker_ml.streams.context import StreamContext
 
     data = RegistryCodec(EVENT_BATCH, NAMES.events, registry_client(settings(registry))).encode(
         next(iter(batches(SyntheticJob("job-reg", ranks=1, seconds=1))))[1])
@@ -141,7 +141,7 @@ def test_worker_holds_a_message_while_the_registry_is_away(registry):
 
 
 def test_sink_holds_a_message_while_the_registry_is_away_and_leaves_it_at_stop(registry):
-    from perftracker.sinks.service import Interrupted, SinkService
+    from perftracker_ml.sinks.service import Interrupted, SinkService
 
     service = SinkService(settings(registry), dispatcher=object())  # type: ignore[arg-type]
     data = RegistryCodec(ANOMALY, NAMES.anomalies, registry_client(settings(registry))).encode(
@@ -158,8 +158,8 @@ def test_sink_holds_a_message_while_the_registry_is_away_and_leaves_it_at_stop(r
 
 
 def test_collector_codecs_follow_the_registry_setting(registry):
-    from perftracker.collectors.collector import Collector
-    from perftracker.collectors.config import AttachSettings
+    from perftracker_ml.collectors.collector import Collector
+    from perftracker_ml.collectors.config import AttachSettings
 
     with_registry = Collector(AttachSettings(CollectorSettings(), settings(registry).kafka), IDENT, "")
     assert isinstance(with_registry.codec(EVENT_BATCH, NAMES.events), RegistryCodec)

@@ -6,9 +6,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.settings import CollectorSettings, Secret
-from perftracker.schemas.settings_loader import describe_settings, load_settings
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.settings import CollectorSettings, Secret
+from perftracker_ml.schemas.settings_loader import describe_settings, load_settings
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

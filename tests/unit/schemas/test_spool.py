@@ -10,12 +10,12 @@ from __future__ import annotations
 import struct
 
 import pytest
-from perftracker.collectors.counters import CollectorCounters
-from perftracker.collectors.safety import ErrorBudget
-from perftracker.collectors.transport import SpoolSink
-from perftracker.deploy.record import RecordError, record_spool
-from perftracker.schemas.recording import Recording
-from perftracker.schemas.spool import (
+from perftracker_ml.collectors.counters import CollectorCounters
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.transport import SpoolSink
+from perftracker_ml.deploy.record import RecordError, record_spool
+from perftracker_ml.schemas.recording import Recording
+from perftracker_ml.schemas.spool import (
     MAGIC,
     SpoolError,
     SpoolReading,
@@ -23,7 +23,7 @@ from perftracker.schemas.spool import (
     read_spool,
     spool_dir,
 )
-from perftracker.streams.replay import replay
+from perftracker_ml.streams.replay import replay
 
 
 def test_a_spool_bootstrap_names_its_directory(tmp_path):
@@ -85,8 +85,8 @@ def test_a_recorded_job_through_a_spool_replays_to_the_same_incidents(tmp_path):
 
 
 def test_record_spool_refuses_an_empty_spool_and_asks_which_of_several_jobs(tmp_path):
-    from perftracker.schemas import Codec
-    from perftracker.schemas.vocabulary import HARDWARE_BATCH
+    from perftracker_ml.schemas import Codec
+    from perftracker_ml.schemas.vocabulary import HARDWARE_BATCH
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordError, match="no message of any job"):

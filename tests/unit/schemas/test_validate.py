@@ -6,13 +6,13 @@ import copy
 import math
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import MultiCodec
-from perftracker.schemas.rules import Limits, limits_for
-from perftracker.schemas.validate import RULES, validate
-from perftracker.sinks.decode import RecordDecoder
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import MultiCodec
+from perftracker_ml.schemas.rules import Limits, limits_for
+from perftracker_ml.schemas.validate import RULES, validate
+from perftracker_ml.sinks.decode import RecordDecoder
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
 SINK_NAMES = ["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"]
 
@@ -151,7 +151,7 @@ def test_a_batch_that_passes_never_trips_the_summarizers_own_checks(monkeypatch)
     # host skew) never straddles a window edge, where the summarizer's first window, fixed by
     # the rank's first data, makes the events before the edge late (3 of them failed a fresh
     # clone on 2026-11-26): that rule is not what this test is about
-    import perftracker.deploy.workloads.synthetic as synthetic
+    import perftracker_ml.deploy.workloads.synthetic as synthetic
 
     monkeypatch.setattr(synthetic.time, "time_ns", lambda: 1_700_000_004_000_000_000)  # 4 s into a 5 s window
     rec = event_batch()

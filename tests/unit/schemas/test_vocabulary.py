@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from perftracker.schemas import Codec, bundled_schemas
-from perftracker.schemas import vocabulary as v
-from perftracker.schemas.causes import CAUSES, Cause
-from perftracker.schemas.vocabulary import Kind, OpKind, SpanKind, Status
+from perftracker_ml.schemas import Codec, bundled_schemas
+from perftracker_ml.schemas import vocabulary as v
+from perftracker_ml.schemas.causes import CAUSES, Cause
+from perftracker_ml.schemas.vocabulary import Kind, OpKind, SpanKind, Status
 
 
 def field(record: str, name: str, raw: dict | None = None) -> dict:

@@ -1,6 +1,6 @@
 import pytest
-from perftracker.sinks.base import BatchingSink
-from perftracker.sinks.errors import StoreUnavailable
+from perftracker_ml.sinks.base import BatchingSink
+from perftracker_ml.sinks.errors import StoreUnavailable
 
 
 class MemorySink(BatchingSink):
@@ -40,8 +40,8 @@ def test_a_row_of_an_urgent_table_is_due_at_once():
 
 
 def test_clickhouse_sink_writes_detections_at_once():
-    from perftracker.sinks.clickhouse import URGENT_TABLES
-    from perftracker.sinks.schema import TABLES
+    from perftracker_ml.sinks.clickhouse import URGENT_TABLES
+    from perftracker_ml.sinks.schema import TABLES
     assert set(URGENT_TABLES) == {"anomalies", "incidents"} <= set(TABLES)
 
 

@@ -4,9 +4,9 @@ restart. (Bundles with records: tests/integration/sinks/test_service.py, against
 
 from __future__ import annotations
 
-from perftracker.schemas import bundle
-from perftracker.schemas.settings import Settings
-from perftracker.sinks.service import SinkService
+from perftracker_ml.schemas import bundle
+from perftracker_ml.schemas.settings import Settings
+from perftracker_ml.sinks.service import SinkService
 
 
 def test_an_empty_bundle_is_handled_and_its_offset_recorded():

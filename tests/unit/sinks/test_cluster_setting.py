@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perftracker.schemas.settings_loader import load_settings
+from perftracker_ml.schemas.settings_loader import load_settings
 
 
 def test_cluster_setting_is_read_from_env_and_defaults_to_one_server() -> None:

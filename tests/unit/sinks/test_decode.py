@@ -1,7 +1,7 @@
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import MultiCodec, SchemaError
-from perftracker.sinks.decode import RecordDecoder
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import MultiCodec, SchemaError
+from perftracker_ml.sinks.decode import RecordDecoder
 
 NAMES = ["FunctionPattern", "RankWindow", "Anomaly"]
 

@@ -1,7 +1,7 @@
 import threading
 import time
 
-from perftracker.sinks.flusher import BackgroundFlusher
+from perftracker_ml.sinks.flusher import BackgroundFlusher
 
 from .test_base import make
 

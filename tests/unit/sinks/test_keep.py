@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas import SchemaError
-from perftracker.sinks.keep import decode_records, encode_records
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas import SchemaError
+from perftracker_ml.sinks.keep import decode_records, encode_records
 
 
 def test_records_round_trip_as_the_sink_decodes_them():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perftracker.sinks.lag import consumer_lag
+from perftracker_ml.sinks.lag import consumer_lag
 
 
 class TP:

@@ -1,6 +1,6 @@
 import pytest
-from perftracker.sinks.errors import UnknownQuery
-from perftracker.sinks.queries import QUERIES, run_query
+from perftracker_ml.sinks.errors import UnknownQuery
+from perftracker_ml.sinks.queries import QUERIES, run_query
 
 
 def test_parameters_are_typed_and_defaulted():

@@ -7,9 +7,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.settings import Secret
-from perftracker.sinks.api import QueryServer
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.settings import Secret
+from perftracker_ml.sinks.api import QueryServer
 
 TOKEN = "q-t0ken-81"
 
@@ -64,9 +64,9 @@ def test_beyond_loopback_refused_without_a_token_served_with_one(serve):
 def test_the_cli_client_sends_the_token(serve, tmp_path):
     from dataclasses import replace
 
-    from perftracker.schemas.settings import Settings
-    from perftracker.sinks.client import _via_api
-    from perftracker.sinks.errors import NoStore
+    from perftracker_ml.schemas.settings import Settings
+    from perftracker_ml.sinks.client import _via_api
+    from perftracker_ml.sinks.errors import NoStore
 
     api = serve(token=Secret(TOKEN))
     settings = replace(Settings(data_dir=tmp_path), http_token=Secret(TOKEN))

@@ -1,6 +1,6 @@
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.sinks.rows import flat_rows, incident_version
-from perftracker.sinks.schema import TABLES
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.sinks.rows import flat_rows, incident_version
+from perftracker_ml.sinks.schema import TABLES
 
 
 def test_every_row_fits_its_table():

@@ -2,7 +2,7 @@
 
 A static check over every package: SQL text (a string with SQL keywords) built with an
 f-string, ``str.format``, ``%`` or ``+`` may only interpolate values that do not depend
-on a function's inputs, unless they pass a validator (:func:`perftracker.sinks.identifiers.ident`,
+on a function's inputs, unless they pass a validator (:func:`perftracker_ml.sinks.identifiers.ident`,
 ``on_cluster``, ``int``). Inputs are followed through assignments, loops and calls inside
 each function (a small taint analysis); an object's own attributes (``self.name``) are not
 inputs: tables validate their names at construction (``Table.__post_init__``). Values reach ClickHouse as bound parameters only;
@@ -16,11 +16,11 @@ import re
 from pathlib import Path
 
 import pytest
-from perftracker.schemas.errors import ConfigError
-from perftracker.sinks.identifiers import BadIdentifier, ident
-from perftracker.sinks.queries import QUERIES, run_query
-from perftracker.sinks.schema import Table, on_cluster
-from perftracker.sinks.store import QueryResult, Store, StoreTarget
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.sinks.identifiers import BadIdentifier, ident
+from perftracker_ml.sinks.queries import QUERIES, run_query
+from perftracker_ml.sinks.schema import Table, on_cluster
+from perftracker_ml.sinks.store import QueryResult, Store, StoreTarget
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("schemas", "collectors", "streams", "sinks", "grafana", "deploy")

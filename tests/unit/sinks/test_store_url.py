@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
-from perftracker.sinks.errors import SinkError
-from perftracker.sinks.store import parse_store_url
+from perftracker_ml.sinks.errors import SinkError
+from perftracker_ml.sinks.store import parse_store_url
 
 
 def test_empty_url_is_chdb_under_data_dir(tmp_path: Path):
@@ -33,8 +33,8 @@ def test_unknown_scheme_is_a_clear_error():
 
 
 def test_store_settings_give_user_password_and_tls(tmp_path: Path):
-    from perftracker.schemas.settings_loader import load_settings
-    from perftracker.sinks.store import store_target
+    from perftracker_ml.schemas.settings_loader import load_settings
+    from perftracker_ml.sinks.store import store_target
 
     pw_file = tmp_path / "ch-pw"
     pw_file.write_text("f1le-pw\n")
@@ -52,8 +52,8 @@ def test_store_settings_give_user_password_and_tls(tmp_path: Path):
 
 
 def test_a_password_in_the_config_file_is_refused(tmp_path: Path):
-    from perftracker.schemas.errors import ConfigError
-    from perftracker.schemas.settings_loader import load_settings
+    from perftracker_ml.schemas.errors import ConfigError
+    from perftracker_ml.schemas.settings_loader import load_settings
 
     (tmp_path / "pt.toml").write_text('[store]\npassword = "in-the-file"\n')
     with pytest.raises(ConfigError, match="is a secret") as err:
@@ -78,9 +78,9 @@ def test_bad_server_urls_are_refused_without_showing_the_password(url, fragment)
 def test_clickhouse_tls_checks_the_server_with_the_configured_ca(tmp_path: Path, ca, verify, handshake):
     """clickhouse-connect gets store.ca_file and store.verify: a handshake with a local TLS listener
     succeeds with the CA that signed its certificate, fails with another unless verify is off."""
-    from perftracker.schemas.settings import StoreSettings
-    from perftracker.sinks.errors import StoreUnavailable
-    from perftracker.sinks.store import Store
+    from perftracker_ml.schemas.settings import StoreSettings
+    from perftracker_ml.sinks.errors import StoreUnavailable
+    from perftracker_ml.sinks.store import Store
 
     from ...tls import TLSListener, make_tls_files
 

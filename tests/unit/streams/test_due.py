@@ -5,10 +5,10 @@ due polls no core, whatever the number of ranks held."""
 from __future__ import annotations
 
 import pytest
-from perftracker.deploy.workloads.ranks import MS, TICK_MS, SyntheticRanks
-from perftracker.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import Cores, LocalRunner
+from perftracker_ml.deploy.workloads.ranks import MS, TICK_MS, SyntheticRanks
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import Cores, LocalRunner
 
 POL = DetectionPolicy()
 WALL0 = 1_700_000_000_000 * MS  # a window edge

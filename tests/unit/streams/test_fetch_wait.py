@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from perftracker.deploy.tansu import free_port
-from perftracker.schemas.settings import Settings, StreamSettings
-from perftracker.streams.app import create_app
-from perftracker.streams.fetch_wait import set_fetch_wait
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.schemas.settings import Settings, StreamSettings
+from perftracker_ml.streams.app import create_app
+from perftracker_ml.streams.fetch_wait import set_fetch_wait
 
 
 def worker_fetch_wait(fetch_wait_ms: int) -> int:

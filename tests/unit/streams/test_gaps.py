@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from perftracker.streams.context import StreamContext, StreamCounters, now_ms
-from perftracker.streams.detect import RankSummarizer
-from perftracker.streams.gaps import GapMetrics, SummarizerGaps, event_count
-from perftracker.streams.metrics import consumer_lag
+from perftracker_ml.streams.context import StreamContext, StreamCounters, now_ms
+from perftracker_ml.streams.detect import RankSummarizer
+from perftracker_ml.streams.gaps import GapMetrics, SummarizerGaps, event_count
+from perftracker_ml.streams.metrics import consumer_lag
 
 # batch_in(job, rank, lost batches so far, dropped events total, batch)
 BATCH = {"spans": {"kind": [0, 1, 2]}, "comms": {"op": [0]}, "iterations": {"step": [1, 2]}}

@@ -19,9 +19,9 @@ from urllib.parse import parse_qs
 import faust
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
-from perftracker.schemas.settings import KafkaSettings, Secret
-from perftracker.streams import kafka_auth
-from perftracker.streams.kafka_auth import (
+from perftracker_ml.schemas.settings import KafkaSettings, Secret
+from perftracker_ml.streams import kafka_auth
+from perftracker_ml.streams.kafka_auth import (
     OIDCTokenProvider,
     TokenError,
     broker_credentials,

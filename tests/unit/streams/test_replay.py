@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.schemas import Codec
-from perftracker.schemas.recording import RecordedMessage
-from perftracker.schemas.vocabulary import EVENT_BATCH, Status
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.replay import replay
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.recording import RecordedMessage
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, Status
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.replay import replay
 
 POLICY = DetectionPolicy(window_s=2.0, window_grace_s=1.0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perftracker.schemas.vocabulary import (
+from perftracker_ml.schemas.vocabulary import (
     ANOMALY,
     CONTROL,
     EVENT_BATCH,
@@ -14,13 +14,13 @@ from perftracker.schemas.vocabulary import (
     HARDWARE_BATCH,
     RANK_WINDOW,
 )
-from perftracker.streams.detect import (
+from perftracker_ml.streams.detect import (
     DetectionPolicy,
     FunctionComparator,
     JobDiagnoser,
     RankSummarizer,
 )
-from perftracker.streams.topology import (
+from perftracker_ml.streams.topology import (
     COMPARE,
     DIAGNOSE,
     STAGES,

@@ -8,10 +8,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from perftracker.deploy.tansu import free_port
-from perftracker.schemas.errors import ConfigError
-from perftracker.schemas.settings import Secret, Settings, StreamSettings
-from perftracker.streams.app import create_app
+from perftracker_ml.deploy.tansu import free_port
+from perftracker_ml.schemas.errors import ConfigError
+from perftracker_ml.schemas.settings import Secret, Settings, StreamSettings
+from perftracker_ml.streams.app import create_app
 
 TOKEN = "w-t0ken-42"
 

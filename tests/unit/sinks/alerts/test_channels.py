@@ -1,11 +1,11 @@
 import json
 
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.schemas.settings import Secret
-from perftracker.sinks.alerts.base import Event, Incident, Notification
-from perftracker.sinks.alerts.pagerduty import PagerDutyChannel, severity
-from perftracker.sinks.alerts.slack import SlackChannel
-from perftracker.sinks.alerts.webhook import (
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.schemas.settings import Secret
+from perftracker_ml.sinks.alerts.base import Event, Incident, Notification
+from perftracker_ml.sinks.alerts.pagerduty import PagerDutyChannel, severity
+from perftracker_ml.sinks.alerts.slack import SlackChannel
+from perftracker_ml.sinks.alerts.webhook import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

@@ -1,6 +1,6 @@
-from perftracker.deploy.workloads import store_records as samples
-from perftracker.sinks.alerts.base import Event, Incident
-from perftracker.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
+from perftracker_ml.deploy.workloads import store_records as samples
+from perftracker_ml.sinks.alerts.base import Event, Incident
+from perftracker_ml.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
 
 
 class NullChannel:

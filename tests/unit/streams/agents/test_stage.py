@@ -6,13 +6,13 @@ import asyncio
 from collections import Counter
 
 import pytest
-from perftracker.schemas import MultiCodec, bundle
-from perftracker.schemas.topics import TopicNames
-from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW
-from perftracker.streams.agents import stage as wiring
-from perftracker.streams.context import StreamContext
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import COMPARE, Stage, TopicRole
+from perftracker_ml.schemas import MultiCodec, bundle
+from perftracker_ml.schemas.topics import TopicNames
+from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW
+from perftracker_ml.streams.agents import stage as wiring
+from perftracker_ml.streams.context import StreamContext
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import COMPARE, Stage, TopicRole
 
 from ..detect.synth import T0_WINDOW, W_MS, pattern, rank_window
 

@@ -5,8 +5,8 @@ per event (name, plausibility, progress, window slot, accumulator). Not used by 
 from __future__ import annotations
 
 import numpy as np
-from perftracker.streams.detect.model import comm_function, kind_function
-from perftracker.streams.detect.rank_events import EventFolder
+from perftracker_ml.streams.detect.model import comm_function, kind_function
+from perftracker_ml.streams.detect.rank_events import EventFolder
 
 
 class ReferenceFolder(EventFolder):

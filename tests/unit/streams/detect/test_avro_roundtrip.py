@@ -1,11 +1,11 @@
 """Every record the engine emits encodes with the bundled schemas, and decoded records
 (timestamp-millis as datetime) feed the next stage unchanged."""
 
-from perftracker.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
-from perftracker.schemas.codec import MultiCodec
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.topology import LocalRunner
+from perftracker_ml.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
+from perftracker_ml.schemas.codec import MultiCodec
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.topology import LocalRunner
 
 CODEC = MultiCodec(["FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly", "Control"])
 

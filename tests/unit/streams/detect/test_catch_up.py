@@ -12,14 +12,14 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-from perftracker.deploy.workloads.ranks import MS, SLOW_RANK
-from perftracker.schemas.records import FunctionPattern
-from perftracker.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
-from perftracker.streams.detect.job_clock import JobClock
-from perftracker.streams.detect.job_windows import JobWindows
-from perftracker.streams.detect.model import kind_function
-from perftracker.streams.detect.rank_records import ALWAYS_AGGREGATED
+from perftracker_ml.deploy.workloads.ranks import MS, SLOW_RANK
+from perftracker_ml.schemas.records import FunctionPattern
+from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator, RankSummarizer
+from perftracker_ml.streams.detect.job_clock import JobClock
+from perftracker_ml.streams.detect.job_windows import JobWindows
+from perftracker_ml.streams.detect.model import kind_function
+from perftracker_ml.streams.detect.rank_records import ALWAYS_AGGREGATED
 
 from benchmarks.catch_up import Outcome, last_window, run_backlog, run_live
 
@@ -307,7 +307,7 @@ def test_topology_drained_backlog_closing_many_windows_per_poll_diagnoses_as_liv
     """A 10 s job (two windows: the incident needs its last one, closed only once the drained
     backlog's input stopped) whose ranks each close more windows in one poll than the stragglers'
     bound (a worker whose summarize ticks run ahead of its diagnose agent): same as live."""
-    import perftracker.streams.detect.rank_windows as rank_windows
+    import perftracker_ml.streams.detect.rank_windows as rank_windows
 
     monkeypatch.setattr(rank_windows, "MAX_CLOSED_PER_POLL", POL.max_open_windows - 1)
     backlog, live, last = backlog_and_live(32, 10)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
-from perftracker.streams.detect.summarize import add_batches
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.streams.detect.summarize import add_batches
 
 from .test_fold_equivalence import MS, POL, WALL0, batches, state
 
@@ -116,7 +116,7 @@ def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -
     """Batches of the throughput benchmark's workload (real collector layout: 32 ranks, spans, data-
     and tensor-parallel collectives, iterations): after the chunk holding each rank's first batch
     (which fixes its first window), every batch is folded column-wise, and the records closed are the one-at-a-time fold's."""
-    from perftracker.deploy.workloads.batches import Workload
+    from perftracker_ml.deploy.workloads.batches import Workload
 
     from benchmarks.throughput import decode_all, encode_job
 
@@ -206,7 +206,7 @@ def test_a_malformed_batch_in_a_chunk_is_counted_and_the_others_are_folded() -> 
 
 def test_more_batches_than_fold_at_once_are_folded_in_parts_in_order(monkeypatch) -> None:
     """The batch index is packed above the times: a longer list is folded in parts, in order."""
-    import perftracker.streams.detect.chunk_fold as chunk_fold
+    import perftracker_ml.streams.detect.chunk_fold as chunk_fold
 
     monkeypatch.setattr(chunk_fold, "MAX_BATCHES", 3)
     pol = DetectionPolicy(window_s=1.0)

@@ -1,5 +1,5 @@
 import numpy as np
-from perftracker.streams.detect.columnar import (
+from perftracker_ml.streams.detect.columnar import (
     binomial_tail,
     collective_lateness,
     peer_scores,

@@ -1,5 +1,5 @@
 import numpy as np
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator
 
 from .synth import comm_pattern, pattern
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from perftracker.schemas.causes import Cause
-from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.cpu_evidence import (
+from perftracker_ml.schemas.causes import Cause
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.cpu_evidence import (
     CONTENDED,
     NOT_CONTENDED,
     UNAVAILABLE,
     cpu_verdict,
     frame_location,
 )
-from perftracker.streams.detect.findings import classify, missing_evidence
-from perftracker.streams.detect.window import diagnose_window
+from perftracker_ml.streams.detect.findings import classify, missing_evidence
+from perftracker_ml.streams.detect.window import diagnose_window
 
 POL = DetectionPolicy()
 
@@ -221,7 +221,7 @@ def test_contention_only_with_run_queue_evidence_and_without_it_the_finding_says
 
 
 def test_summarizer_folds_cpu_samples_and_stack_rows_into_the_rank_window():
-    from perftracker.streams.detect import RankSummarizer
+    from perftracker_ml.streams.detect import RankSummarizer
 
     from .test_summarize import POL as SPOL
     from .test_summarize import batch
@@ -246,7 +246,7 @@ def test_summarizer_folds_cpu_samples_and_stack_rows_into_the_rank_window():
 
 
 def test_old_batches_give_a_window_without_cpu_evidence():
-    from perftracker.streams.detect import RankSummarizer
+    from perftracker_ml.streams.detect import RankSummarizer
 
     from .test_summarize import POL as SPOL
     from .test_summarize import batch
@@ -261,7 +261,7 @@ def test_old_batches_give_a_window_without_cpu_evidence():
 def test_late_arriver_incident_names_the_file_and_line_of_its_extra_time():
     import json
 
-    from perftracker.streams.detect import DetectionPolicy
+    from perftracker_ml.streams.detect import DetectionPolicy
 
     from .test_diagnose import opened, run_events
     # opened on its second window (persistence in windows): the stack samples of a whole faulty window

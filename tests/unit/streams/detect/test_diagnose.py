@@ -1,9 +1,9 @@
 import json
 
-from perftracker.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
-from perftracker.schemas.vocabulary import ANOMALY, EVENT_BATCH
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
-from perftracker.streams.topology import LocalRunner
+from perftracker_ml.deploy.workloads.simulate.events import EventFault, EventJob, EventSimulator
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
+from perftracker_ml.streams.topology import LocalRunner
 
 from .synth import T0_WINDOW, W_MS, pattern, rank_window
 
@@ -157,9 +157,9 @@ def test_unknown_ranks_and_other_jobs_are_skipped():
 
 
 def run_patterns(faults, layout, windows=10, moe=False):
-    from perftracker.deploy.workloads.simulate.layout import Layout
-    from perftracker.deploy.workloads.simulate.patterns import PatternSim
-    from perftracker.deploy.workloads.simulate.records import T0_MS
+    from perftracker_ml.deploy.workloads.simulate.layout import Layout
+    from perftracker_ml.deploy.workloads.simulate.patterns import PatternSim
+    from perftracker_ml.deploy.workloads.simulate.records import T0_MS
     pol = DetectionPolicy()
     sim = PatternSim(Layout(*layout), tuple(faults), seed=11, moe=moe, spike_prob=0.0)
     runner, out = LocalRunner(pol), []
@@ -173,26 +173,26 @@ def run_patterns(faults, layout, windows=10, moe=False):
 
 
 def test_3d_slow_gpu_names_the_culprit_not_its_tensor_or_pipeline_peers():
-    from perftracker.deploy.workloads.simulate.faults import Fault
+    from perftracker_ml.deploy.workloads.simulate.faults import Fault
     (a,) = run_patterns([Fault("slow_gpu", (5,), magnitude=1.3, start_window=3)], (8, 2, 2))
     assert a["ranks"] == [5] and a["cause"] == "slow_gpu"
 
 
 def test_throttled_gpu_uses_hardware_evidence():
-    from perftracker.deploy.workloads.simulate.faults import Fault
+    from perftracker_ml.deploy.workloads.simulate.faults import Fault
     (a,) = run_patterns([Fault("gpu_throttle", (9,), magnitude=1.3, start_window=3)], (16, 1, 1))
     ev = json.loads(a["evidence_json"])
     assert a["cause"] == "gpu_throttle" and ev["hardware"]["9"]["temp_c_max"] > 87
 
 
 def test_pipeline_stage_imbalance_is_imbalance_not_a_faulty_rank():
-    from perftracker.deploy.workloads.simulate.faults import Fault
+    from perftracker_ml.deploy.workloads.simulate.faults import Fault
     (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=3)], (4, 2, 4))
     assert a["kind"] == "imbalance" and a["cause"] == "stage_imbalance" and a["ranks"] == list(range(8, 16))
 
 
 def test_moe_imbalance_is_data_imbalance():
-    from perftracker.deploy.workloads.simulate.faults import Fault
+    from perftracker_ml.deploy.workloads.simulate.faults import Fault
     (a,) = run_patterns([Fault("data_imbalance", (3, 12), magnitude=2.0, start_window=3)], (16, 1, 1), moe=True)
     assert a["kind"] == "imbalance" and a["cause"] == "data_imbalance" and a["ranks"] == [3, 12]
 
@@ -281,7 +281,7 @@ def test_a_window_is_clean_by_the_jobs_pace_not_its_step_time():
     the live fault suite's job each iteration took ~7 ms of ~16 ms, so by the step time a 5 s
     window 'usually' held ~357 steps, windows of ~310 never counted as clean and an incident
     whose fault had stopped never cleared (fault-clears, 2026-11-26)."""
-    from perftracker.streams.detect import JobDiagnoser
+    from perftracker_ml.streams.detect import JobDiagnoser
 
     from .synth import rank_window
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
 from .reference_fold import ReferenceFolder
 

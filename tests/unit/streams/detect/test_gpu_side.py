@@ -4,11 +4,11 @@ only named with device times (or NVML evidence) behind it."""
 
 from __future__ import annotations
 
-from perftracker.schemas.causes import Cause
-from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.device_evidence import gpu_side, phase_kind
-from perftracker.streams.detect.window import diagnose_window
+from perftracker_ml.schemas.causes import Cause
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.device_evidence import gpu_side, phase_kind
+from perftracker_ml.streams.detect.window import diagnose_window
 
 from .test_cpu_evidence import cpu_rw
 from .test_host_level import allreduce, blamed, straggler

@@ -3,8 +3,8 @@ dead, never the waiting ranks; everyone outside collectives said so."""
 
 import json
 
-from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
-from perftracker.streams.detect.hang import HangState, verdict
+from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser
+from perftracker_ml.streams.detect.hang import HangState, verdict
 
 from .synth import T0_WINDOW, W_MS, rank_window
 
@@ -231,5 +231,5 @@ def test_the_flight_recorders_entries_of_the_waiting_ranks_are_in_the_hang():
 
 
 def test_a_flight_record_that_is_not_a_json_list_is_ignored():
-    from perftracker.streams.detect.hang import flight_records
+    from perftracker_ml.streams.detect.hang import flight_records
     assert flight_records("not json") == [] and flight_records('{"a": 1}') == [] and flight_records("[1]") == []

@@ -9,10 +9,10 @@ between the two halves); the late arrival at the all-reduce and the run-queue wa
 
 from __future__ import annotations
 
-from perftracker.schemas.causes import Cause
-from perftracker.schemas.vocabulary import Kind, SpanKind
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.window import diagnose_window
+from perftracker_ml.schemas.causes import Cause
+from perftracker_ml.schemas.vocabulary import Kind, SpanKind
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.window import diagnose_window
 
 from .test_cpu_evidence import comparison, cpu_rw
 
@@ -176,7 +176,7 @@ def late_entry_windows(late_in: list[bool]) -> list[list[list[int]]]:
     """A 4-rank job at 250 steps a window (persist_steps met by one window) and default
     persistence; rank 3 last into the all_reduce in the windows of ``late_in``; the ranks of
     the incidents opened by each window."""
-    from perftracker.streams.detect import JobDiagnoser
+    from perftracker_ml.streams.detect import JobDiagnoser
 
     from .synth import T0_WINDOW, W_MS, rank_window
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from perftracker.schemas.vocabulary import (
+from perftracker_ml.schemas.vocabulary import (
     RANK_WINDOW,
     RESOLVED_JOB_DIED,
     RESOLVED_JOB_FINISHED,
     Status,
 )
-from perftracker.streams.detect import DetectionPolicy, JobDiagnoser, RankSummarizer
-from perftracker.streams.detect.incidents import Track
-from perftracker.streams.detect.job_windows import ReadyWindow
+from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser, RankSummarizer
+from perftracker_ml.streams.detect.incidents import Track
+from perftracker_ml.streams.detect.job_windows import ReadyWindow
 
 from .test_summarize import MS, POL, WALL0, batch
 
@@ -152,9 +152,9 @@ def test_a_final_batch_after_every_window_closed_still_marks_the_end():
 
 
 def test_the_last_partial_windows_open_no_incident_but_keep_an_open_one():
-    from perftracker.schemas.causes import Cause
-    from perftracker.schemas.vocabulary import Kind
-    from perftracker.streams.detect.findings import Finding
+    from perftracker_ml.schemas.causes import Cause
+    from perftracker_ml.schemas.vocabulary import Kind
+    from perftracker_ml.streams.detect.findings import Finding
 
     def finding(identity):
         return Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity=identity, ranks=(0,), hosts=("h",),

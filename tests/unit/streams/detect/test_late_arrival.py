@@ -1,9 +1,9 @@
 """The late-arriver culprit rule (:func:`is_late_culprit`) on both sides of each threshold."""
 
-from perftracker.schemas.records import Straggler
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.columnar import binomial_tail
-from perftracker.streams.detect.late_arrival import is_late_culprit
+from perftracker_ml.schemas.records import Straggler
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.columnar import binomial_tail
+from perftracker_ml.streams.detect.late_arrival import is_late_culprit
 
 POL = DetectionPolicy(min_cost_ms_per_step=1.0)
 STEP_MS = 100.0  # step-share floor: 3 ms per step

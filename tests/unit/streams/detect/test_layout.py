@@ -1,9 +1,9 @@
 """Layout-aware peers: from mesh coordinates, stage imbalance is not a fault, a slow TP shard is."""
 
-from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator
-from perftracker.streams.detect.layout import coords_of, layout_peer_map
-from perftracker.streams.detect.window import diagnose_window
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator
+from perftracker_ml.streams.detect.layout import coords_of, layout_peer_map
+from perftracker_ml.streams.detect.window import diagnose_window
 
 from .synth import T0_WINDOW, pattern, rank_window
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from perftracker.schemas import Codec
-from perftracker.schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW
-from perftracker.streams.detect import RankSummarizer
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW
+from perftracker_ml.streams.detect import RankSummarizer
 
 from .test_summarize import POL, batch
 

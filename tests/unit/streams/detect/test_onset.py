@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.detect.onset import MIN_BEFORE, onset_step
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.onset import MIN_BEFORE, onset_step
 
 from .test_diagnose import run_events
 

@@ -1,6 +1,6 @@
 import pytest
-from perftracker.schemas.settings import DetectionSettings, StreamSettings
-from perftracker.streams.detect import DetectionPolicy, PolicyError, parse_peer_groups
+from perftracker_ml.schemas.settings import DetectionSettings, StreamSettings
+from perftracker_ml.streams.detect import DetectionPolicy, PolicyError, parse_peer_groups
 
 
 def test_parse_peer_groups_ranges_and_singles():
@@ -39,5 +39,5 @@ def test_defaults_are_the_settings_defaults():
 
 
 def test_policy_error_is_a_config_error():
-    from perftracker.schemas.errors import ConfigError, PerftrackerError
+    from perftracker_ml.schemas.errors import ConfigError, PerftrackerError
     assert issubclass(PolicyError, ConfigError) and issubclass(PolicyError, PerftrackerError)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perftracker.streams.detect.histogram import grouped_histograms, histogram
-from perftracker.streams.detect.quantiles import grouped_percentiles, percentiles
+from perftracker_ml.streams.detect.histogram import grouped_histograms, histogram
+from perftracker_ml.streams.detect.quantiles import grouped_percentiles, percentiles
 
 
 @pytest.mark.parametrize("low, high", [(0, 5), (0, 10**7), (2**60, 2**62), (-(2**62), 2**62)])

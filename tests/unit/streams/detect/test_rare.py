@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator
-from perftracker.streams.detect.rare import HORIZON_WINDOWS, RareHorizon
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator
+from perftracker_ml.streams.detect.rare import HORIZON_WINDOWS, RareHorizon
 
 from .synth import T0_WINDOW, pattern
 

@@ -8,11 +8,11 @@ Persistence also counts steps: ``persist_steps`` steps open an incident before
 
 from __future__ import annotations
 
-from perftracker.schemas.causes import Cause
-from perftracker.schemas.vocabulary import Kind
-from perftracker.streams.detect import DetectionPolicy, Finding, FunctionComparator, JobDiagnoser
-from perftracker.streams.detect.incidents import Track, step
-from perftracker.streams.detect.rank_records import pattern_functions
+from perftracker_ml.schemas.causes import Cause
+from perftracker_ml.schemas.vocabulary import Kind
+from perftracker_ml.streams.detect import DetectionPolicy, Finding, FunctionComparator, JobDiagnoser
+from perftracker_ml.streams.detect.incidents import Track, step
+from perftracker_ml.streams.detect.rank_records import pattern_functions
 
 from .synth import T0_WINDOW, W_MS, comm_pattern, pattern, rank_window
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perftracker.streams.detect import DetectionPolicy, JobDiagnoser
+from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser
 
 from .synth import T0_WINDOW, W_MS, rank_window
 
@@ -79,10 +79,10 @@ def test_a_regression_no_candidate_could_explain_does_not_wait_an_extra_window()
     first window the regression shows (its median of three windows already needs two slow
     ones); a root cause seen for the first time in that window, costing as much, is waited for
     one window (it may open and explain it), and so is a weak regression (noise must hold)."""
-    from perftracker.schemas.causes import Cause
-    from perftracker.schemas.vocabulary import Kind
-    from perftracker.streams.detect.findings import Finding
-    from perftracker.streams.detect.job_checks import JobChecks
+    from perftracker_ml.schemas.causes import Cause
+    from perftracker_ml.schemas.vocabulary import Kind
+    from perftracker_ml.streams.detect.findings import Finding
+    from perftracker_ml.streams.detect.job_checks import JobChecks
 
     def first_regression(candidate_ms: float, after_ms: float = 14.0) -> Finding:
         checks = JobChecks("job", POL)

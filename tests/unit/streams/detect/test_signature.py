@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from perftracker.schemas.vocabulary import SpanKind
-from perftracker.streams.detect.accumulate import FunctionAcc
-from perftracker.streams.detect.rank_records import signature_of
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect.accumulate import FunctionAcc
+from perftracker_ml.streams.detect.rank_records import signature_of
 
 
 def fns(*names: str) -> dict[str, FunctionAcc]:

@@ -4,7 +4,7 @@ starts later still opens after one window of enough steps."""
 
 from __future__ import annotations
 
-from perftracker.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
+from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator, JobDiagnoser
 
 from .synth import T0_WINDOW, W_MS, pattern, rank_window
 

@@ -1,6 +1,6 @@
 import math
 
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
 MS = 1_000_000
 WALL0 = 1_700_000_000_000 * MS  # a window boundary (5 s windows)

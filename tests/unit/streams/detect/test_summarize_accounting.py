@@ -2,9 +2,9 @@
 
 import time
 
-from perftracker.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker.sinks.rows import rank_window_rows
-from perftracker.streams.detect import DetectionPolicy, RankSummarizer
+from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
+from perftracker_ml.sinks.rows import rank_window_rows
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
 from .test_summarize import MS, POL, batch
 

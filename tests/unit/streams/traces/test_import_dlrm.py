@@ -10,9 +10,9 @@ import json
 import statistics
 
 import pytest
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.traces import facts
-from perftracker.streams.traces.importer import import_traces_with_report, load_batches
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.traces import facts
+from perftracker_ml.streams.traces.importer import import_traces_with_report, load_batches
 
 from .helpers import dlrm_archive
 

@@ -4,10 +4,10 @@ noise alone (some rank last in a majority by chance) is not."""
 from pathlib import Path
 
 import pytest
-from perftracker.deploy.workloads.kineto import TraceJob, write_job
-from perftracker.streams.detect import DetectionPolicy
-from perftracker.streams.traces import import_traces_with_report
-from perftracker.streams.traces.facts import collective_matrix, last_arrivers
+from perftracker_ml.deploy.workloads.kineto import TraceJob, write_job
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.traces import import_traces_with_report
+from perftracker_ml.streams.traces.facts import collective_matrix, last_arrivers
 
 LATE_STEPS = (0, 1, 3, 4)
 

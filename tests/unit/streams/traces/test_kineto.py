@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from perftracker.schemas import Codec
-from perftracker.schemas.vocabulary import EVENT_BATCH, SpanKind
-from perftracker.streams.traces.kineto import parse_trace, parse_trace_with_skips, span_kind
-from perftracker.streams.traces.load import RawTrace, TraceError, read_traces
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, SpanKind
+from perftracker_ml.streams.traces.kineto import parse_trace, parse_trace_with_skips, span_kind
+from perftracker_ml.streams.traces.load import RawTrace, TraceError, read_traces
 
 from .helpers import dlrm_archive, tiny_trace
 

@@ -7,9 +7,9 @@ import json
 import tarfile
 
 import pytest
-from perftracker.streams.traces import TraceError, import_traces
-from perftracker.streams.traces.importer import import_traces_with_report
-from perftracker.streams.traces.load import RawTrace, Skip, read_traces
+from perftracker_ml.streams.traces import TraceError, import_traces
+from perftracker_ml.streams.traces.importer import import_traces_with_report
+from perftracker_ml.streams.traces.load import RawTrace, Skip, read_traces
 
 from .helpers import tiny_trace, write
 

