@@ -197,7 +197,7 @@ class Collector:
         """The opt-in Prometheus endpoint (PERFTRACKER_COLLECTOR_METRICS_PORT + LOCAL_RANK)."""
         from ..schemas.metrics import MetricsServer, registry_of
 
-        labels = {"job": self.identity.job, "rank": str(self.identity.rank)}
+        labels = {"training_job": self.identity.job, "rank": str(self.identity.rank)}
         try:
             server = MetricsServer(registry_of(self.counters, const_labels=labels), port, host)
         except ImportError:
@@ -221,7 +221,7 @@ class Collector:
             job=self.identity.job, rank=self.identity.rank, events_buffered=len(rec.events),
             events_sent=counters.events_sent, events_dropped=counters.events_dropped,
             batches_sent=counters.batches_sent, batches_failed=counters.batches_failed,
-            bytes_sent=counters.bytes_sent, bytes_per_s=self.sender.bytes_per_s(),
+            bytes_sent=counters.sent_bytes, bytes_per_s=self.sender.bytes_per_s(),
             wire_bytes=counters.wire_bytes, wire_bytes_per_s=self.sender.wire_bytes_per_s(),
             wire_ratio=round(self.sender.wire_ratio(), 4),
             errors_caught=counters.errors_caught, step=rec.step,

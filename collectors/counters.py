@@ -24,15 +24,16 @@ class CollectorCounters(CounterSet):
     batches_sent = Counter("batches the brokers acknowledged")
     batches_failed = Counter("batches (and other records, e.g. HardwareBatch) not delivered: "
                              "producer queue full, broker away past message.timeout.ms, or no broker")
-    bytes_sent = Counter("encoded bytes of the batches the brokers acknowledged")
+    sent_bytes = Counter("encoded bytes of the batches the brokers acknowledged")
     events_in_flight = Counter("events produced whose delivery is not yet reported", kind=Kind.GAUGE)
     wire_bytes = Counter("bytes written to the brokers (compressed, with Kafka framing) up to "
                          "librdkafka's last statistics; -1 unknown", kind=Kind.GAUGE, initial=-1)
-    bytes_sent_at_wire = Counter("bytes_sent when wire_bytes was last read (the base of the "
-                                 "wire ratio)", kind=Kind.GAUGE)
+    wire_base_bytes = Counter("sent_bytes when wire_bytes was last read (the base of the "
+                              "wire ratio)", kind=Kind.GAUGE)
     errors_caught = Counter("exceptions caught inside instrumentation (never raised into training)")
     gc_short_pauses = Counter("GC pauses shorter than gc_min_us: counted here, not sent")
-    gc_short_pause_ns = Counter("total duration of those short GC pauses, in ns")
+    gc_short_pause_seconds = Counter("total duration of those short GC pauses, in seconds (counted in ns)",
+                                     per_unit=1_000_000_000)
     profile_windows = Counter("profiling windows summarized and queued for sending")
     profile_windows_dropped = Counter("profiling windows running or unsummarized at exit, dropped: "
                                       "summarizing a trace would hold the process's exit up")

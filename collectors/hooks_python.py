@@ -296,7 +296,7 @@ class GcTimer:
         self._t0 = 0
         # added to inline (a collection can run after any allocation: no call, no lock)
         self._short = rec.counters.cell(CollectorCounters.gc_short_pauses)
-        self._short_ns = rec.counters.cell(CollectorCounters.gc_short_pause_ns)
+        self._short_ns = rec.counters.cell(CollectorCounters.gc_short_pause_seconds)
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":

@@ -99,7 +99,7 @@ class KafkaSink:
             if err is None:
                 counters.inc(CollectorCounters.batches_sent)
                 counters.inc(CollectorCounters.events_sent, by=n_events)
-                counters.inc(CollectorCounters.bytes_sent, by=len(payload))
+                counters.inc(CollectorCounters.sent_bytes, by=len(payload))
             else:
                 counters.inc(CollectorCounters.batches_failed)
                 self._on_lost(n_events)
@@ -135,7 +135,7 @@ class KafkaSink:
             counters = self.counters
             counters.set(CollectorCounters.wire_bytes, self._wire.add(json.loads(stats_json)["brokers"]))
             self.wire_at_ns = time.monotonic_ns()
-            counters.set(CollectorCounters.bytes_sent_at_wire, counters.bytes_sent)
+            counters.set(CollectorCounters.wire_base_bytes, counters.sent_bytes)
         except Exception as exc:  # noqa: BLE001 - called from librdkafka: never raise back
             self._errors.caught("kafka statistics", exc)
 
@@ -205,7 +205,7 @@ class SpoolSink:
         if self._write(self.topic, key, payload):
             self.counters.inc(CollectorCounters.batches_sent)
             self.counters.inc(CollectorCounters.events_sent, by=n_events)
-            self.counters.inc(CollectorCounters.bytes_sent, by=len(payload))
+            self.counters.inc(CollectorCounters.sent_bytes, by=len(payload))
         else:
             self.counters.inc(CollectorCounters.batches_failed)
             self._on_lost(n_events)
@@ -378,7 +378,7 @@ class Sender(threading.Thread):
 
     def bytes_per_s(self) -> float:
         """Encoded batch bytes delivered per second since start."""
-        return self.sink.counters.bytes_sent / self._elapsed_s()
+        return self.sink.counters.sent_bytes / self._elapsed_s()
 
     def wire_bytes_per_s(self) -> float:
         """Bytes written to the brokers per second, from start to librdkafka's last statistics
@@ -392,9 +392,9 @@ class Sender(threading.Thread):
         """Bytes on the wire per encoded batch byte delivered, up to the last statistics
         (compression, Kafka framing and metadata requests; -1 unknown)."""
         counters = self.sink.counters
-        if counters.wire_bytes < 0 or counters.bytes_sent_at_wire <= 0:
+        if counters.wire_bytes < 0 or counters.wire_base_bytes <= 0:
             return -1.0
-        return counters.wire_bytes / counters.bytes_sent_at_wire
+        return counters.wire_bytes / counters.wire_base_bytes
 
     def _elapsed_s(self, until_ns: int | None = None) -> float:
         end = time.monotonic_ns() if until_ns is None else until_ns

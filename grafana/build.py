@@ -242,9 +242,9 @@ def _health_pipeline_panels() -> list[dict]:
             "worker errors {{source}}": f"sum by (source) (rate({s}errors_total{RATE}))"},
             "bad messages parked on pt.deadletter with their reason; errors skip one message"),
         prom_panel(4, "Batches lost and events dropped, by job", (12, 8, 12, 8), "none", {
-            "lost batches": f"topk(20, sum by (job) (increase({s}batches_lost_total[$__range])))",
-            "dropped events": f"topk(20, sum by (job) (increase({s}events_dropped_total[$__range])))",
-            "worst rank's lost batches": f"topk(20, max by (job, rank) ({s}worst_rank_batches_lost))"},
+            "lost batches": f"topk(20, sum by (training_job) (increase({s}batches_lost_total[$__range])))",
+            "dropped events": f"topk(20, sum by (training_job) (increase({s}events_dropped_total[$__range])))",
+            "worst rank's lost batches": f"topk(20, max by (training_job, rank) ({s}worst_rank_batches_lost))"},
             "gaps in the ranks' batch sequence numbers, drops the collectors reported; the worst rank "
             "of each job (per-rank detail: the job dashboard)", kind="table"),
     ]
@@ -253,13 +253,13 @@ def _health_pipeline_panels() -> list[dict]:
 def _health_latency_panels() -> list[dict]:
     """How late: windows, detections, the store; and what reached people."""
     return [
-        prom_panel(5, "Window close delay", (0, 16, 12, 8), "ms",
-                   quantiles("perftracker_stream_window_close_delay_ms"),
+        prom_panel(5, "Window close delay", (0, 16, 12, 8), "s",
+                   quantiles("perftracker_stream_window_close_delay_seconds"),
                    "from a window's end to its RankWindow being sent"),
-        prom_panel(6, "Detection latency", (12, 16, 12, 8), "ms",
-                   quantiles("perftracker_stream_detection_latency_ms", "status"),
+        prom_panel(6, "Detection latency", (12, 16, 12, 8), "s",
+                   quantiles("perftracker_stream_detection_latency_seconds", "status"),
                    "from the end of the window that raised (or updated) an incident to the Anomaly"),
-        prom_panel(7, "Sink flush latency", (0, 24, 8, 8), "ms", quantiles("perftracker_sink_flush_ms"),
+        prom_panel(7, "Sink flush latency", (0, 24, 8, 8), "s", quantiles("perftracker_sink_flush_seconds"),
                    "from a batch handed to the store to it being written, retries included"),
         prom_panel(8, "Sink backlog and rows written", (8, 24, 8, 8), "none", {
             "backlog rows": "sum(perftracker_sink_backlog_rows)",
@@ -271,10 +271,12 @@ def _health_latency_panels() -> list[dict]:
             "failed {{channel}}": f"sum by (channel) (rate(perftracker_alerts_failed_total{RATE}))",
             "dropped {{channel}}": f"sum by (channel) (rate(perftracker_alerts_dropped_total{RATE}))"}),
         prom_panel(10, "Collectors (opt-in endpoint)", (0, 32, 24, 8), "ops", {
-            "sent {{job}}": f"sum by (job) (rate(perftracker_collector_events_sent_total{RATE}))",
-            "dropped {{job}} {{reason}}":
-                f"sum by (job, reason) (rate(perftracker_collector_events_dropped_total{RATE}))",
-            "failed batches {{job}}": f"sum by (job) (rate(perftracker_collector_batches_failed_total{RATE}))"},
+            "sent {{training_job}}":
+                f"sum by (training_job) (rate(perftracker_collector_events_sent_total{RATE}))",
+            "dropped {{training_job}} {{reason}}":
+                f"sum by (training_job, reason) (rate(perftracker_collector_events_dropped_total{RATE}))",
+            "failed batches {{training_job}}":
+                f"sum by (training_job) (rate(perftracker_collector_batches_failed_total{RATE}))"},
             "training processes started with PERFTRACKER_COLLECTOR_METRICS_PORT"),
     ]
 

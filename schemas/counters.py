@@ -20,7 +20,14 @@ event); names and labels are only formatted by :meth:`CounterSet.snapshot` and
 takes its :class:`Cell` once and adds to ``cell.value`` inline (see the cell's
 docstring for what that gives up). A :class:`Histogram` counts observations
 (latencies) into fixed buckets at the same cost:
-``stats.observe(SinkCounters.flush_ms, 12)``.
+``stats.observe(SinkCounters.flush_seconds, 12)``.
+
+Names are in base units (``_seconds``, ``_bytes``; Prometheus' convention). A
+value kept as an int in a smaller unit declares how many of those make one
+unit of its name (``per_unit=1000``: counted and observed in ms, a
+``_seconds`` name): counting stays an int add, and every view of it
+(:meth:`CounterSet.samples`, :meth:`CounterSet.snapshot`, a histogram's bucket
+bounds) gives the value divided by ``per_unit``, in the unit its name states.
 """
 
 from __future__ import annotations
@@ -43,18 +50,27 @@ class Counter:
 
     ``help`` says what is counted, with its unit; ``labels`` name the dimensions
     a value is kept per (each ``inc`` gives one value per label, in this order);
-    ``initial`` is every series' value before anything is counted (e.g. -1: unknown).
+    ``initial`` is every series' value before anything is counted (e.g. -1: unknown);
+    ``per_unit``: how many counted units make one unit of the name (1000: counted in
+    ms, named and exported in seconds; see the module docstring).
     """
 
-    __slots__ = ("help", "initial", "kind", "labels", "name")
+    __slots__ = ("help", "initial", "kind", "labels", "name", "per_unit")
 
     def __init__(self, help: str, *, labels: Sequence[str] = (), kind: Kind = Kind.COUNTER,
-                 initial: int = 0):
+                 initial: int = 0, per_unit: int = 1):
+        if per_unit < 1:
+            raise ValueError(f"per_unit must be at least 1, got {per_unit}")
         self.help = help
         self.labels = tuple(labels)
         self.kind = kind
         self.initial = initial
+        self.per_unit = int(per_unit)
         self.name = ""
+
+    def in_unit(self, value: int) -> float:
+        """A counted value in the unit of the name (itself when ``per_unit`` is 1)."""
+        return value if self.per_unit == 1 else value / self.per_unit
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -84,14 +100,15 @@ class Histogram(Counter):
     """Declares a histogram: :meth:`CounterSet.observe` counts a value into the first bucket
     whose upper bound holds it (inclusive, Prometheus' ``le``; above the last: ``+Inf``).
 
-    Values and bounds are ints in the unit the name states (``flush_ms``). On a set it
-    reads as the number of observations; its series carry the counts and the sum.
+    Values and bounds are ints in the counted unit (ms for ``flush_seconds`` with
+    ``per_unit=1000``); exported, the sum and the bounds are in the unit of the name. On a
+    set it reads as the number of observations; its series carry the counts and the sum.
     """
 
     __slots__ = ("buckets",)
 
-    def __init__(self, help: str, *, buckets: Sequence[int], labels: Sequence[str] = ()):
-        super().__init__(help, labels=labels, kind=Kind.HISTOGRAM)
+    def __init__(self, help: str, *, buckets: Sequence[int], labels: Sequence[str] = (), per_unit: int = 1):
+        super().__init__(help, labels=labels, kind=Kind.HISTOGRAM, per_unit=per_unit)
         if not buckets or list(buckets) != sorted(set(buckets)):
             raise ValueError(f"histogram buckets must be increasing and unique, got {buckets}")
         self.buckets = tuple(int(b) for b in buckets)
@@ -138,7 +155,7 @@ class Sample(NamedTuple):
     help: str
     kind: Kind
     labels: tuple[tuple[str, str], ...]  # (label name, value) in declaration order
-    value: int
+    value: float  # in the unit of the name (an int unless the counter has a per_unit)
     suffix: str = ""  # a histogram's part: "_bucket" (labels end with ("le", bound)), "_sum", "_count"
 
 
@@ -236,18 +253,21 @@ class CounterSet:
         with self._lock:
             return {labels: cell.value for labels, cell in self._series[counter].items()}
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         """Flat, JSON-ready: ``name`` for an unlabelled counter, ``name.value1.value2`` for a
         labelled one (empty label values left out, as Prometheus treats an empty label).
-        A histogram gives its number of observations, and their sum as ``name_sum``."""
-        out: dict[str, int] = {}
+        A histogram gives its number of observations, and their sum (in the unit of its
+        name) as ``name_sum``."""
+        out: dict[str, float] = {}
         with self._lock:
             for counter, series in self._series.items():
                 for labels, cell in series.items():
                     values = tuple(v for v in labels if v)
-                    out[".".join((counter.name, *values))] = cell.value
                     if isinstance(cell, Buckets):
-                        out[".".join((counter.name + "_sum", *values))] = cell.sum
+                        out[".".join((counter.name, *values))] = cell.value
+                        out[".".join((counter.name + "_sum", *values))] = counter.in_unit(cell.sum)
+                    else:
+                        out[".".join((counter.name, *values))] = counter.in_unit(cell.value)
         return out
 
     def samples(self) -> Iterator[Sample]:
@@ -260,7 +280,8 @@ class CounterSet:
             for labels, value, counts, total in cells:
                 named = tuple(zip(counter.labels, labels, strict=True))
                 if not isinstance(counter, Histogram):
-                    yield Sample(self.component, counter.name, counter.help, counter.kind, named, value)
+                    yield Sample(self.component, counter.name, counter.help, counter.kind, named,
+                                 counter.in_unit(value))
                     continue
                 yield from self._histogram_samples(counter, named, counts, total, value)
 
@@ -268,8 +289,9 @@ class CounterSet:
                            counts: list[int], total: int, value: int) -> Iterator[Sample]:
         head = (self.component, counter.name, counter.help, counter.kind)
         running = 0
-        for bound, n in zip((*map(str, counter.buckets), "+Inf"), counts, strict=True):
+        bounds = (str(b) if counter.per_unit == 1 else repr(b / counter.per_unit) for b in counter.buckets)
+        for bound, n in zip((*bounds, "+Inf"), counts, strict=True):
             running += n
             yield Sample(*head, (*named, ("le", bound)), running, "_bucket")
-        yield Sample(*head, named, total, "_sum")
+        yield Sample(*head, named, counter.in_unit(total), "_sum")
         yield Sample(*head, named, value, "_count")

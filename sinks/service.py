@@ -81,8 +81,9 @@ class SinkCounters(CounterSet):
     rows_rejected = Counter("rows the store refused, dead-lettered one by one (part of dead_lettered)")
     decode_errors = Counter("messages that could not be decoded (dead-lettered)")
     backlog_rows = Counter("rows buffered or being written, not yet in the store", kind=Kind.GAUGE)
-    flush_ms = Histogram("from a batch handed to the store to it being written, retries included, in ms",
-                         buckets=(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000))
+    flush_seconds = Histogram("from a batch handed to the store to it being written, retries included, in "
+                              "seconds (observed in ms)", per_unit=1000,
+                              buckets=(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000))
     consumer_lag = Counter("messages in a partition not yet read: the high watermark seen in the "
                            "consumer's fetches minus its position, at least 0",
                            labels=("topic", "partition"), kind=Kind.GAUGE)
@@ -360,7 +361,7 @@ class SinkService:
     def _flushed(self, done: Flushed) -> None:
         self.stats.inc(SinkCounters.flushes)
         if done.duration_ms >= 0:
-            self.stats.observe(SinkCounters.flush_ms, done.duration_ms)
+            self.stats.observe(SinkCounters.flush_seconds, done.duration_ms)
         self.stats.inc(SinkCounters.rows_written, by=done.rows)
         self._commit(done.offsets)
 

@@ -62,11 +62,12 @@ class StreamCounters(CounterSet):
     decode_errors = Counter("messages that could not be decoded (dead-lettered), by where they were read",
                             labels=("source",))
     batches_lost = Counter("EventBatches missing from a rank's sequence numbers (gaps), summed over the "
-                           "job's ranks", labels=("job",))
+                           "job's ranks", labels=("training_job",))
     events_dropped = Counter("events the job's collectors reported dropped before sending (from the "
-                             "running totals in their batch headers)", labels=("job",))
+                             "running totals in their batch headers)", labels=("training_job",))
     worst_rank_batches_lost = Counter("batches lost by the job's worst rank (one series per job: "
-                                      "the rank label names it)", labels=("job", "rank"), kind=Kind.GAUGE)
+                                      "the rank label names it)", labels=("training_job", "rank"),
+                                      kind=Kind.GAUGE)
     bundles_out = Counter("messages produced that carried several records of one key (RecordBundle), by "
                           "topic role (records_out counts the records in them)", labels=("topic",))
     batches_folded = Counter("EventBatches the summarizers folded, by how: 'columnar' (a chunk's batches "
@@ -78,11 +79,11 @@ class StreamCounters(CounterSet):
     consumer_lag = Counter("messages in a partition not yet processed: the high watermark seen in the "
                            "consumer's fetches minus the next offset to process, at least 0",
                            labels=("topic", "partition"), kind=Kind.GAUGE)
-    window_close_delay_ms = Histogram("from a window's end to its RankWindow being sent, in ms",
-                                      buckets=LATENCY_BUCKETS_MS)
-    detection_latency_ms = Histogram("from the end of the window whose data raised or updated an "
-                                     "incident to the Anomaly being sent, in ms", labels=("status",),
-                                     buckets=LATENCY_BUCKETS_MS)
+    window_close_delay_seconds = Histogram("from a window's end to its RankWindow being sent, in seconds "
+                                           "(observed in ms)", buckets=LATENCY_BUCKETS_MS, per_unit=1000)
+    detection_latency_seconds = Histogram("from the end of the window whose data raised or updated an "
+                                          "incident to the Anomaly being sent, in seconds (observed in ms)",
+                                          labels=("status",), buckets=LATENCY_BUCKETS_MS, per_unit=1000)
 
 
 def topic_codecs(client: RegistryClient | None = None, topics: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -154,12 +155,12 @@ class StreamContext:
     def window_closed(self, rank_window: RankWindow) -> None:
         """A RankWindow is sent: how long after its window's end."""
         end_ms = rank_window["window_start_ms"] + round(rank_window["window_s"] * 1000)
-        self.counters.observe(StreamCounters.window_close_delay_ms, max(0, now_ms() - end_ms))
+        self.counters.observe(StreamCounters.window_close_delay_seconds, max(0, now_ms() - end_ms))
 
     def anomaly_sent(self, anomaly: Anomaly) -> None:
         """An Anomaly is sent: how long after the end of the window that raised (or updated) it."""
         if anomaly["status"] != Status.RESOLVED.value:  # a resolution's last window is long past
-            self.counters.observe(StreamCounters.detection_latency_ms,
+            self.counters.observe(StreamCounters.detection_latency_seconds,
                                   max(0, now_ms() - int(anomaly["last_seen_ms"])), anomaly["status"])
 
     async def decode(self, codec: Any, source: str, raw: Any) -> tuple[str, dict] | None:

@@ -4,7 +4,8 @@ Each rank's summarizer keeps its transport health: ``lost_batches``
 (sequence-number gaps it found) and ``dropped_events`` (the running total the
 rank's collector writes in every batch header, plus what came too late for its window). Exported per rank, a 4,000-rank job would make
 4,000 series per metric, and a fleet of such jobs a Prometheus problem. So
-this exports per **job**: counters of batches lost and events dropped, summed
+this exports per **job** (label ``training_job``; ``job`` is Prometheus' own
+target label): counters of batches lost and events dropped, summed
 over its ranks as they are found, and one gauge naming the job's worst rank
 (label ``rank``) with its lost batches. The per-rank numbers are in the store
 (``rank_windows``, the job dashboard's collector health panel). A job's series

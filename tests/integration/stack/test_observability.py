@@ -65,9 +65,9 @@ def test_worker_metrics_endpoint_counts_what_it_processed(stack: Stack, job: str
 
     def processed():  # every batch in (windows closed, the bad message and the drops seen), lag sampled
         m = scrape(url)
-        done = (value(m, "perftracker_stream_window_close_delay_ms_count") > 0
+        done = (value(m, "perftracker_stream_window_close_delay_seconds_count") > 0
                 and value(m, "perftracker_stream_decode_errors_total") > 0
-                and value(m, "perftracker_stream_events_dropped_total", job=job) > 0
+                and value(m, "perftracker_stream_events_dropped_total", training_job=job) > 0
                 and any(n == "perftracker_stream_consumer_lag" for n, _ in m))
         return m if done else None
 
@@ -75,9 +75,9 @@ def test_worker_metrics_endpoint_counts_what_it_processed(stack: Stack, job: str
     assert value(m, "perftracker_stream_events_in_total") > 0
     assert value(m, "perftracker_stream_records_in_total", record="EventBatch") > 0
     assert value(m, "perftracker_stream_decode_errors_total", source="inputs") >= 1
-    assert value(m, "perftracker_stream_batches_lost_total", job=job) == 1
-    assert value(m, "perftracker_stream_worst_rank_batches_lost", job=job, rank=str(GAP_RANK)) == 1
-    assert value(m, "perftracker_stream_events_dropped_total", job=job) == DROPPED
+    assert value(m, "perftracker_stream_batches_lost_total", training_job=job) == 1
+    assert value(m, "perftracker_stream_worst_rank_batches_lost", training_job=job, rank=str(GAP_RANK)) == 1
+    assert value(m, "perftracker_stream_events_dropped_total", training_job=job) == DROPPED
     lags = [v for (n, _), v in m.items() if n == "perftracker_stream_consumer_lag"]
     assert lags and all(v >= 0 for v in lags)
     assert stack.cli("status", "--json").stdout.count(url) == 1
@@ -88,7 +88,7 @@ def test_sink_metrics_on_its_query_api(stack: Stack, job: str):
 
     def written():
         m = scrape(url)
-        return m if value(m, "perftracker_sink_flush_ms_count") > 0 else None
+        return m if value(m, "perftracker_sink_flush_seconds_count") > 0 else None
 
     m = wait_for(written, 60, every_s=1.0, describe=lambda: scrape(url))
     assert value(m, "perftracker_sink_consumed_total") > 0

@@ -42,7 +42,7 @@ def run(tmp_path: Path, block: str = "") -> subprocess.CompletedProcess:
 def test_endpoint_serves_the_collector_counters_with_job_and_rank_then_stops(tmp_path: Path):
     proc = run(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert 'perftracker_collector_events_sent_total{job="job-m",rank="3"} 0.0' in proc.stdout
+    assert 'perftracker_collector_events_sent_total{rank="3",training_job="job-m"} 0.0' in proc.stdout
     assert "# TYPE perftracker_collector_events_in_flight gauge" in proc.stdout
     assert "STILL SERVING" not in proc.stdout
 

@@ -106,6 +106,8 @@ class Timed(CounterSet):
 
     wait_ms = Histogram("time waited, in ms", buckets=(10, 100))
     lag = Counter("lag per partition", labels=("topic", "partition"), kind=Kind.GAUGE)
+    wait_seconds = Histogram("time waited, in seconds (observed in ms)", buckets=(10, 100, 1500), per_unit=1000)
+    paused_seconds = Counter("time paused, in seconds (counted in ns)", per_unit=1_000_000_000)
 
 
 def test_histogram_counts_into_inclusive_buckets_and_reads_as_its_count():
@@ -121,6 +123,21 @@ def test_histogram_counts_into_inclusive_buckets_and_reads_as_its_count():
         Histogram("bad", buckets=(5, 1))
     with pytest.raises(TypeError, match="not a Histogram"):
         timed.observe(Timed.lag, 1, "t", "0")
+
+
+def test_a_value_counted_in_a_smaller_unit_is_exported_in_the_unit_of_its_name():
+    timed = Timed()
+    for ms in (5, 250, 2000):
+        timed.observe(Timed.wait_seconds, ms)
+    timed.inc(Timed.paused_seconds, by=1_500_000_000)
+    assert timed.value(Timed.paused_seconds) == 1_500_000_000  # kept as counted: an int add
+    snap = timed.snapshot()
+    assert snap["wait_seconds"] == 3 and snap["wait_seconds_sum"] == 2.255 and snap["paused_seconds"] == 1.5
+    parts = [(s.suffix, dict(s.labels).get("le"), s.value) for s in timed.samples() if s.name == "wait_seconds"]
+    assert parts == [("_bucket", "0.01", 1), ("_bucket", "0.1", 1), ("_bucket", "1.5", 2),
+                     ("_bucket", "+Inf", 3), ("_sum", None, 2.255), ("_count", None, 3)]
+    with pytest.raises(ValueError, match="per_unit"):
+        Counter("bad", per_unit=0)
 
 
 def test_replace_sets_every_series_and_remove_forgets_by_label_prefix():

@@ -65,9 +65,9 @@ def test_window_close_delay_and_detection_latency():
     ctx.anomaly_sent({"status": "OPEN", "last_seen_ms": now - 3000})
     ctx.anomaly_sent({"status": "RESOLVED", "last_seen_ms": now - 600_000})
     series = {s.suffix: s.value for s in ctx.counters.samples()
-              if s.name == "window_close_delay_ms" and dict(s.labels).get("le") in (None, "1000", "5000")}
-    assert series["_count"] == 1 and 2000 <= series["_sum"] < 4000
-    latency = ctx.counters.series(StreamCounters.detection_latency_ms)
+              if s.name == "window_close_delay_seconds" and dict(s.labels).get("le") in (None, "1.0", "5.0")}
+    assert series["_count"] == 1 and 2.0 <= series["_sum"] < 4.0  # seconds, observed in ms
+    latency = ctx.counters.series(StreamCounters.detection_latency_seconds)
     assert latency == {("OPEN",): 1}  # a resolution is not a detection
 
 
