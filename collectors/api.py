@@ -63,7 +63,8 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
 def _bootstrap(env: Mapping[str, str]) -> str:
     from ..schemas.settings_loader import load_settings
     from ..schemas.stackfile import resolve_bootstrap
-    return resolve_bootstrap(load_settings(env=env))
+    from .config import warn_once
+    return resolve_bootstrap(load_settings(env=env, warn=warn_once))
 
 
 def detach() -> None:

@@ -3,7 +3,10 @@
 A setting's environment variable is ``PERFTRACKER_<SECTION>_<NAME>`` in upper
 case (``PERFTRACKER_<NAME>`` for the top-level ones); the environment wins over
 the config file. Secrets (:class:`Secret`) come from the environment or from a
-file named by ``<name>_file`` and never appear in reprs or errors. Loading is
+file named by ``<name>_file`` and never appear in reprs or errors. A numeric
+field declares its allowed range in its metadata (``ge``, ``gt``, ``le``, ``lt``:
+counts >= 1, durations > 0 or >= 0 where 0 means off, ports 0..65535), checked
+by the loader for every source. Loading is
 :mod:`.settings_loader`'s job (call it from ``main()``); `perftracker config`
 lists every field below. This module is the bottom of the layering: any
 package may import it, and it imports the standard library only.
@@ -53,7 +56,7 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 class KafkaSettings:
     bootstrap_servers: str = field(default="", metadata={"doc": "host:port list; empty = the embedded broker from `perftracker up`"})
     topic_prefix: str = field(default="pt", metadata={"doc": "prefix of every topic name"})
-    partitions: int = field(default=8, metadata={"doc": "partitions of the keyed topics (created at start-up)"})
+    partitions: int = field(default=8, metadata={"ge": 1, "doc": "partitions of the keyed topics (created at start-up)"})
     security_protocol: str = field(default="PLAINTEXT", metadata={"doc": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"})
     sasl_mechanism: str = field(default="", metadata={"doc": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (with a SASL_* protocol)"})
     sasl_username: str = field(default="", metadata={"doc": "SASL user (PLAIN, SCRAM)"})
@@ -129,12 +132,12 @@ class StoreSettings:
     password: Secret = field(default_factory=lambda: Secret(""), metadata={"doc": "ClickHouse password (env or *_file only); empty = the URL's"})
     ca_file: str = field(default="", metadata={"doc": "CA bundle (PEM) the ClickHouse server certificate is checked against; empty = the system's"})
     verify: bool = field(default=True, metadata={"doc": "verify the ClickHouse server certificate (TLS only; false only for tests)"})
-    retention_days: int = field(default=30, metadata={"doc": "TTL of raw per-window tables"})
-    incident_retention_days: int = field(default=365, metadata={"doc": "TTL of anomalies and incidents"})
-    flush_rows: int = field(default=50_000, metadata={"doc": "sink flushes when this many rows are buffered"})
-    flush_interval_s: float = field(default=1.0, metadata={"doc": "... or after this long"})
-    max_backlog_rows: int = field(default=2_000_000, metadata={"doc": "rows kept while the store is down; older ones are dropped and counted"})
-    query_port: int = field(default=0, metadata={"doc": "port of the sink's local query API (chDB); 0 = any free port"})
+    retention_days: int = field(default=30, metadata={"ge": 1, "doc": "TTL of raw per-window tables"})
+    incident_retention_days: int = field(default=365, metadata={"ge": 1, "doc": "TTL of anomalies and incidents"})
+    flush_rows: int = field(default=50_000, metadata={"ge": 1, "doc": "sink flushes when this many rows are buffered"})
+    flush_interval_s: float = field(default=1.0, metadata={"gt": 0, "doc": "... or after this long"})
+    max_backlog_rows: int = field(default=2_000_000, metadata={"ge": 1, "doc": "rows kept while the store is down; older ones are dropped and counted"})
+    query_port: int = field(default=0, metadata={"ge": 0, "le": 65535, "doc": "port of the sink's local query API (chDB); 0 = any free port"})
     query_host: str = field(default="127.0.0.1", metadata={"doc": "address the sink's query API binds; any other than loopback needs http_token"})
     raw_ingest: bool = field(default=True, metadata={"doc": "let ClickHouse decode FunctionPattern and RankWindow (Avro + materialized views); false = decode in Python"})
     cluster: str = field(default="", metadata={"doc": "ClickHouse cluster name: migrations run ON CLUSTER with Replicated tables; empty = one server (or chDB)"})
@@ -143,27 +146,27 @@ class StoreSettings:
 @dataclass(frozen=True)
 class StreamSettings:
     app_id: str = field(default="perftracker", metadata={"doc": "Faust app id (consumer group)"})
-    window_s: float = field(default=5.0, metadata={"doc": "length of a comparison window in seconds"})
-    window_grace_s: float = field(default=3.0, metadata={"doc": "wait this long past a window's end for late ranks"})
-    fetch_wait_ms: int = field(default=200, metadata={"doc": "longest a worker's Kafka fetch waits for data (Faust's own: 1500); Kafka answers at once when data comes, the embedded tansu broker only after up to half of this, per topic a record crosses; 0 = Faust's"})
-    web_port: int = field(default=0, metadata={"doc": "Faust web port of a worker (0 = a free port, recorded in stack.json)"})
-    workers: int = field(default=1, metadata={"doc": "worker processes `perftracker up` starts"})
-    metrics_port: int = field(default=0, metadata={"doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})
+    window_s: float = field(default=5.0, metadata={"gt": 0, "doc": "length of a comparison window in seconds"})
+    window_grace_s: float = field(default=3.0, metadata={"ge": 0, "doc": "wait this long past a window's end for late ranks"})
+    fetch_wait_ms: int = field(default=200, metadata={"ge": 0, "doc": "longest a worker's Kafka fetch waits for data (Faust's own: 1500); Kafka answers at once when data comes, the embedded tansu broker only after up to half of this, per topic a record crosses; 0 = Faust's"})
+    web_port: int = field(default=0, metadata={"ge": 0, "le": 65535, "doc": "Faust web port of a worker (0 = a free port, recorded in stack.json)"})
+    workers: int = field(default=1, metadata={"ge": 1, "doc": "worker processes `perftracker up` starts"})
+    metrics_port: int = field(default=0, metadata={"ge": 0, "le": 65535, "doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})
     metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the worker's metrics endpoint binds"})
     web_host: str = field(default="127.0.0.1", metadata={"doc": "address a worker's Faust web server (stats) binds; any other than loopback needs http_token"})
 
 
 @dataclass(frozen=True)
 class DetectionSettings:
-    mad_threshold: float = field(default=5.0, metadata={"doc": "robust z (MAD units) a rank must exceed its peers by"})
-    min_excess: float = field(default=0.10, metadata={"doc": "relative excess over the peer median"})
-    min_cost_ms_per_step: float = field(default=1.0, metadata={"doc": "time a finding must cost per step"})
-    persist_windows: int = field(default=2, metadata={"doc": "consecutive windows before a finding is raised"})
-    persist_steps: int = field(default=50, metadata={"doc": "... or consecutive steps (the job's median steps of the windows it was seen in), whichever comes first; 0 = windows only"})
-    clear_windows: int = field(default=2, metadata={"doc": "clean windows before it is resolved"})
-    regression_pct: float = field(default=5.0, metadata={"doc": "recent mean step time above the recent best by this %"})
-    hang_factor: float = field(default=5.0, metadata={"doc": "no iteration for this many typical steps is a hang"})
-    hang_floor_s: float = field(default=30.0, metadata={"doc": "... and at least this many seconds"})
+    mad_threshold: float = field(default=5.0, metadata={"gt": 0, "doc": "robust z (MAD units) a rank must exceed its peers by"})
+    min_excess: float = field(default=0.10, metadata={"ge": 0, "doc": "relative excess over the peer median"})
+    min_cost_ms_per_step: float = field(default=1.0, metadata={"ge": 0, "doc": "time a finding must cost per step"})
+    persist_windows: int = field(default=2, metadata={"ge": 1, "doc": "consecutive windows before a finding is raised"})
+    persist_steps: int = field(default=50, metadata={"ge": 0, "doc": "... or consecutive steps (the job's median steps of the windows it was seen in), whichever comes first; 0 = windows only"})
+    clear_windows: int = field(default=2, metadata={"ge": 1, "doc": "clean windows before it is resolved"})
+    regression_pct: float = field(default=5.0, metadata={"gt": 0, "doc": "recent mean step time above the recent best by this %"})
+    hang_factor: float = field(default=5.0, metadata={"gt": 0, "doc": "no iteration for this many typical steps is a hang"})
+    hang_floor_s: float = field(default=30.0, metadata={"gt": 0, "doc": "... and at least this many seconds"})
     peer_groups: str = field(default="", metadata={"doc": "override: 'name=0-7,16-23;other=8-15' assigns ranks to peer groups"})
 
 
@@ -179,14 +182,14 @@ class AlertSettings:
     alertmanager_username: str = field(default="", metadata={"doc": "Alertmanager basic-auth user (with alertmanager_password)"})
     alertmanager_password: Secret = field(default_factory=_secret, metadata={"doc": "Alertmanager basic-auth password (env or *_file only)"})
     alertmanager_bearer_token: Secret = field(default_factory=_secret, metadata={"doc": "Alertmanager bearer token, instead of basic auth (env or *_file only)"})
-    alertmanager_resend_s: float = field(default=60.0, metadata={"doc": "an open incident is posted to Alertmanager again this often, its endsAt 4 times this ahead (as Prometheus does)"})
-    min_impact_ms_per_step: float = field(default=0.0, metadata={"doc": "do not page below this cost"})
-    update_interval_s: float = field(default=300.0, metadata={"doc": "at most one 'update' notification per incident per channel this often"})
-    timeout_s: float = field(default=5.0, metadata={"doc": "HTTP timeout of one alert delivery attempt"})
-    max_attempts: int = field(default=12, metadata={"doc": "delivery attempts per notification (exponential backoff with jitter between): 12 ride out a receiver down for 90 s at least"})
-    retry_base_s: float = field(default=0.5, metadata={"doc": "first retry delay; doubles per attempt, capped at 30 s"})
-    queue_size: int = field(default=1000, metadata={"doc": "notifications queued per channel; beyond, new ones are dropped and counted"})
-    workers_per_channel: int = field(default=4, metadata={"doc": "parallel deliveries per channel (one hung incident never stalls the others)"})
+    alertmanager_resend_s: float = field(default=60.0, metadata={"gt": 0, "doc": "an open incident is posted to Alertmanager again this often, its endsAt 4 times this ahead (as Prometheus does)"})
+    min_impact_ms_per_step: float = field(default=0.0, metadata={"ge": 0, "doc": "do not page below this cost"})
+    update_interval_s: float = field(default=300.0, metadata={"ge": 0, "doc": "at most one 'update' notification per incident per channel this often"})
+    timeout_s: float = field(default=5.0, metadata={"gt": 0, "doc": "HTTP timeout of one alert delivery attempt"})
+    max_attempts: int = field(default=12, metadata={"ge": 1, "doc": "delivery attempts per notification (exponential backoff with jitter between): 12 ride out a receiver down for 90 s at least"})
+    retry_base_s: float = field(default=0.5, metadata={"gt": 0, "doc": "first retry delay; doubles per attempt, capped at 30 s"})
+    queue_size: int = field(default=1000, metadata={"ge": 1, "doc": "notifications queued per channel; beyond, new ones are dropped and counted"})
+    workers_per_channel: int = field(default=4, metadata={"ge": 1, "doc": "parallel deliveries per channel (one hung incident never stalls the others)"})
 
 
 @dataclass(frozen=True)
@@ -195,13 +198,13 @@ class CollectorSettings:
 
     enabled: bool = field(default=True, metadata={"doc": "master switch; false = attach() does nothing"})
     job: str = field(default="", metadata={"doc": "job id; empty = the launcher's run id (torchrun rdzv id, SLURM_JOB_ID, JobSet/PyTorchJob name), else rank 0's id agreed through the job's c10d store"})
-    job_agreement_s: float = field(default=120.0, metadata={"doc": "longest wait for the job's process group to agree on a job id; batches are held meanwhile"})
+    job_agreement_s: float = field(default=120.0, metadata={"ge": 0, "doc": "longest wait for the job's process group to agree on a job id; batches are held meanwhile"})
     bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
     host: str = field(default="", metadata={"doc": "machine name reported for this rank; empty = the hostname (in Kubernetes set it to the node name: the pod name is not the machine)"})
-    buffer_mb: float = field(default=32.0, metadata={"doc": "bound of the in-process event buffer; oldest dropped when full"})
-    flush_interval_s: float = field(default=1.0, metadata={"doc": "a batch is built and sent this often"})
-    exit_flush_s: float = field(default=2.0, metadata={"doc": "longest wait for delivery at process exit"})
-    max_batch_events: int = field(default=20_000, metadata={"doc": "events per Kafka message at most"})
+    buffer_mb: float = field(default=32.0, metadata={"gt": 0, "doc": "bound of the in-process event buffer; oldest dropped when full"})
+    flush_interval_s: float = field(default=1.0, metadata={"gt": 0, "doc": "a batch is built and sent this often"})
+    exit_flush_s: float = field(default=2.0, metadata={"ge": 0, "doc": "longest wait for delivery at process exit"})
+    max_batch_events: int = field(default=20_000, metadata={"ge": 1, "doc": "events per Kafka message at most"})
     functions: str = field(default="", metadata={"doc": "extra functions to time, 'module:qualname' comma-separated"})
     comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})
@@ -209,26 +212,26 @@ class CollectorSettings:
         "doc": "time functional collectives (DTensor, tensor parallel, compiled graphs; ~10 us each)"})
     forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
     gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
-    gc_min_us: float = field(default=50.0, metadata={"doc": "GC pauses shorter than this are counted in stats, not sent"})
+    gc_min_us: float = field(default=50.0, metadata={"ge": 0, "doc": "GC pauses shorter than this are counted in stats, not sent"})
     stats_file: str = field(default="", metadata={"doc": "write the collector's stats as JSON here at exit ({rank}, {pid} expand)"})
-    iteration_repeats: int = field(default=10, metadata={"doc": "identical repeats before an iteration pattern is locked"})
-    iteration_relearn: int = field(default=200, metadata={"doc": "non-matching events before the pattern is re-learned"})
+    iteration_repeats: int = field(default=10, metadata={"ge": 1, "doc": "identical repeats before an iteration pattern is locked"})
+    iteration_relearn: int = field(default=200, metadata={"ge": 1, "doc": "non-matching events before the pattern is re-learned"})
     control: bool = field(default=False, metadata={"doc": "follow pt.control profiling requests (off by default: "
                                                           "the live diagnosis does not read the windows' summaries)"})
-    profile_every_s: float = field(default=0.0, metadata={"doc": "duty-cycle profiling window period; 0 = only on "
+    profile_every_s: float = field(default=0.0, metadata={"ge": 0, "doc": "duty-cycle profiling window period; 0 = only on "
                                                                  "request (the default: see control)"})
-    profile_duration_s: float = field(default=2.0, metadata={"doc": "length of a duty-cycle profiling window"})
-    profile_max_steps: int = field(default=10, metadata={"doc": "a profiling window (duty-cycle or requested) ends after "
+    profile_duration_s: float = field(default=2.0, metadata={"gt": 0, "doc": "length of a duty-cycle profiling window"})
+    profile_max_steps: int = field(default=10, metadata={"ge": 0, "doc": "a profiling window (duty-cycle or requested) ends after "
                                                                 "this many iterations at most: stopping torch.profiler "
                                                                 "costs the training thread time in proportion to the ops "
                                                                 "recorded (0 = no limit)"})
-    nvml_interval_s: float = field(default=1.0, metadata={"doc": "NVML sampling period; 0 = off"})
-    nvml_profile_interval_s: float = field(default=0.1, metadata={"doc": "NVML sampling period inside a profiling window"})
-    log_every_s: float = field(default=60.0, metadata={"doc": "an instrumentation error is logged at most this often"})
-    metrics_port: int = field(default=0, metadata={"doc": "opt-in Prometheus endpoint of each training process at this port + LOCAL_RANK (needs prometheus-client); 0 = off"})
+    nvml_interval_s: float = field(default=1.0, metadata={"ge": 0, "doc": "NVML sampling period; 0 = off"})
+    nvml_profile_interval_s: float = field(default=0.1, metadata={"gt": 0, "doc": "NVML sampling period inside a profiling window"})
+    log_every_s: float = field(default=60.0, metadata={"ge": 0, "doc": "an instrumentation error is logged at most this often"})
+    metrics_port: int = field(default=0, metadata={"ge": 0, "le": 65535, "doc": "opt-in Prometheus endpoint of each training process at this port + LOCAL_RANK (needs prometheus-client); 0 = off"})
     metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the collector's metrics endpoint binds"})
     cpu_evidence: bool = field(default=True, metadata={"doc": "read the training thread's CPU, run-queue wait, context switches and faults from /proc"})
-    stack_hz: float = field(default=25.0, metadata={"doc": "samples per second of the training thread's Python stack; 0 = off"})
+    stack_hz: float = field(default=25.0, metadata={"ge": 0, "doc": "samples per second of the training thread's Python stack; 0 = off"})
     user_code_paths: str = field(default="", metadata={
         "doc": "path fragments, comma-separated, whose files the stack sampler counts as the job's own code even "
                "inside site-packages or perftracker (e.g. a training package installed as a library)"})
