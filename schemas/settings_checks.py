@@ -52,6 +52,14 @@ def check_urls(settings: Settings) -> None:
         if problem:
             shown = "" if name == "alerts.slack_webhook_url" else f" {redact_url_passwords(value)!r}"
             raise ConfigError(f"{name}{shown} is not a usable URL: {problem}; expected e.g. {example}")
+    for url in (u.strip() for u in alerts.alertmanager_urls.split(",")):
+        problem = http_url_problem(url) if url else None
+        if problem:
+            raise ConfigError(f"alerts.alertmanager_urls {redact_url_passwords(url)!r} is not a usable URL: "
+                              f"{problem}; expected e.g. http://alertmanager:9093 (comma-separated)")
+    if alerts.alertmanager_bearer_token and (alerts.alertmanager_username or alerts.alertmanager_password):
+        raise ConfigError("alerts.alertmanager_bearer_token and alerts.alertmanager_username/password "
+                          "are both set: Alertmanager takes one, a bearer token or basic auth")
 
 
 def http_url_problem(url: str) -> str | None:

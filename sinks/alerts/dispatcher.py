@@ -20,16 +20,25 @@ possibly replayed) the dispatcher decides what to tell people:
 * an exact repeat (same incident, status and last_seen) is ignored.
 
 Each notification goes to every channel's :class:`ChannelWorker` (each keys the
-incident by its id: webhook ``dedup_key``, Slack metadata, PagerDuty ``dedup_key``);
-``submit`` never blocks the sink.
+incident by its id: webhook ``dedup_key``, Slack metadata, PagerDuty ``dedup_key``,
+Alertmanager labels); ``submit`` never blocks the sink. Channels that must hear of a
+firing incident again and again (:class:`Resending`: Alertmanager, whose alerts expire)
+are sent every open incident again every ``resend_s`` by one thread.
+
+Who pages (:func:`build_channels`): with Alertmanager configured, Alertmanager does
+(routing, grouping, silences, inhibition), and the sink's own Slack and PagerDuty
+channels, the fallback for teams without one, are not built: an incident never pages twice.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from ...schemas.settings import AlertSettings
 from ...schemas.vocabulary import Status
@@ -57,12 +66,29 @@ class _Tracked:
     resolved_seen: float | None = None  # the latest last_seen of its RESOLVED records (None: never resolved)
 
 
+@runtime_checkable
+class Resending(Protocol):
+    """A channel told again of every firing incident every ``resend_s`` (see :mod:`.alertmanager`)."""
+
+    resend_s: float
+
+    def track(self, n: Notification, source: Hashable = None) -> None: ...
+
+    def due(self) -> list[Notification]: ...
+
+    def release(self, sources: Iterable[Hashable]) -> int: ...
+
+
 class AlertDispatcher:
     def __init__(self, channels: list[Channel], policy: AlertPolicy | None = None):
         self.policy = policy or AlertPolicy()
         self.counters = AlertCounters()
         self.workers = [ChannelWorker(c, self.policy.delivery, self.counters) for c in channels]
         self._incidents: OrderedDict[str, _Tracked] = OrderedDict()
+        self._resending = [w for w in self.workers if isinstance(w.channel, Resending) and w.channel.resend_s > 0]
+        self._lock = threading.Lock()  # a resend never overtakes the resolution it raced with
+        self._stop = threading.Event()
+        self._resender: threading.Thread | None = None
 
     @property
     def suppressed(self) -> int:
@@ -75,9 +101,13 @@ class AlertDispatcher:
     def start(self) -> None:
         for w in self.workers:
             w.start()
+        if self._resending:
+            self._resender = threading.Thread(target=self._resend, name="pt-alert-resend", daemon=True)
+            self._resender.start()
 
-    def submit(self, record: dict) -> Event | None:
-        """Decide what ``record`` (an Anomaly) means to people and queue it; return the event sent."""
+    def submit(self, record: dict, source: Hashable = None) -> Event | None:
+        """Decide what ``record`` (an Anomaly) means to people and queue it; return the event sent.
+        ``source``: where the record came from (the sink's topic and partition), for :meth:`release`."""
         if not self.workers:
             return None
         incident = Incident.from_anomaly(record)
@@ -85,9 +115,27 @@ class AlertDispatcher:
         if event is None:
             return None
         n = Notification(incident, event, self.policy.dashboard_url)
-        for w in self.workers:
-            w.submit(n)
+        with self._lock:
+            for w in self.workers:
+                if isinstance(w.channel, Resending):
+                    w.channel.track(n, source)
+                w.submit(n)
         return event
+
+    def _resend(self) -> None:
+        """Every ``resend_s`` (the shortest of the channels'), each open incident again."""
+        period = min(w.channel.resend_s for w in self._resending)  # type: ignore[attr-defined]
+        while not self._stop.wait(period):
+            for w in self._resending:
+                with self._lock:
+                    for n in w.channel.due():  # type: ignore[attr-defined]
+                        w.submit(n)
+
+    def release(self, sources: Iterable[Hashable]) -> int:
+        """Stop re-sending the incidents whose records came from ``sources`` (partitions revoked
+        from this sink: the new owner sends them); return how many, over every channel."""
+        sources = list(sources)
+        return sum(w.channel.release(sources) for w in self._resending)  # type: ignore[attr-defined]
 
     def _decide(self, i: Incident, now: float) -> Event | None:
         key = (i.status, i.last_seen.timestamp())
@@ -132,6 +180,9 @@ class AlertDispatcher:
         return all(w.drain(timeout_s) for w in self.workers)
 
     def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._resender is not None:
+            self._resender.join(timeout=1.0)
         for w in self.workers:
             w.stop(timeout_s)
 
@@ -140,7 +191,15 @@ class AlertDispatcher:
                 **{w.channel.name: self.counters.of_channel(w.channel.name) for w in self.workers}}
 
 
+def alertmanager_urls(s: AlertSettings) -> list[str]:
+    return [u.strip() for u in s.alertmanager_urls.split(",") if u.strip()]
+
+
 def build_channels(s: AlertSettings) -> list[Channel]:
+    """The configured channels. With Alertmanager URLs set, one Alertmanager channel per URL
+    (an HA cluster: each gets every alert) and no Slack or PagerDuty channel: Alertmanager
+    pages, and the sink's own paging channels would page the same incident again."""
+    from .alertmanager import AlertmanagerChannel
     from .pagerduty import PagerDutyChannel
     from .slack import SlackChannel
     from .webhook import WebhookChannel
@@ -148,6 +207,18 @@ def build_channels(s: AlertSettings) -> list[Channel]:
     channels: list[Channel] = []
     if s.webhook_url:
         channels.append(WebhookChannel(s.webhook_url, s.webhook_secret))
+    urls = alertmanager_urls(s)
+    for k, url in enumerate(urls):
+        channels.append(AlertmanagerChannel(
+            url, s.alertmanager_username, s.alertmanager_password, s.alertmanager_bearer_token,
+            s.alertmanager_resend_s, name="alertmanager" if len(urls) == 1 else f"alertmanager-{k + 1}"))
+    paging = [name for name, on in (("alerts.slack_webhook_url", bool(s.slack_webhook_url)),
+                                    ("alerts.pagerduty_routing_key", bool(s.pagerduty_routing_key))) if on]
+    if urls and paging:
+        log.warning("alerts.alertmanager_urls is set: Alertmanager pages, so %s (the sink's own paging, "
+                    "for teams without Alertmanager) is not used; route to Slack or PagerDuty in "
+                    "Alertmanager's configuration", " and ".join(paging))
+        return channels
     if s.slack_webhook_url:
         channels.append(SlackChannel(s.slack_webhook_url))
     if s.pagerduty_routing_key:
