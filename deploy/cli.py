@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,13 +22,21 @@ from ..schemas.errors import ConfigError, PerftrackerError
 from ..schemas.logs import setup_logging
 from ..schemas.redact import install_redaction, redact_configured
 from ..schemas.settings import Settings
-from ..schemas.settings_loader import describe_settings, load_settings
+from ..schemas.settings_loader import check_env_names, load_settings_with_sources, setting_rows
 from .demo.runner import FAULTS, MODELS
 from .extras import GRAFANA, STACK, WORKER, needs_server
 from .output import format_diagnosis, format_status, printable
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+
+# `-h` is `--help` on every command (subcommands inherit the group's context settings)
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+# libraries whose retry warnings would print before our one-line error (urllib3's "Retrying ...
+# NewConnectionError", clickhouse-connect's "Unexpected Http Driver Exception"): the command
+# says what failed and what to check itself (urllib3.connectionpool by name: importing
+# clickhouse-connect resets the level of "urllib3")
+QUIET_LIBRARIES = ("urllib3", "urllib3.connectionpool", "clickhouse_connect")
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -56,7 +65,7 @@ class HttpUrl(click.ParamType):
         return value
 
 
-@click.group()
+@click.group(context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="perftracker-ml", prog_name="perftracker")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help="TOML or YAML config file (default: $PERFTRACKER_CONFIG, ./perftracker.toml|yaml).")
@@ -65,11 +74,15 @@ class HttpUrl(click.ParamType):
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, data_dir: Path | None) -> None:
     """perftracker: find the rank, function and cause slowing a distributed training job."""
-    settings = load_settings(config_path)
+    check_env_names()  # a misspelt PERFTRACKER_* variable is refused, as a misspelt file key is
+    settings, sources = load_settings_with_sources(config_path)
     if data_dir is not None:
         settings = dataclasses.replace(settings, data_dir=data_dir)
+        sources["data_dir"] = "option --data-dir"
     setup_logging(settings, "cli", to_file=False)  # `worker` and `sink` add their log file
-    ctx.obj = {"settings": settings}
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    ctx.obj = {"settings": settings, "sources": sources}
 
 
 @cli.command()
@@ -368,11 +381,20 @@ def grafana_push(url: str, token_file: Path | None) -> None:
 
 
 @cli.command("config")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON list: setting, env, type, default, value, source, range, doc.")
 @click.pass_context
-def show_config(ctx: click.Context) -> None:
-    """Print every setting with its environment variable, default and doc (secrets masked)."""
-    for env_name, typ, default, doc in describe_settings():
-        click.echo(f"{env_name:<48}{typ:<8}{default:<28}{doc}")
+def show_config(ctx: click.Context, as_json: bool) -> None:
+    """Print every setting's value in effect, where it came from (default, the config file, the
+    environment), its allowed range and its doc (secrets masked)."""
+    from .config_view import config_json, config_text, print_config_table
+
+    rows = setting_rows(_settings(ctx), ctx.obj["sources"])
+    if as_json:
+        click.echo(config_json(rows))
+    elif not print_config_table(rows):  # no rich: the slim install
+        for line in config_text(rows):
+            click.echo(line)
 
 
 def main(argv: list[str] | None = None) -> None:

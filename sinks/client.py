@@ -20,7 +20,7 @@ from ..schemas.stackfile import pid_alive, read_state
 from .api import to_json_value
 from .errors import NoStore, SinkError, StoreUnavailable, UnknownQuery
 from .queries import QUERIES, run_query
-from .store import Store, store_target
+from .store import Store, StoreTarget, store_target
 
 if TYPE_CHECKING:
     from .keep import Kept
@@ -47,13 +47,46 @@ def _via_api(url: str, name: str, params: dict[str, Any], token: Secret) -> list
 
 
 def _open_store(settings: Settings) -> Store:
-    """The data dir's store, opened directly (no sink runs); :class:`NoStore` when it cannot be."""
+    """The data dir's store, opened directly (no sink runs); :class:`NoStore` when it cannot be.
+
+    A ClickHouse server that cannot be reached is one line: the URL tried (password masked),
+    why in a word, and what to check; `perftracker up` is advised only for the embedded store
+    (no ``store.url``), never for a production server."""
     target = store_target(settings)  # a malformed URL is the caller's usage error, not "no store"
     try:
         return Store.open(target)
     except SinkError as exc:
-        raise NoStore(f"no running sink found in {settings.data_dir} (start it with `perftracker up`) "
+        if target.kind == "server":
+            raise NoStore(f"cannot reach ClickHouse at {shown_target(target)} ({_why(str(exc))}); check "
+                          "store.url's address and port, the credentials (store.username, "
+                          "PERFTRACKER_STORE_PASSWORD) and TLS (clickhouses:// or ?secure=true, "
+                          "store.ca_file, store.verify)") from None
+        advice = " (start it with `perftracker up`)" if not settings.store.url else ""
+        raise NoStore(f"no running sink found in {settings.data_dir}{advice} "
                       f"and the store could not be opened: {exc}") from None
+
+
+def shown_target(target: StoreTarget) -> str:
+    """The server URL as tried, its password (if any) masked."""
+    shown = target.describe()
+    if target.password:
+        shown = shown.replace(f"//{target.username}@", f"//{target.username}:***@", 1)
+    return shown
+
+
+# words in a driver's error -> why the server could not be used, in a few words
+_WHY = (("connection refused", "connection refused"), ("timed out", "timed out"),
+        ("timeout", "timed out"), ("name or service not known", "host name not found"),
+        ("nodename nor servname", "host name not found"), ("name resolution", "host name not found"),
+        ("getaddrinfo", "host name not found"), ("authentication", "authentication failed"),
+        ("code: 516", "authentication failed"), ("certificate", "TLS failed"), ("ssl", "TLS failed"),
+        ("unknown_database", "no such database"), ("code: 81", "no such database"))
+
+
+def _why(error: str) -> str:
+    low = error.lower()
+    # otherwise the driver's own words, without the "cannot open store URL:" they come after
+    return next((why for words, why in _WHY if words in low), error.rsplit(": ", 1)[-1][:200])
 
 
 def _direct(settings: Settings, name: str, params: dict[str, Any]) -> list[dict]:

@@ -277,3 +277,73 @@ def test_record_from_a_spool_without_the_job_says_what_it_found(clean_env, tmp_p
     err = capsys.readouterr().err
     assert "no message of any job in the spool" in err and "1 files, 0 messages" in err and "Traceback" not in err
     assert not (tmp_path / "j.ptrec").exists()
+
+
+def test_config_shows_values_in_effect_with_their_source(clean_env, tmp_path, capsys):
+    (tmp_path / "pt.toml").write_text("[streams]\nwindow_s = 2.5\n")
+    clean_env.setenv("PERFTRACKER_CONFIG", str(tmp_path / "pt.toml"))
+    clean_env.setenv("PERFTRACKER_STREAMS_WORKERS", "3")
+    clean_env.setenv("PERFTRACKER_STORE_PASSWORD", "pw-7")
+    assert run(["config", "--json"]) == 0
+    rows = {r["setting"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (rows["streams.workers"]["value"], rows["streams.workers"]["source"]) == ("3", "PERFTRACKER_STREAMS_WORKERS")
+    assert rows["streams.window_s"]["value"] == "2.5" and rows["streams.window_s"]["source"].startswith("file ")
+    assert rows["kafka.partitions"]["source"] == "default" and rows["kafka.partitions"]["range"] == ">= 1"
+    assert rows["store.password"]["value"] == "********"
+    for argv in (["config"], ["--data-dir", "elsewhere", "config"]):
+        assert run(argv) == 0  # the rich table (the server extra is installed here)
+        out = capsys.readouterr().out
+        assert "pw-7" not in out and "PERFTRACKER_STREAMS_WORKERS" in out and "Secret(" not in out
+        line = next(line for line in out.splitlines() if "PERFTRACKER_STREAMS_WORKERS " in line)
+        assert " 3 " in line and "PERFTRACKER_STREAMS_WORKERS" in line.split("PERFTRACKER_STREAMS_WORKERS", 1)[1]
+    assert "option --data-dir" in out
+
+
+def test_config_without_rich_prints_aligned_columns(clean_env, capsys):
+    clean_env.setitem(sys.modules, "rich", None)  # the slim collector install
+    clean_env.setitem(sys.modules, "rich.console", None)
+    clean_env.setenv("PERFTRACKER_STREAMS_WORKERS", "4")
+    assert run(["config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["Setting", "(environment"]
+    workers = next(line for line in lines if line.startswith("PERFTRACKER_STREAMS_WORKERS "))
+    assert workers.split()[:3] == ["PERFTRACKER_STREAMS_WORKERS", "4", "PERFTRACKER_STREAMS_WORKERS"]
+    value_column = lines[0].index("Value")
+    assert all(line[value_column - 2:value_column] == "  " for line in lines[1:])  # columns never run together
+    assert "PosixPath" not in "\n".join(lines) and "(empty)" in "\n".join(lines)
+
+
+def test_out_of_range_and_misspelt_variables_exit_2_naming_the_setting(clean_env, capsys):
+    clean_env.setenv("PERFTRACKER_STREAMS_WORKERS", "-3")
+    assert run(["config"]) == 2
+    assert capsys.readouterr().err == ("perftracker: error: streams.workers = -3 (from PERFTRACKER_STREAMS_WORKERS) "
+                                       "is out of range; allowed: >= 1\n")
+    clean_env.delenv("PERFTRACKER_STREAMS_WORKERS")
+    clean_env.setenv("PERFTRACKER_STREAMS_WORKRS", "2")
+    for args in (["config"], ["worker"], ["sink"]):
+        assert run(args) == 2
+        assert "did you mean PERFTRACKER_STREAMS_WORKERS?" in capsys.readouterr().err
+
+
+def test_known_variables_that_are_not_settings_are_accepted(clean_env, capsys):
+    for name in ("PERFTRACKER_GRAFANA_TOKEN", "PERFTRACKER_COLLECTOR_ATTACH", "PERFTRACKER_DEMO_FAULT"):
+        clean_env.setenv(name, "1")
+    assert run(["config", "--json"]) == 0
+
+
+@pytest.mark.parametrize("args", [["-h"], ["config", "-h"], ["diagnose", "-h"], ["grafana", "push", "-h"],
+                                  ["launch", "-h"]])
+def test_dash_h_is_help_on_every_command(clean_env, capsys, args):
+    assert run(args) == 0
+    assert capsys.readouterr().out.startswith("Usage: perftracker")
+
+
+def test_unreachable_clickhouse_is_one_line_without_library_warnings(clean_env, capsys):
+    port = free_port()
+    clean_env.setenv("PERFTRACKER_STORE_URL", f"clickhouse://reader:pw-7@127.0.0.1:{port}/db")
+    assert run(["diagnose", "--job", "j"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"perftracker: error: cannot reach ClickHouse at http://reader:***@127.0.0.1:{port}/db "
+                   "(connection refused); check store.url's address and port, the credentials (store.username, "
+                   "PERFTRACKER_STORE_PASSWORD) and TLS (clickhouses:// or ?secure=true, store.ca_file, "
+                   "store.verify)\n")
