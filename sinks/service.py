@@ -289,7 +289,7 @@ class SinkService:
             self.sink.add_rows(table, rows)
             self._rows_buffered.value += len(rows)
         if name == ANOMALY:
-            self.dispatcher.submit(record)
+            self.dispatcher.submit(record, source=(topic, partition))
 
     def _wait_for_registry(self, value: bytes | None) -> None:
         """Hold a registry-framed message while the schema registry is away (it is not the
@@ -404,6 +404,8 @@ class SinkService:
                 self._flushed(done)
         for tp in partitions:  # their new owner re-reads what we did not commit
             self._offsets.pop((tp.topic, tp.partition), None)
+        # their incidents are the new owner's to keep firing in Alertmanager (and to resolve)
+        self.dispatcher.release((tp.topic, tp.partition) for tp in partitions)
 
     def stats_dict(self) -> dict:
         return {**self.stats.snapshot(), "alerts": self.dispatcher.stats()}
