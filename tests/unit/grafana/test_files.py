@@ -122,3 +122,14 @@ def test_alert_rules_are_well_formed():
             text = str(r)
             assert not re.search(r"(?<!\$)\$(?!\$|\{PERFTRACKER_)\w", text.replace("$$", "")), \
                 "a literal $ must be written $$ in provisioning files"
+
+
+def test_no_grafana_rule_pages_an_incident():
+    """Incidents page through the sink (Alertmanager, or its Slack/PagerDuty): a Grafana rule on
+    the incidents or anomalies table would page the same incident a second time."""
+    groups = load_provisioning()["alerting/rules.yaml"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert rules and "pt-incident-costly" not in {r["uid"] for r in rules}
+    for r in rules:
+        sql = " ".join(q["model"].get("rawSql", "") for q in r["data"]).lower()
+        assert not re.search(r"\b(incidents|anomalies)\b", sql), r["uid"]

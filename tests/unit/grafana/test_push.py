@@ -87,14 +87,14 @@ def test_push_sends_the_expected_calls_and_is_idempotent(grafana):
     assert ("POST", "/api/datasources") in calls
     assert calls.count(("POST", "/api/dashboards/db")) == len(load_dashboards()) == 3
     assert ("POST", "/api/v1/provisioning/contact-points") in calls
-    assert calls.count(("POST", "/api/v1/provisioning/alert-rules")) == 3
+    assert calls.count(("POST", "/api/v1/provisioning/alert-rules")) == 2
     assert all(h.get("Authorization") == "Bearer tok3n" for *_, h in grafana.calls)
     ds = grafana.objects["/api/datasources/uid/perftracker-clickhouse"]
     assert ds["jsonData"]["host"] == "ch" and ds["jsonData"]["port"] == 8123
     assert ds["secureJsonData"]["password"] == "pw"
     prom = grafana.objects["/api/datasources/uid/perftracker-prometheus"]
     assert prom["type"] == "prometheus" and prom["url"] == "http://prom:9090"
-    rule = grafana.objects["/api/v1/provisioning/alert-rules/pt-incident-costly"]
+    rule = grafana.objects["/api/v1/provisioning/alert-rules/pt-job-silent"]
     assert rule["folderUID"] == "perftracker" and "{{ $labels.job }}" in rule["annotations"]["summary"]
     assert all(line.endswith(("created", "pushed")) for line in first)
 
@@ -103,7 +103,7 @@ def test_push_sends_the_expected_calls_and_is_idempotent(grafana):
     again = [(m, p) for m, p, _, _ in grafana.calls[n:]]
     assert not [c for c in again if c[0] == "POST" and c[1] != "/api/dashboards/db"]
     assert ("PUT", "/api/datasources/uid/perftracker-clickhouse") in again
-    assert ("PUT", "/api/v1/provisioning/alert-rules/pt-incident-costly") in again
+    assert ("PUT", "/api/v1/provisioning/alert-rules/pt-job-silent") in again
     assert all(line.endswith(("updated", "pushed")) for line in second)
     dash = grafana.objects["/api/dashboards/uid/perftracker-job"]
     assert dash["overwrite"] is True and dash["folderUid"] == "perftracker"
