@@ -4,8 +4,10 @@
 replays included), without mypy, the broker, the stack or torchrun. Other arguments go to
 pytest in place of the default ones (``python -m tests tests/unit/streams -x``).
 
-Installs what the browser test needs (Debian's chromium) when it is missing and
-this user may install packages; exits non-zero on any failure.
+Installs the Debian packages some tests run (chromium for the report browser test;
+prometheus for promtool and the Prometheus server, prometheus-alertmanager) when one is
+missing and this user may install packages (root with apt-get); exits non-zero on any
+failure.
 """
 
 from __future__ import annotations
@@ -21,13 +23,30 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["collectors", "schemas", "streams", "sinks", "grafana", "deploy"]
 
 
-def ensure_chromium() -> None:
-    if shutil.which("chromium") or not shutil.which("apt-get") or os.geteuid() != 0:
+# Debian package -> the programs of it the tests run (absent: install the package)
+SYSTEM_PACKAGES = {
+    "chromium": ("chromium",),  # the report browser test
+    "prometheus": ("promtool", "prometheus"),  # rule checks and tests, the scrape integration test
+    "prometheus-alertmanager": ("prometheus-alertmanager",),  # Alertmanager delivery tests
+}
+
+
+def can_install_packages() -> bool:
+    """Whether the test runner may install Debian packages: root, with apt-get."""
+    return bool(shutil.which("apt-get")) and os.geteuid() == 0
+
+
+def ensure_system_packages() -> None:
+    """apt-get install the packages of :data:`SYSTEM_PACKAGES` whose programs are missing."""
+    missing = [pkg for pkg, programs in SYSTEM_PACKAGES.items()
+               if not all(shutil.which(p) for p in programs)]
+    if not missing or not can_install_packages():
         return
-    print("tests: installing Debian's chromium for the report browser test", flush=True)
+    print(f"tests: installing Debian's {', '.join(missing)} for the tests that run them", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.call(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
-    subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], env=env, stdout=subprocess.DEVNULL)
+    subprocess.call(["apt-get", "install", "-y", "-qq", *missing],
+                    env=env, stdout=subprocess.DEVNULL)
 
 
 def typecheck() -> int:
@@ -49,6 +68,7 @@ def typecheck() -> int:
 
 
 def quick() -> int:
+    ensure_system_packages()
     lint = subprocess.call([sys.executable, "-m", "ruff", "check", "."])
     suite = subprocess.call([sys.executable, "-m", "pytest", "tests/unit", "-q", "-rsEf", "--durations=5"])
     return lint or suite
@@ -58,7 +78,7 @@ def main() -> int:
     os.chdir(ROOT)
     if sys.argv[1:] == ["--quick"]:
         return quick()
-    ensure_chromium()
+    ensure_system_packages()
     lint = subprocess.call([sys.executable, "-m", "ruff", "check", "."])
     if lint:
         print("tests: ruff found problems", flush=True)

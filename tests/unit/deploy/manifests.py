@@ -173,9 +173,10 @@ def container_env(container: dict, secret_value: str = "s3cr3t",
 
 
 def image_tag_is_exact(image: str) -> bool:
-    """name:1.2.3 (a full release version, not latest or a moving minor tag), optionally @sha256."""
+    """name:1.2.3 or name:v1.2.3 (a full release version, not latest or a moving minor tag),
+    optionally @sha256."""
     ref, _, digest = image.partition("@")
     name, _, tag = ref.rpartition(":")
     if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         return False
-    return bool(name) and "/" not in tag and re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?([-.][\w.-]+)?", tag) is not None
+    return bool(name) and "/" not in tag and re.fullmatch(r"v?\d+\.\d+\.\d+(\.\d+)?([-.][\w.-]+)?", tag) is not None

@@ -226,6 +226,7 @@ def test_every_image_is_pinned():
         if "perftracker" in image.split(":")[0]:
             assert image == IMAGE, (where, image)
     assert not image_tag_is_exact("apache/kafka:latest") and not image_tag_is_exact("clickhouse/clickhouse-server:24.8")
+    assert image_tag_is_exact("prom/prometheus:v2.54.1") and not image_tag_is_exact("prom/prometheus:v2")
 
 
 def test_every_container_has_requests_and_limits():
@@ -240,7 +241,7 @@ def test_every_container_has_requests_and_limits():
 
 
 def _probe_url(command: list[str]) -> str:
-    (url,) = re.findall(r"urlopen\('([^']+)'", " ".join(command))
+    (url,) = re.findall(r"(?:urlopen|Request)\('([^']+)'", " ".join(command))  # Request: with a token
     return url
 
 

@@ -1,0 +1,24 @@
+"""Debian programs the tests run (promtool, prometheus): found, or why not.
+
+``python -m tests`` installs them (:func:`tests.__main__.ensure_system_packages`) when they
+are missing and it runs as root with apt-get. So a test skips only where the program cannot
+be there (not root, or no apt-get); anywhere else a missing program fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require(program: str, package: str) -> str:
+    """The path of ``program`` (Debian package ``package``); skips or fails as the module says."""
+    path = shutil.which(program)
+    if path:
+        return path
+    if not shutil.which("apt-get") or os.geteuid() != 0:
+        pytest.skip(f"{program} missing and not installable here (needs root and apt-get): "
+                    f"apt-get install {package}")
+    pytest.fail(f"{program} missing: `python -m tests` installs it (apt-get install {package})")
