@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker_ml.schemas.vocabulary import is_advice
+
 from .live_faults import DEAD, HANG, Expect, false_alarms, score
 
 CORPUS_DIR = Path(__file__).with_name("recordings")
@@ -116,7 +118,8 @@ def score_replay(truth: Truth, anomalies: list[dict[str, Any]], emitted_ms: list
             "detected": detected_ms is not None, "windows_to_detect": windows,
             "seconds_to_detect": (round((detected_ms - truth.onset_ms) / 1000, 1)
                                   if detected_ms is not None and truth.onset_ms is not None else None),
-            "found": [{"cause": r["cause"], "ranks": r["ranks"], "status": r["status"]} for r in last.values()]}
+            "found": [{"cause": r["cause"], "ranks": r["ranks"], "status": r["status"],
+                       **({"advice": True} if is_advice(r) else {})} for r in last.values()]}
 
 
 def totals(scored: list[dict[str, Any]]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker_ml.deploy.workloads.faults import FAULTS
+from perftracker_ml.schemas.vocabulary import is_advice
 
 TRAIN_SCRIPT = Path(__file__).with_name("live_faults_train.py")
 HANG = "hang"
@@ -134,6 +135,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("slow-from-start", "slow-optimizer", expect("slow-optimizer", 3), onset_s=0.0, extra_budget_s=20.0),
     Scenario("noisy-none", "jitter", expect("jitter"), onset_s=0.0, extra_budget_s=20.0),
     Scenario("gil-thread", "gil-thread", expect("gil-thread", 2, location="gil-thread")),
+    Scenario("eval-passes", "eval-passes", expect("eval-passes")),
 )}
 
 
@@ -164,13 +166,15 @@ def score(expect: Expect, rows: Iterable[Mapping[str, Any]], location: str | Non
     * detected: what the latency clock stops on: every culprit named with its cause, or the
       job-wide row (never for scenarios that expect no alert);
     * false_ranks: ranks blamed that are not culprits;
+    Advice is left out of every field (:func:`incidents`).
+
     * false_alarms: incidents that should not exist, job-wide ones included: every incident
       when nothing is expected, else those naming neither a culprit nor the expected job-wide
       cause (an incident is one ``incident_id``, however many states of it were seen);
     * cleared: None unless the fault stops (``expect.clears``), else whether every culprit's
       incident was seen RESOLVED with the reason "cleared" (not the job's end).
     """
-    rows = list(rows)
+    rows = incidents(rows)
     culprits = set(expect.culprits)
     blamed = {int(r) for row in rows for r in row.get("ranks", [])}
     false_ranks = sorted(blamed - culprits)
@@ -203,9 +207,16 @@ def _incident(row: Mapping[str, Any]) -> Any:
     return row.get("incident_id") or (row.get("cause"), tuple(row.get("ranks", [])))
 
 
+def incidents(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows that are incidents: advice (``kind`` "advice": a pipeline's stage imbalance or
+    an inefficiency every rank shares, seen from the job's start) is about the job's shape,
+    never paged, so it is neither right nor a false alarm."""
+    return [r for r in rows if not is_advice(dict(r))]
+
+
 def false_alarms(expect: Expect, rows: Iterable[Mapping[str, Any]]) -> int:
     """Incidents that should not exist (see :func:`score`)."""
-    rows = list(rows)
+    rows = incidents(rows)
     culprits = set(expect.culprits)
 
     def right(row: Mapping[str, Any]) -> bool:

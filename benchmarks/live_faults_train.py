@@ -49,16 +49,18 @@ FAULTS = ("none", "slow-optimizer", "slow-backward-hook", "slow-forward-submodul
           "cpu-contention", "two-culprits", "stall-before-forward", "subgroup-hang", "killed",
           "checkpoint", "data-imbalance", "gradual-creep", "one-off-spike", "job-wide-slowdown",
           "gc-storm", "intermittent-straggler", "untimed-sleep", "slow-loader-workers", "long-pause",
-          "jitter", "gil-thread")
+          "jitter", "gil-thread", "eval-passes")
 LONG_PAUSE_S = 12.0  # long-pause: one stall, shorter than a hang (hang_floor_s 30 s)
 LOADER_WORKERS = 2  # slow-loader-workers: every rank's DataLoader has this many worker processes
-ALL_RANKS = ("job-wide-slowdown", "jitter")
+ALL_RANKS = ("job-wide-slowdown", "jitter", "eval-passes")
 CREEP_S = 40.0  # gradual-creep: the delay grows from 0 to LF_DELAY_MS x 2 over this many seconds
 HOGS = 2  # cpu-contention: busy processes sharing the culprit's core
 STALL_MAX_S = 240.0
 EVERY_NTH = 4  # intermittent-straggler: one step in this many is slow (by this many times the delay)
 GC_OBJECTS = 200_000  # gc-storm: small containers kept alive, which every collection walks
 JITTER_P = 0.05  # jitter: each rank's optimizer step is this often 1.5 x the delay slower, at random
+EVAL_EVERY = 400  # eval-passes: every rank evaluates every this many steps (~6-8 s here) ...
+EVAL_BATCHES = 60  # ... on this many batches, forward only, then all-reduces the loss
 
 
 class Fault:
@@ -247,6 +249,20 @@ def after_step(model: nn.Module, step: int, ballast: torch.Tensor, ckpt_path: st
         gc.collect()  # LF:gc-storm ... walked by a full collection each step (a library's "free memory" call)
 
 
+def evaluate(model: nn.Module, batches: Iterator) -> float:
+    """An evaluation pass as training scripts run one: forward only under no_grad, no optimizer
+    step (so no iteration completes), and the mean loss all-reduced across ranks."""
+    model.eval()
+    total = torch.zeros(1)
+    with torch.no_grad():
+        for _ in range(EVAL_BATCHES):
+            x, y = load_batch(batches)
+            total += nn.functional.mse_loss(model(x), y)  # LF:eval-passes
+    dist.all_reduce(total)
+    model.train()
+    return float(total) / (EVAL_BATCHES * dist.get_world_size())
+
+
 def pair_sync(value: torch.Tensor, group: object) -> None:
     if FAULT.active("subgroup-hang"):
         stall()
@@ -326,6 +342,8 @@ def main() -> None:
             if fault_on and not FAULT.on:
                 FAULT.start(step)
             step += 1
+            if FAULT.active("eval-passes") and step % EVAL_EVERY == 0:  # the same step on every rank
+                evaluate(model, batches)
             if rank == 0 and step % 500 == 0:
                 print(f"step {step} loss {mean_loss:.4f} {time.monotonic() - started:.0f} s", flush=True)
     finally:

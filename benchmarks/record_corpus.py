@@ -65,6 +65,7 @@ PLAN: dict[str, Run] = {r.name: r for r in (
     Run("demo-tp-fsdp2-none", "demo", fault="none", model="transformer", layout="tp-fsdp2"),
     Run("demo-tp-fsdp2-slow-dataloader", "demo", fault="slow-dataloader", model="transformer", layout="tp-fsdp2"),
     Run("demo-pp-none", "demo", fault="none", model="transformer-pp", layout="pp"),
+    Run("demo-pp-none-again", "demo", fault="none", model="transformer-pp", layout="pp"),
     Run("demo-pp-slow-dataloader", "demo", fault="slow-dataloader", model="transformer-pp", layout="pp"),
 )}
 # the frozen evaluation set: every cause family and both healthy and faulty layouts on each side

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..schemas.vocabulary import is_advice
+
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the
 # bidirectional overrides and isolates (which reorder what a terminal shows)
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -25,10 +27,23 @@ def printable(value: object) -> str:
 
 def format_diagnosis(job: str, rows: list[dict[str, Any]]) -> str:
     """A table an on-call engineer reads at 3 a.m.: one line per root cause, then its summary."""
-    if not rows:
+    advice = [r for r in rows if is_advice(r)]
+    rows = [r for r in rows if not is_advice(r)]
+    if not rows and not advice:
         return f"job {printable(job)}: no anomaly found"
-    lines = [f"job {printable(job)}: {len(rows)} root cause(s), most costly first",
-             f"{'cause':<22}{'ranks':<12}{'hosts':<18}{'function':<34}{'ms/step':>9}{'score':>8}"]
+    lines = [f"job {printable(job)}: {len(rows)} root cause(s), most costly first" if rows
+             else f"job {printable(job)}: no anomaly found"]
+    if rows:
+        lines.append(f"{'cause':<22}{'ranks':<12}{'hosts':<18}{'function':<34}{'ms/step':>9}{'score':>8}")
+    lines += _rows(rows)
+    if advice:
+        lines.append(f"advice about the job's shape ({len(advice)}; seen from its start, no fault, never paged):")
+        lines += _rows(advice)
+    return "\n".join(lines)
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
     for r in rows:
         ranks = ",".join(str(x) for x in r.get("ranks", []))[:11]
         hosts = printable(",".join(r.get("hosts", [])))[:17]
@@ -36,7 +51,7 @@ def format_diagnosis(job: str, rows: list[dict[str, Any]]) -> str:
                      f"{r['impact_ms_per_step']:>9.1f}{r['score']:>8.1f}")
         if r.get("summary"):
             lines.append(f"    {printable(r['summary'])}")
-    return "\n".join(lines)
+    return lines
 
 
 def format_status(info: dict[str, Any]) -> list[str]:

@@ -122,3 +122,14 @@ CAUSES: dict[Cause, CauseWords] = {
         advice="Profile that function on the named rank and on a healthy peer (py-spy or the "
                "PyTorch profiler): look for different inputs, code paths or environment."),
 }
+
+# Causes that can describe how a job is built rather than a fault that happened to it: a
+# pipeline whose stages are unevenly loaded, every rank spending a large share of its step in
+# one place. Seen before the job has a steady state to compare against, such a finding is the
+# job's shape: true from its first windows to its last, nothing on-call can act on at 3 a.m.
+# It goes out as advice (``Anomaly.kind`` "advice", :data:`.vocabulary.Kind.ADVICE`): stored,
+# shown by `diagnose`, the report and the dashboards, never an incident (no page, not counted
+# as one by the benchmarks, no step time of a later regression explained by it). Seen first
+# once the job has a steady state, it is a change and an incident like any other. Decisions
+# table, docs/detection.md: "shape is advice, a change is an incident".
+SHAPE: frozenset[Cause] = frozenset({Cause.STAGE_IMBALANCE, Cause.SHARED_INEFFICIENCY})

@@ -100,6 +100,12 @@ class Kind(str, Enum):
     IMBALANCE = "imbalance"
     REGRESSION = "regression"
     HANG = "hang"
+    ADVICE = "advice"  # the job's shape, seen from its start (causes.SHAPE): never an incident
+
+
+def is_advice(record: object) -> bool:
+    """An Anomaly (or a diagnosis row) that is advice about the job's shape, not an incident."""
+    return isinstance(record, dict) and record.get("kind") == Kind.ADVICE.value
 
 
 class Status(str, Enum):

@@ -52,6 +52,8 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
     FaultSpec("one-off-spike", None, "one stall of 1.5 s on one rank, once"),
     FaultSpec("long-pause", None, "one pause of 12 s on one rank, shorter than a hang"),
     FaultSpec("jitter", None, "every rank's optimizer step is slower now and then, at random"),
+    FaultSpec("eval-passes", None, "every rank runs an evaluation pass (forward only, no optimizer step) "
+              "every few hundred steps"),
 )}
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ...schemas.settings import AlertSettings
-from ...schemas.vocabulary import Status
+from ...schemas.vocabulary import Status, is_advice
 from .base import Channel, Event, Incident, Notification
 from .worker import AlertCounters, ChannelWorker, DeliveryPolicy
 
@@ -109,6 +109,9 @@ class AlertDispatcher:
         """Decide what ``record`` (an Anomaly) means to people and queue it; return the event sent.
         ``source``: where the record came from (the sink's topic and partition), for :meth:`release`."""
         if not self.workers:
+            return None
+        if is_advice(record):  # the job's shape (schemas.causes.SHAPE): stored and shown, never paged
+            self.counters.inc(AlertCounters.skipped)
             return None
         incident = Incident.from_anomaly(record)
         event = self._decide(incident, time.monotonic())

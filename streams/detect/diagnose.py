@@ -141,7 +141,8 @@ class JobDiagnoser:
             findings = self._open_only(findings)
         steps = 0 if starting else int(_median_steps(rws))  # a start-up window counts as one window
         anomalies = step(self.tracks, findings, self.job, wid * wms, (wid + 1) * wms, job_step, self.policy,
-                         progress=progress, steps=steps, observed=_observed(rws), unjudged=_unjudged(ready.named, cmps))
+                         progress=progress, steps=steps, observed=_observed(rws), unjudged=_unjudged(ready.named, cmps),
+                         shape=frozenset(f.identity for f in findings if self.checks.shape(f)))
         return anomalies, controls
 
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.records import Anomaly
-from ...schemas.vocabulary import ANOMALY_VERSION, RESOLVED_CLEARED, Status
+from ...schemas.vocabulary import ANOMALY_VERSION, RESOLVED_CLEARED, Kind, Status
 from .findings import Finding
 from .policy import DetectionPolicy
 
@@ -56,6 +56,7 @@ class Track:
     sent_impact: float = 0.0
     sent_ranks: tuple = ()
     explains_ms: float = 0.0  # step time this root cause accounts for
+    advice: bool = False  # the job's shape, seen before its steady state (causes.SHAPE): never an incident
     last: Anomaly | None = None  # last Anomaly record sent
 
 
@@ -67,18 +68,21 @@ def incident_id(job: str, f: Finding) -> str:
 def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_start_ms: int,
          window_end_ms: int, step_time_ms: float, policy: DetectionPolicy,
          progress: bool = True, steps: int = 0, observed: set[int] | None = None,
-         unjudged: frozenset[str] = frozenset()) -> list[Anomaly]:
+         unjudged: frozenset[str] = frozenset(), shape: frozenset[str] = frozenset()) -> list[Anomaly]:
     """Advance every track by one evaluated window; Anomaly records to send. A window in
     which the job made no ``progress`` (no rank completed a step) is missing data, not a
     clean window: it never counts toward resolving an incident; nor, for one incident, is a
     window without data of a rank it names (``observed``: the ranks that sent data in this
     window; None: all) or in which its function was not compared with every rank that sent it
     (``unjudged``), for up to ``idle_after_s``. ``steps``: the job's (median) steps in
-    this window, toward ``persist_steps``."""
+    this window, toward ``persist_steps``. ``shape``: identities of findings that are the job's
+    shape (:data:`...schemas.causes.SHAPE`, :meth:`.job_checks.JobChecks.shape`); a track that
+    starts as one goes out as advice (``kind`` "advice"), never as an incident."""
     out = []
     seen = {f.identity: f for f in findings}
     for ident, f in seen.items():
-        t = tracks.setdefault(ident, Track(first_seen_ms=window_start_ms))
+        t = tracks.get(ident) or tracks.setdefault(ident, Track(first_seen_ms=window_start_ms,
+                                                                advice=ident in shape))
         t.streak, t.misses, t.blind, t.last_seen_ms = t.streak + 1, 0, 0, window_end_ms
         t.steps += max(0, int(steps))
         if not t.open and (persisted(t, f, policy) or f.immediate):
@@ -131,12 +135,20 @@ def persisting(tracks: dict[str, Track], f: Finding, policy: DetectionPolicy) ->
 def explained_ms(tracks: dict[str, Track], findings: list[Finding], exclude: str,
                  policy: DetectionPolicy) -> float:
     """Step time (ms) the root causes of a window account for: the persisting ``findings``,
-    plus the open incidents not among them (other than ``exclude``)."""
+    plus the open incidents not among them (other than ``exclude``). Advice (the job's shape,
+    :data:`...schemas.causes.SHAPE`) explains too: a regression it covers is that shape
+    settling in after the job's first windows, not a second fault."""
     explained = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
                     if persisting(tracks, f, policy))
     seen = {f.identity for f in findings}
     explained += sum(t.explains_ms for i, t in tracks.items() if t.open and i != exclude and i not in seen)
     return explained
+
+
+def advice(tracks: dict[str, Track], f: Finding) -> bool:
+    """``f`` is advice about the job's shape (its track started before the steady state)."""
+    t = tracks.get(f.identity)
+    return t is not None and t.advice
 
 
 def _finite(x: Any) -> Any:
@@ -175,7 +187,7 @@ def _record(t: Track, f: Finding, job: str, status: Status, step_time_ms: float)
     evidence = dict(f.evidence, windows=t.streak)
     rec = Anomaly(
         schema_version=ANOMALY_VERSION, incident_id=t.incident_id, job=job,
-        status=status.value, kind=f.kind.value, cause=f.cause.value,
+        status=status.value, kind=(Kind.ADVICE if t.advice else f.kind).value, cause=f.cause.value,
         ranks=list(f.ranks), hosts=list(f.hosts), gpus=list(f.gpus), function=f.function,
         score=float(f.score), impact_ms_per_step=round(float(f.impact_ms), 3),
         step_time_ms=round(float(step_time_ms), 3), first_seen_ms=int(t.first_seen_ms),

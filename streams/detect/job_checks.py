@@ -27,15 +27,16 @@ import math
 
 import numpy as np
 
+from ...schemas.causes import SHAPE
 from ...schemas.records import Control, FunctionComparison, RankWindow
 from ...schemas.vocabulary import CONTROL_VERSION, ControlCommand
 from .cpu_evidence import job_cpu_per_step
 from .findings import Finding
-from .incidents import Track, explained_ms, persisting
+from .incidents import Track, advice, explained_ms, persisting
 from .liveness import LivenessState, hang, note_collectives, regression
 from .model import to_ms
 from .policy import DetectionPolicy
-from .window import step_ms
+from .window import stage_groups, step_ms
 
 STRONG_REGRESSION = 2.0  # an excess this many times what a regression needs (noise, pct, min cost)
 REGRESSION_STEP_QUANTILE = 25.0  # a window's typical fast step: transient spikes within it do not move it
@@ -48,10 +49,35 @@ class JobChecks:
         self.job, self.policy = job, policy
         self.live = LivenessState()
         self.last_profile_window: int | None = None
+        # each stage's work against the other stages' before the steady state: (function, group) -> ratios
+        self.early_stages: dict[tuple[str, str], list[float]] = {}
 
     def observe(self, comparisons: list[FunctionComparison]) -> None:
-        """Remember each collective member's highest seq (hang culprits)."""
+        """Remember each collective member's highest seq (hang culprits) and, until the job has
+        a steady state, how much work each pipeline stage does against the others (:meth:`shape`)."""
         note_collectives(self.live, comparisons)
+        if self.steady():
+            return
+        for c, g, others in stage_groups(comparisons):
+            if others > 0:
+                self.early_stages.setdefault((c["function"], str(g["key"])), []).append(
+                    float(g["median_ms_per_step"]) / others)
+
+    def shape(self, f: Finding) -> bool:
+        """``f`` (of a :data:`...schemas.causes.SHAPE` cause) is the job's shape, not a change: seen
+        before the job has a steady state, or a stage imbalance whose stage already did clearly
+        more work than the others then (its median ratio over those windows above 1 +
+        ``min_excess``, the margin a rank's own excess must pass). A pipeline's last stage that
+        holds the output layer and the loss does more work from the first step on a GPU and on
+        a CPU alike; its ratio wanders around the finding's threshold from window to window, so
+        a stage imbalance seen only after the start would come and go as a false incident
+        (decisions table, docs/detection.md: "shape is advice, a change is an incident")."""
+        if f.cause not in SHAPE:
+            return False
+        if not self.steady():
+            return True
+        early = self.early_stages.get((f.function, str(f.evidence.get("group", ""))), [])
+        return bool(early) and float(np.median(early)) >= 1 + self.policy.min_excess
 
     def regression(self, wid: int, now: int, rank_windows: dict[int, RankWindow], findings: list[Finding],
                    tracks: dict[str, Track], partial: bool = False) -> tuple[Finding | None, list[Control]]:
@@ -69,12 +95,20 @@ class JobChecks:
         needed = self.policy.regression_explained_share * reg.impact_ms
         if explained >= needed:
             return None, controls
+        strong_rest = reg.impact_ms - explained >= STRONG_REGRESSION * float(reg.evidence.get("required_ms", math.inf))
+        if not strong_rest and rank_cause_open(tracks, findings, self.policy):
+            return None, controls  # the open rank-level incident carries the job's slowdown
         coming = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
                      if f.identity != reg.identity and not persisting(tracks, f, self.policy))
         strong = reg.impact_ms >= STRONG_REGRESSION * float(reg.evidence.get("required_ms", math.inf))
         if strong and explained + coming < needed:  # nothing this window could explain it: no window to wait
             reg = dataclasses.replace(reg, extra_windows=0)
         return reg, controls
+
+    def steady(self) -> bool:
+        """The job has a steady state to compare against: as many windows of step times as a
+        regression needs (persist_windows + 1 recent ones and two before them)."""
+        return len(self.live.history) >= self.policy.persist_windows + 3
 
     def hang(self, rank_windows: dict[int, RankWindow]) -> Finding | None:
         return hang(self.live, rank_windows, self.policy)
@@ -102,6 +136,22 @@ class JobChecks:
             schema_version=CONTROL_VERSION, job=self.job, request_id=rid, command=ControlCommand.PROFILE.value,
             start_step=int(max(self.live.max_last_step, 0) + pol.profile_request_ahead_steps),
             duration_s=pol.profile_request_duration_s, reason=reg.summary, issued_ms=int(to_ms(now)))]
+
+
+def rank_cause_open(tracks: dict[str, Track], findings: list[Finding], policy: DetectionPolicy) -> bool:
+    """A rank-level root cause (one naming ranks, not advice) is open, or persists this
+    window: the job's slowdown has a culprit, and its incident carries the cost. A second,
+    job-wide incident beside it needs an excess that the culprit's share leaves
+    :data:`STRONG_REGRESSION` times above what a regression needs (decisions table,
+    docs/detection.md: "a culprit carries the job's slowdown"). On a GPU/NCCL job a straggler
+    stretches every rank's collectives and the job's step by more than its own excess (the
+    others' kernels queue behind the late collective), on a CPU job a rank that sleeps or
+    computes longer shifts the run queue of a shared host; in both the job-wide rise is the
+    culprit's doing, not a second fault."""
+    for f in findings:
+        if f.ranks and not advice(tracks, f) and persisting(tracks, f, policy):
+            return True
+    return any(t.open and not t.advice and t.last is not None and t.last.get("ranks") for t in tracks.values())
 
 
 def iteration_period(rank_windows: dict[int, RankWindow], window_ms: float) -> tuple[float, int]:

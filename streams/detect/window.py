@@ -30,13 +30,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
-from ...schemas.records import FunctionComparison, RankWindow
+from ...schemas.records import FunctionComparison, PeerGroupStat, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
@@ -680,9 +680,9 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(best.values())
 
 
-def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Finding]:
-    """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
-    found: dict[str, Finding] = {}
+def stage_groups(comparisons: list[FunctionComparison]) -> Iterator[tuple[FunctionComparison, PeerGroupStat, float]]:
+    """(comparison, peer group, the other groups' median ms/step) of every peer group (stage) in
+    the forward/backward/optimizer comparisons of a job split into several peer groups."""
     for c in comparisons:
         if not c["function"].startswith(KIND_PREFIX) or c["peer_groups"] < 2:
             continue
@@ -690,25 +690,31 @@ def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPol
             continue
         meds = np.array([g["median_ms_per_step"] for g in c["groups"]])
         for i, g in enumerate(c["groups"]):
-            others = float(np.median(np.delete(meds, i)))
-            cost = g["median_ms_per_step"] - others
-            if others <= 0 or g["median_ms_per_step"] < others * (1 + 2 * policy.min_excess) \
-                    or cost < policy.min_cost_ms_per_step:
-                continue
-            ident = f"stage_imbalance|{g['key']}"
-            prev = found.get(ident)
-            impact = cost + (prev.impact_ms if prev else 0.0)
-            ranks = tuple(sorted(g["ranks"]))
-            summary = (f"pipeline stage imbalance: the {len(ranks)} ranks of peer group {g['key']} (ranks "
-                       f"{_short(ranks)}) spend {g['median_ms_per_step']:.1f} ms/step in {c['function']} vs "
-                       f"{others:.1f} ms on other stages; the others wait for them. Rebalance layers "
-                       f"(~{impact:.1f} ms per step); no rank is faulty")
-            evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
-                        "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
-            found[ident] = Finding(kind=Kind.IMBALANCE, cause=Cause.STAGE_IMBALANCE, identity=ident, ranks=ranks,
-                                   hosts=(), gpus=(), function=c["function"],
-                                   score=float(g["median_ms_per_step"] / others), impact_ms=impact,
-                                   summary=summary, evidence=evidence)
+            yield c, g, float(np.median(np.delete(meds, i)))
+
+
+def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Finding]:
+    """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
+    found: dict[str, Finding] = {}
+    for c, g, others in stage_groups(comparisons):
+        cost = g["median_ms_per_step"] - others
+        if others <= 0 or g["median_ms_per_step"] < others * (1 + 2 * policy.min_excess) \
+                or cost < policy.min_cost_ms_per_step:
+            continue
+        ident = f"stage_imbalance|{g['key']}"
+        prev = found.get(ident)
+        impact = cost + (prev.impact_ms if prev else 0.0)
+        ranks = tuple(sorted(g["ranks"]))
+        summary = (f"pipeline stage imbalance: the {len(ranks)} ranks of peer group {g['key']} (ranks "
+                   f"{_short(ranks)}) spend {g['median_ms_per_step']:.1f} ms/step in {c['function']} vs "
+                   f"{others:.1f} ms on other stages; the others wait for them. Rebalance layers "
+                   f"(~{impact:.1f} ms per step); no rank is faulty")
+        evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
+                    "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
+        found[ident] = Finding(kind=Kind.IMBALANCE, cause=Cause.STAGE_IMBALANCE, identity=ident, ranks=ranks,
+                               hosts=(), gpus=(), function=c["function"],
+                               score=float(g["median_ms_per_step"] / others), impact_ms=impact,
+                               summary=summary, evidence=evidence)
     return list(found.values())
 
 

@@ -347,3 +347,15 @@ def test_unreachable_clickhouse_is_one_line_without_library_warnings(clean_env, 
                    "(connection refused); check store.url's address and port, the credentials (store.username, "
                    "PERFTRACKER_STORE_PASSWORD) and TLS (clickhouses:// or ?secure=true, store.ca_file, "
                    "store.verify)\n")
+
+
+def test_diagnosis_lists_advice_after_the_root_causes_never_as_one():
+    from perftracker_ml.deploy.output import format_diagnosis
+    row = {"cause": "slow_dataloader", "kind": "outlier", "ranks": [2], "hosts": ["h1"], "function": "f",
+           "impact_ms_per_step": 7.0, "score": 2.5, "summary": "rank 2 is slow"}
+    advice = dict(row, cause="stage_imbalance", kind="advice", ranks=[2, 3], summary="stage 1 does more work")
+    text = format_diagnosis("j", [advice, row])
+    assert text.splitlines()[0] == "job j: 1 root cause(s), most costly first"
+    assert text.index("slow_dataloader") < text.index("advice about the job's shape") < text.index("stage_imbalance")
+    only = format_diagnosis("j", [advice])
+    assert only.startswith("job j: no anomaly found\nadvice about the job's shape (1;")

@@ -73,3 +73,12 @@ def test_a_replayed_history_after_the_resolution_does_not_open_it_again():
     assert decide(d, 6, status="OPEN", last_seen_s=1015) is None  # before that end: still history
     assert decide(d, 7, status="OPEN", last_seen_s=1030) is Event.OPEN  # new data: it came back
     assert decide(d, 8, status="RESOLVED", last_seen_s=1040) is Event.RESOLVE
+
+
+def test_advice_about_the_jobs_shape_never_pages():
+    """A record of kind "advice" (a stage imbalance seen from the job's start) is stored, never sent."""
+    d = dispatcher()
+    advice = dict(samples.anomaly("j", status="OPEN", last_seen_s=1000), kind="advice", cause="stage_imbalance")
+    assert d.submit(advice) is None and d.skipped == 1
+    incident = dict(advice, kind="imbalance", incident_id="other")
+    assert d._decide(Incident.from_anomaly(incident), 0) is Event.OPEN  # the same cause as a change pages

@@ -185,10 +185,21 @@ def test_throttled_gpu_uses_hardware_evidence():
     assert a["cause"] == "gpu_throttle" and ev["hardware"]["9"]["temp_c_max"] > 87
 
 
-def test_pipeline_stage_imbalance_is_imbalance_not_a_faulty_rank():
+def test_pipeline_stage_imbalance_that_appears_is_imbalance_not_a_faulty_rank():
+    """A stage that starts doing more work once the job has a steady state is a change: an incident."""
     from perftracker_ml.deploy.workloads.simulate.faults import Fault
-    (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=3)], (4, 2, 4))
+    (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=6)], (4, 2, 4),
+                        windows=14)
     assert a["kind"] == "imbalance" and a["cause"] == "stage_imbalance" and a["ranks"] == list(range(8, 16))
+
+
+def test_pipeline_stage_imbalance_from_the_start_is_advice_and_explains_no_regression():
+    """The same imbalance from the job's first windows is its shape: one advice record, no
+    incident of any kind (no regression beside it), whatever its ratio does later."""
+    from perftracker_ml.deploy.workloads.simulate.faults import Fault
+    (a,) = run_patterns([Fault("stage_imbalance", (), stage=1, magnitude=1.5, start_window=0)], (4, 2, 4),
+                        windows=14)
+    assert a["kind"] == "advice" and a["cause"] == "stage_imbalance" and a["ranks"] == list(range(8, 16))
 
 
 def test_moe_imbalance_is_data_imbalance():
