@@ -14,7 +14,9 @@ single-object encoding (handled by :class:`~.codec.Codec`).
 Ids and schemas are cached for the life of the process (registry ids are immutable).
 Basic-auth credentials come from ``kafka.schema_registry_username`` and the secret
 ``kafka.schema_registry_password`` (or the URL's user-info); they never appear in an
-error message. Only the standard library talks HTTP (``urllib``).
+error message. The collectors' :class:`RegistryClient` talks HTTP with the standard library
+(``urllib``); the stream workers and the sink use confluent-kafka's client
+(:mod:`.registry_library`, ``registry_client(settings, server=True)``).
 
 Errors: bytes that do not decode (unknown magic, id unknown to the registry, a schema of
 another record) raise :class:`~.errors.SchemaError`, so stream workers dead-letter them;
@@ -31,7 +33,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.schema import parse_schema
@@ -47,7 +49,7 @@ from .vocabulary import (
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
-__all__ = ["RegistryClient", "RegistryCodec", "RegistryError", "RegistryMultiCodec", "RegistryUnavailable",
+__all__ = ["Registry", "RegistryClient", "RegistryCodec", "RegistryError", "RegistryMultiCodec", "RegistryUnavailable",
            "codec_for", "confluent_frame", "multi_codec_for", "registry_client", "subject_for"]
 
 
@@ -74,6 +76,17 @@ def _split_credentials(url: str) -> tuple[str, str, str]:
         netloc += f":{parts.port}"
     clean = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return clean.rstrip("/"), urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+
+
+class Registry(Protocol):
+    """What the codecs need of a registry client: this module's :class:`RegistryClient` (the
+    collectors) or :class:`.registry_library.LibraryRegistryClient` (workers and the sink)."""
+
+    url: str
+
+    def register(self, subject: str, schema: dict) -> int: ...
+
+    def schema(self, schema_id: int) -> dict: ...
 
 
 class RegistryClient:
@@ -169,7 +182,7 @@ class RegistryCodec:
 
     Same ``name``/``version``/``encode``/``decode`` surface as :class:`~.codec.Codec`."""
 
-    def __init__(self, name: str, topic: str, client: RegistryClient, schemas: SchemaSet | None = None):
+    def __init__(self, name: str, topic: str, client: Registry, schemas: SchemaSet | None = None):
         self.inner = Codec(name, schemas)
         self.name, self.topic, self.client = name, topic, client
         self.subject = subject_for(topic)
@@ -237,7 +250,7 @@ def schema_id_of(data: Any) -> int | None:
     return None
 
 
-def fetch_writer(client: RegistryClient | None, data: Any) -> None:
+def fetch_writer(client: Registry | None, data: Any) -> None:
     """Fetch (and cache) the writer schema a Confluent-framed ``data`` names, so that decoding it
     needs no registry round trip. Raises :class:`RegistryUnavailable` while the registry is away
     (a consumer waits and retries: the message is not at fault); an unknown id is left to decoding."""
@@ -249,19 +262,24 @@ def fetch_writer(client: RegistryClient | None, data: Any) -> None:
             pass
 
 
-def registry_client(settings: Any) -> RegistryClient | None:
+def registry_client(settings: Any, server: bool = False) -> Registry | None:
     """One client (and id cache) for every codec of a process; None without ``kafka.schema_registry_url``.
 
-    ``settings``: a :class:`~.settings.Settings` (or anything with a ``kafka`` section, or the section)."""
+    ``settings``: a :class:`~.settings.Settings` (or anything with a ``kafka`` section, or the section).
+    ``server``: a stream worker or the sink, which talk to the registry through confluent-kafka's
+    own client (:mod:`.registry_library`, the ``server`` extra); the collectors keep this module's."""
     kafka = getattr(settings, "kafka", settings)
     url = getattr(kafka, "schema_registry_url", "") or ""
     if not url:
         return None
-    return RegistryClient(url, getattr(kafka, "schema_registry_username", ""),
-                          getattr(kafka, "schema_registry_password", ""))
+    user, password = getattr(kafka, "schema_registry_username", ""), getattr(kafka, "schema_registry_password", "")
+    if server:
+        from .registry_library import LibraryRegistryClient
+        return LibraryRegistryClient(url, user, password)
+    return RegistryClient(url, user, password)
 
 
-def codec_for(settings: Any, record_name: str, topic: str, client: RegistryClient | None = None,
+def codec_for(settings: Any, record_name: str, topic: str, client: Registry | None = None,
               schemas: SchemaSet | None = None) -> Codec | RegistryCodec:
     """The codec a producer/consumer of ``topic`` should use under ``settings``.
 
@@ -279,7 +297,7 @@ class RegistryMultiCodec(MultiCodec):
     per record type: a topic's single ``-value`` subject cannot hold two record schemas), and decodes
     both framings, the schema id naming the record (its writer schema comes from the registry)."""
 
-    def __init__(self, names: list[str], topic: str, client: RegistryClient, schemas: SchemaSet | None = None):
+    def __init__(self, names: list[str], topic: str, client: Registry, schemas: SchemaSet | None = None):
         super().__init__(names, schemas)
         self.client = client
         self.registry_codecs = {n: RegistryCodec(n, topic, client, schemas) for n in names}
@@ -312,7 +330,7 @@ class RegistryMultiCodec(MultiCodec):
             codec.schema_id  # noqa: B018 (registers and caches the id)
 
 
-def multi_codec_for(settings: Any, names: list[str], topic: str, client: RegistryClient | None = None,
+def multi_codec_for(settings: Any, names: list[str], topic: str, client: Registry | None = None,
                     schemas: SchemaSet | None = None) -> MultiCodec:
     """:class:`~.codec.MultiCodec`, or :class:`RegistryMultiCodec` when a registry is configured."""
     client = client or registry_client(settings)

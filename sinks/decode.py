@@ -20,7 +20,7 @@ from fastavro.schema import parse_schema
 
 from ..schemas import MultiCodec, SchemaError, bundled_schemas
 from ..schemas.codec import _fingerprint_of, writer_fingerprint
-from ..schemas.registry import RegistryClient, RegistryMultiCodec
+from ..schemas.registry import Registry, RegistryMultiCodec
 from ..schemas.vocabulary import CONFLUENT_HEADER_LEN, CONFLUENT_MAGIC, SINGLE_OBJECT_HEADER_LEN
 
 
@@ -29,7 +29,7 @@ class RecordDecoder:
     too: on the fast path when the id's writer schema is one of the latest schemas (looked up
     once per id), else through :class:`~perftracker_ml.schemas.registry.RegistryMultiCodec`."""
 
-    def __init__(self, names: list[str], client: RegistryClient | None = None, topic: str = ""):
+    def __init__(self, names: list[str], client: Registry | None = None, topic: str = ""):
         schemas = bundled_schemas()
         self.fallback = RegistryMultiCodec(names, topic, client, schemas) if client else MultiCodec(names, schemas)
         self._client = client

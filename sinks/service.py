@@ -109,7 +109,7 @@ class SinkService:
         self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
         names = [n for n in ROW_BUILDERS if n in bundled_schemas().names()]
-        self.registry = registry_client(settings)
+        self.registry = registry_client(settings, server=True)
         self.codec = RecordDecoder(names, self.registry)
         self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
         self.stats = SinkCounters()

@@ -45,7 +45,7 @@ def stream_codecs(settings: Settings, names: TopicNames) -> dict[str, Any]:
     registry-framed records (the schemas of every topic the worker writes, all but its inputs,
     registered now: a registry that cannot be reached fails the worker's start, never a record
     later) and decodes both framings; without, {} (the context's plain codecs stay)."""
-    client = registry_client(settings)
+    client = registry_client(settings, server=True)
     if client is None:
         return {}
     codecs = topic_codecs(client, {role: topics[0] for role, topics in role_topics(names).items()})

@@ -14,7 +14,7 @@ from ..schemas import Codec, MultiCodec, SchemaError, bundle
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.records import Anomaly, RankWindow
 from ..schemas.registry import (
-    RegistryClient,
+    Registry,
     RegistryCodec,
     RegistryMultiCodec,
     RegistryUnavailable,
@@ -86,7 +86,7 @@ class StreamCounters(CounterSet):
                                           labels=("status",), buckets=LATENCY_BUCKETS_MS, per_unit=1000)
 
 
-def topic_codecs(client: RegistryClient | None = None, topics: Mapping[str, str] | None = None) -> dict[str, Any]:
+def topic_codecs(client: Registry | None = None, topics: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The codec of each topic role: it decodes what the role's topic carries and encodes what
     the worker writes to it (a topic of one record type: :class:`Codec`; of several:
     :class:`MultiCodec`, dispatching on the writer schema). With a schema registry ``client``,

@@ -50,11 +50,17 @@ class FakeRegistry(BaseHTTPRequestHandler):
             return False
         return True
 
+    @property
+    def route(self) -> str:
+        """The path without its query string (clients add options such as ``?normalize=false``,
+        which the real registry accepts)."""
+        return self.path.partition("?")[0]
+
     def do_POST(self):
-        type(self).calls.append(f"POST {self.path}")
+        type(self).calls.append(f"POST {self.route}")
         if not self._authorized():
             return
-        parts = self.path.strip("/").split("/")
+        parts = self.route.strip("/").split("/")
         if len(parts) != 3 or parts[0] != "subjects" or parts[2] != "versions":
             return self._send(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -70,10 +76,10 @@ class FakeRegistry(BaseHTTPRequestHandler):
         self._send(200, {"id": sid})
 
     def do_GET(self):
-        type(self).calls.append(f"GET {self.path}")
+        type(self).calls.append(f"GET {self.route}")
         if not self._authorized():
             return
-        parts = self.path.strip("/").split("/")
+        parts = self.route.strip("/").split("/")
         if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and int(parts[2]) in self.schemas:
             return self._send(200, {"schema": self.schemas[int(parts[2])]})
         self._send(404, {"error_code": 40403, "message": "Schema not found"})

@@ -25,6 +25,19 @@ from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 from ...registry_fake import PASSWORD, USER, FakeRegistry
 
 
+@pytest.fixture(autouse=True, params=["collector", "server"])
+def side(request, monkeypatch):
+    """Every test on both clients: the collectors' standard-library one and the server side's
+    confluent_kafka.schema_registry one (``registry_client(..., server=True)``)."""
+    if request.param == "server":
+        import functools
+
+        import perftracker_ml.schemas.registry as registry_module
+        monkeypatch.setattr(registry_module, "registry_client",
+                            functools.partial(registry_module.registry_client, server=True))
+    return request.param
+
+
 def settings(url: str, password: str = PASSWORD) -> Settings:
     return Settings(kafka=KafkaSettings(schema_registry_url=url, schema_registry_username=USER,
                                         schema_registry_password=Secret(password)))
