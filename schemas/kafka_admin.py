@@ -54,8 +54,11 @@ def ensure_topics(conf: Mapping[str, str], topics: list[Topic], timeout_s: float
         existing = set(admin.list_topics(timeout=min(timeout_s, 5.0)).topics)
     except Exception as exc:
         raise KafkaUnreachable(
-            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc}. "
-            "Check bootstrap_servers in the config or PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS") from None
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')} "
+            f"(security protocol {conf.get('security.protocol', 'plaintext')}): {exc}. "
+            "Check kafka.bootstrap_servers (PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS): the addresses the brokers "
+            "advertise must resolve and be reachable from here; then kafka.security_protocol, the SASL "
+            "mechanism and credentials, and the TLS CA file when the brokers require them") from None
     missing = [t for t in topics if t.name not in existing]
     if not missing:
         return []
