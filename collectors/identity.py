@@ -29,21 +29,30 @@ class RankIdentity:
                             gpu, gpu_uuid, self.pid)
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    try:
-        return int(env.get(name, default))
-    except ValueError:
-        return default
+# where each launcher puts them, first match wins: torchrun, SLURM's srun, Open MPI,
+# MPICH/Intel MPI (PMI), PMIx
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+WORLD_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        try:
+            return int(env[name])
+        except (KeyError, ValueError):
+            continue
+    return default
 
 
 def identity_from_env(job: str, env: Mapping[str, str] | None = None, host: str = "") -> RankIdentity:
-    """Rank fields from torchrun/SLURM variables. ``host``: the configured machine name
+    """Rank fields from torchrun/SLURM/MPI variables. ``host``: the configured machine name
     (``collector.host``), else the hostname; in a container the hostname is the pod's,
     so host-level causes could not be merged per machine without it."""
     env = os.environ if env is None else env
-    rank = _int(env, "RANK", _int(env, "SLURM_PROCID", 0))
-    local_rank = _int(env, "LOCAL_RANK", _int(env, "SLURM_LOCALID", 0))
-    world = _int(env, "WORLD_SIZE", _int(env, "SLURM_NTASKS", 1))
+    rank = _first(env, RANK_VARS, 0)
+    local_rank = _first(env, LOCAL_RANK_VARS, 0)
+    world = _first(env, WORLD_SIZE_VARS, 1)
     return RankIdentity(job=job, rank=rank, local_rank=local_rank,
                         world_size=world, host=host or socket.gethostname(), gpu=-1, gpu_uuid="",
                         pid=os.getpid())

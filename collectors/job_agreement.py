@@ -103,7 +103,9 @@ def torch_distributed() -> Any:
 
 def world_size(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    for name in ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+    from .identity import WORLD_SIZE_VARS
+
+    for name in WORLD_SIZE_VARS:
         try:
             return int(env[name])
         except (KeyError, ValueError):

@@ -81,6 +81,9 @@ def test_collector_install_leaves_out_the_server_dependencies(slim_venv: Path) -
     names = {p.name.split("-")[0].lower() for p in site_packages(slim_venv).iterdir()}
     assert "confluent_kafka" in names and "fastavro" in names
     assert not names & set(SERVER_ONLY), f"server-only packages in a collector install: {names & set(SERVER_ONLY)}"
+    # the installed bootstrap every node of a multi-node launcher attaches through (setup.py)
+    assert (site_packages(slim_venv) / "perftracker_ml_attach.pth").read_text() == \
+        (ROOT / "collectors" / "perftracker_ml_attach.pth").read_text()
 
 
 def test_importing_the_collectors_pulls_in_no_server_module(slim_venv: Path) -> None:

@@ -359,3 +359,10 @@ def test_diagnosis_lists_advice_after_the_root_causes_never_as_one():
     assert text.index("slow_dataloader") < text.index("advice about the job's shape") < text.index("stage_imbalance")
     only = format_diagnosis("j", [advice])
     assert only.startswith("job j: no anomaly found\nadvice about the job's shape (1;")
+
+
+def test_launch_refuses_mpirun_in_one_line_showing_the_form_that_works(clean_env, capsys):
+    assert run(["launch", "--job", "j7", "--", "mpirun", "-n", "2", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perftracker: error: `mpirun` starts ranks on other hosts") and err.count("\n") == 1
+    assert "mpirun -n 2 perftracker launch --job j7 -- python t.py" in err

@@ -118,5 +118,10 @@ def test_every_package_is_copied_into_the_build():
     assert {".git", ".venv", "tests"} <= ignored and not package_dirs & ignored
 
 
+def test_setup_py_is_copied_so_the_wheel_carries_the_attach_pth():
+    sources = {src for w, a in _stages()[0] if w == "COPY" for src in a.split()[:-1]}
+    assert {"pyproject.toml", "setup.py"} <= sources
+
+
 def test_manifests_name_the_image_this_dockerfile_builds():
     assert f"docker build -t {IMAGE} ." in DOCKERFILE.read_text()
