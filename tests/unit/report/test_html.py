@@ -10,9 +10,32 @@ from perftracker_ml.schemas.causes import CAUSES, Cause
 from perftracker_ml.sinks.report import json_path_for, render_html, write_report_files
 from perftracker_ml.sinks.report.data import epoch_s, normalize_step_times
 from perftracker_ml.sinks.report.html import render_card
-from perftracker_ml.sinks.report.svg import nice_max, slowdown_color
+from perftracker_ml.sinks.report.scale import (
+    K_SLOWEST,
+    MAX_CULPRITS,
+    compact_ranks,
+    gpu_hours_per_day,
+    percentile,
+    pick_ranks,
+)
+from perftracker_ml.sinks.report.svg import (
+    LEGEND_ROWS,
+    nice_max,
+    slowdown_color,
+    step_time_chart,
+    y_range,
+)
 
-from .sample import FAULT_S, incident, report_data
+from .sample import (
+    FAULT_S,
+    LARGE_CULPRIT,
+    LARGE_SLOW_HOST,
+    T0,
+    advice_row,
+    incident,
+    large_report_data,
+    report_data,
+)
 
 
 def test_page_has_every_panel_and_the_incident() -> None:
@@ -187,3 +210,83 @@ def test_resolved_card_says_why_it_ended_and_open_card_does_not() -> None:
     assert 'class="card incident resolved"' in render_card(ended)
     still = dict(incident(), status="OPEN", resolved_reason="")
     assert ">OPEN</span>" in render_card(still) and "job finished" not in render_card(still)
+
+
+def test_cost_in_gpu_hours_per_day_and_its_formula() -> None:
+    page = render_html(report_data())  # 12.4 ms of a 37.0 ms step on 4 ranks
+    assert "≈ 32.2 GPU-hours per day (12.4 ms ÷ 37.0 ms × 4 ranks × 24 h)" in page
+    assert "(≈ 32.2 GPU-hours per day)" in page[page.index('id="verdict"'):page.index('id="incidents"')]
+    assert "Cost in GPU-hours per day = impact (ms per step) ÷ step time (ms) × ranks in the job (4) × 24 h" in page
+    assert gpu_hours_per_day(12.4, 0.0, 4) is None and gpu_hours_per_day(10.0, 100.0, 1024) == 0.1 * 1024 * 24
+    assert "GPU-hours" not in render_card(incident())  # no rank count given: no cost
+
+
+def test_advice_has_its_own_section_and_is_no_incident() -> None:
+    page = render_html(report_data([incident(), advice_row()]))
+    assert page.count('class="card incident') == 1 and page.count('class="card shape"') == 1
+    incidents = page[page.index('id="incidents"'):page.index('id="advice"')]
+    advice = page[page.index('id="advice"'):page.index('id="step-times"')]
+    assert "Pipeline stage imbalance" not in incidents and "Pipeline stage imbalance" in advice
+    assert "Advice (no fault)" in advice and "advice · no fault" in advice
+    assert "(and 1 more)" not in page and "1 piece of advice about the job&#x27;s shape" in page
+    assert page.count('class="marker marker-detected"') == 1  # the advice is not marked as detected
+    only = render_html(report_data([advice_row()]))
+    assert "No anomaly found" in only and 'id="advice"' in only and 'class="card incident' not in only
+    assert 'data-rank="3" fill="none" stroke="#d62728"' not in only  # advice names no culprit
+    assert 'id="advice"' not in render_html(report_data())
+
+
+def test_charts_and_matrices_at_1024_ranks_name_only_the_culprits_and_the_slowest() -> None:
+    data = large_report_data(1024)
+    page = render_html(data)
+    chart = page[page.index('id="step-times"'):page.index('id="heatmap"')]
+    assert 1 <= chart.count('class="rank-line"') <= MAX_CULPRITS + K_SLOWEST
+    assert f'data-rank="{LARGE_CULPRIT}" fill="none" stroke="#d62728"' in chart
+    assert chart.count('class="legend-entry"') == 3 + 1 + K_SLOWEST <= LEGEND_ROWS
+    assert 'class="band band-p50-p90"' in chart and 'class="p50-line"' in chart
+    assert "1,024 ranks" in chart
+    slowest = [int(r) for r in re.findall(r'class="rank-line" data-rank="(\d+)"', chart)]
+    assert sum(r in LARGE_SLOW_HOST for r in slowest) == K_SLOWEST  # the slow host's ranks stand out
+    heat = page[page.index('id="heatmap"'):page.index('id="late-arrivals"')]
+    assert len(re.findall(r"<tr><th>rank \d+", heat)) == 1 + K_SLOWEST
+    assert "other 1,018 ranks (median)" in heat and f"rank {LARGE_CULPRIT} (culprit)" in heat
+    late = page[page.index('id="late-arrivals"'):]
+    assert len(re.findall(r"<th>rank \d+", late)) == 1 + K_SLOWEST and "other 1,018 ranks (highest)" in late
+    assert "17.2 ms/step caused" in late
+    assert "768-1023 (256 ranks)" in page[page.index('id="advice"'):page.index('id="step-times"')]
+    assert f"≈ {38.4 / 218.0 * 1024 * 24:,.0f} GPU-hours per day" in page
+    assert len(page) < 400_000
+
+
+def test_many_culprits_are_counted_not_listed() -> None:
+    data = large_report_data(1024)
+    data["incidents"][0]["ranks"] = list(range(0, 512, 2))  # 256 culprits
+    page = render_html(data)
+    chart = page[page.index('id="step-times"'):page.index('id="heatmap"')]
+    assert chart.count('class="rank-line"') <= MAX_CULPRITS + K_SLOWEST
+    assert f"+{256 - MAX_CULPRITS} more culprits" in chart
+    assert chart.count('class="legend-entry"') <= LEGEND_ROWS
+    assert f"{256 - MAX_CULPRITS} more culprits not shown" in page
+
+
+def test_marker_labels_stay_inside_the_plot() -> None:
+    """A marker near the right edge puts its label on its left; one too long for either side is cut."""
+    series = {r: [(T0 + 5 * w, 20.0 + r) for w in range(10)] for r in range(3)}
+    near_end = step_time_chart(series, [{"t": T0 + 44, "kind": "detected", "label": "detected: Slow data loader"}],
+                               {1}, T0)
+    assert 'text-anchor="end" fill="#ff7f0e" class="marker-label">detected: Slow data loader<' in near_end
+    long = step_time_chart(series, [{"t": T0 + 20, "kind": "fault", "label": "x" * 200}], set(), T0)
+    shown = re.search(r'class="marker-label">(x+…)<', long)
+    assert shown and len(shown.group(1)) < 100 and "x" * 200 in long  # the whole label stays as the tooltip
+
+
+def test_scale_helpers() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0 and percentile([5.0], 0.99) == 5.0
+    assert percentile([0.0, 10.0], 0.9) == 9.0
+    scores = {r: float(r % 7) for r in range(20)}  # ranks 6 and 13 score highest
+    assert pick_ranks(scores, {5, 12, 19}, k=2, max_culprits=2) == ([5, 12], [6, 13], 1)
+    assert pick_ranks({0: 1.0, 1: 5.0, 2: 3.0}, {0}, k=1) == ([0], [1, 2], 0)  # a small job: every rank
+    assert compact_ranks([3, 1, 2]) == "1, 2, 3" and compact_ranks([]) == ""
+    assert compact_ranks([0, 1, 2, 3, 4, 5, 9, 11, 12]) == "0-5, 9, 11-12 (9 ranks)"
+    assert y_range(180.0, 222.0) == (160.0, 240.0, 20.0)  # far above 0: the spread stays visible
+    assert y_range(1.0, 38.0) == (0.0, 40.0, 10.0)
