@@ -122,9 +122,18 @@ def down(ctx: click.Context) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--job", default=None,
+              help="A job's ranks instead: expected (its world size) vs reporting, the missing ones named.")
+@click.option("--recent", "recent_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="With --job: a rank whose last event is more than this many seconds older "
+                   "than the job's newest is missing.")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Show whether the embedded stack runs, and each process's health."""
+def status(ctx: click.Context, as_json: bool, job: str | None, recent_s: float) -> None:
+    """Show whether the embedded stack runs, and each process's health; with --job, which of
+    the job's ranks report (exit status 1 when some are missing)."""
+    if job is not None:
+        _job_status(_settings(ctx), job, recent_s, as_json)
+        return
     from .stack import status as stack_status
 
     info = stack_status(_settings(ctx))
@@ -134,6 +143,21 @@ def status(ctx: click.Context, as_json: bool) -> None:
         for line in format_status(info):
             click.echo(line)
     if not info["running"]:  # the same exit status in both modes
+        sys.exit(EXIT_RUNTIME)
+
+
+@needs_server()  # only when it opens chDB itself (no running sink): the import names the extra
+def _job_status(settings: Settings, job: str, recent_s: float, as_json: bool) -> None:
+    from .job_status import fetch_job_ranks
+    from .output import format_job_ranks
+
+    ranks = fetch_job_ranks(settings, job, recent_s)
+    if as_json:
+        click.echo(json.dumps(ranks.as_dict(), indent=2))
+    else:
+        for line in format_job_ranks(ranks):
+            click.echo(line)
+    if ranks.missing or not ranks.world_size:
         sys.exit(EXIT_RUNTIME)
 
 

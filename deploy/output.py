@@ -76,3 +76,35 @@ def format_status(info: dict[str, Any]) -> list[str]:
 
 def _up(proc: dict[str, Any]) -> str:
     return "up  " if proc["alive"] else "DOWN"
+
+
+def format_job_ranks(ranks: Any) -> list[str]:
+    """`perftracker status --job` as lines (``ranks``: a :class:`.job_status.JobRanks`)."""
+    job = printable(ranks.job)
+    if ranks.world_size == 0:
+        return [f"job {job}: no RankWindow in the store, so its ranks cannot be counted"]
+    age = f"newest data {ranks.age_s:.0f} s ago" if ranks.age_s >= 0 else "no event yet"
+    lines = [f"job {job}: {len(ranks.reporting)} of {ranks.world_size} ranks reporting "
+             f"(world size from the job's RankWindows; {age})"]
+    if not ranks.missing:
+        return lines
+    lines.append(f"missing: {_ranges(ranks.missing)}")
+    if ranks.never_seen:
+        lines.append(f"  never reported: {_ranges(ranks.never_seen)} (no collector attached? "
+                     "is perftracker-ml installed in the Python those ranks run, and did their "
+                     "launcher pass the environment on?)")
+    for s in ranks.silent:
+        when = "no event at all" if s.behind_s < 0 else f"last event {s.behind_s:.0f} s before the job's newest"
+        lines.append(f"  rank {s.rank:<5} host {printable(s.host)}: {when} (more than {ranks.recent_s:.0f} s)")
+    return lines
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    out: list[tuple[int, int]] = []
+    for r in ranks:
+        if out and out[-1][1] == r - 1:
+            out[-1] = (out[-1][0], r)
+        else:
+            out.append((r, r))
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)

@@ -126,6 +126,15 @@ QUERIES: dict[str, NamedQuery] = {
         " FROM rank_windows FINAL WHERE job = {job:String} AND window_start >= " + _since("rank_windows") +
         " GROUP BY rank ORDER BY rank",
         WINDOW, "liveness and collector health per rank (drop and loss counters are cumulative: max)"),
+    "rank_reporting": NamedQuery(
+        "SELECT rank, argMax(host, window_start) AS host, max(world_size) AS world_size,"
+        " toInt64(toUnixTimestamp64Milli(max(last_event))) AS last_event_ms,"
+        " toInt64(toUnixTimestamp64Milli(max(window_start))) AS last_window_ms,"
+        " toInt64(toUnixTimestamp64Milli(now64(3))) AS now_ms"
+        " FROM rank_windows FINAL WHERE job = {job:String} AND window_start >= " + _since("rank_windows") +
+        " GROUP BY rank ORDER BY rank",
+        WINDOW, "per rank that sent anything: the world size it reported, its last event and window "
+                "(`perftracker status --job`: expected vs reporting ranks)"),
 }
 
 
