@@ -78,6 +78,17 @@ def _split_credentials(url: str) -> tuple[str, str, str]:
     return clean.rstrip("/"), urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
 
 
+def registry_endpoint(url: str, username: str = "", password: Any = "") -> tuple[str, str, str]:
+    """(URL without credentials, user, password) of a registry: the settings' user and password
+    (a :class:`~.settings.Secret` or text) first, else the URL's user-info; a URL that is not
+    http(s) is refused."""
+    clean, url_user, url_password = _split_credentials(url)
+    if not clean.startswith(("http://", "https://")):
+        raise RegistryError(f"schema registry URL must start with http:// or https://, got {clean!r}")
+    secret = password.reveal() if hasattr(password, "reveal") else str(password or "")
+    return clean, username or url_user, secret or url_password
+
+
 class Registry(Protocol):
     """What the codecs need of a registry client: this module's :class:`RegistryClient` (the
     collectors) or :class:`.registry_library.LibraryRegistryClient` (workers and the sink)."""
@@ -93,12 +104,7 @@ class RegistryClient:
     """Minimal, thread-safe client of the registry REST API with an id/schema cache."""
 
     def __init__(self, url: str, username: str = "", password: Any = "", timeout_s: float = 10.0):
-        self.url, url_user, url_password = _split_credentials(url)
-        if not self.url.startswith(("http://", "https://")):
-            raise RegistryError(f"schema registry URL must start with http:// or https://, got {self.url!r}")
-        user = username or url_user
-        secret = password.reveal() if hasattr(password, "reveal") else str(password or "")
-        secret = secret or url_password
+        self.url, user, secret = registry_endpoint(url, username, password)
         self._auth = ("Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()) if user else ""
         self.timeout_s = timeout_s
         self._ids: dict[tuple[str, str], int] = {}

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from .errors import SchemaError
-from .registry import RegistryError, RegistryUnavailable, _split_credentials
+from .registry import RegistryError, RegistryUnavailable, registry_endpoint
 
 CREDENTIALS_HINT = "check kafka.schema_registry_username / PERFTRACKER_KAFKA_SCHEMA_REGISTRY_PASSWORD"
 
@@ -32,11 +32,7 @@ class LibraryRegistryClient:
     def __init__(self, url: str, username: str = "", password: Any = "", timeout_s: float = 10.0):
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        self.url, url_user, url_password = _split_credentials(url)
-        if not self.url.startswith(("http://", "https://")):
-            raise RegistryError(f"schema registry URL must start with http:// or https://, got {self.url!r}")
-        user = username or url_user
-        secret = (password.reveal() if hasattr(password, "reveal") else str(password or "")) or url_password
+        self.url, user, secret = registry_endpoint(url, username, password)
         conf: dict[str, Any] = {"url": self.url, "timeout": timeout_s, "max.retries": 1}
         if user:
             conf["basic.auth.user.info"] = f"{user}:{secret}"
