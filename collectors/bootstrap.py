@@ -117,7 +117,8 @@ def should_attach(env: Mapping[str, str], pid: int, ppid: int, cmdline: Sequence
 
 
 def slurm_task(env: Mapping[str, str]) -> bool:
-    """A task ``srun`` started (``SLURM_PROCID`` in a job step), not the batch script's shell."""
+    """A task ``srun`` started (``SLURM_PROCID`` in a job step), not the batch script's shell
+    (``SLURM_PROCID`` without ``SLURM_STEP_ID``; tests/integration/slurm checks both)."""
     return "SLURM_PROCID" in env and env.get("SLURM_STEP_ID", "") not in ("", *NOT_TASK_STEPS)
 
 
