@@ -3,7 +3,7 @@
 One home for what stands in for a training job when none is running:
 
 * :mod:`.faults` — the fault table: each fault a workload injects and the cause a correct
-  diagnosis names (the demo, the live fault suite, the recordings' truth and the tests read it);
+  diagnosis names (the demo, the fault suite of real jobs (``benchmarks``), the recordings' truth and the tests read it);
 * :mod:`.synthetic` — a data-parallel job's EventBatches from a few parameters (``perftracker
   synth``, the stack and fault tests);
 * :mod:`.batches` — a TP x PP x DP job's batches built by the collectors' own BatchBuilder

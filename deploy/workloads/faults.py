@@ -3,7 +3,7 @@
 One row per fault (:data:`FAULTS`): what the fault does, the :class:`~perftracker_ml.schemas.causes.Cause`
 a correct diagnosis names on the culprit (None: nothing should be reported — a one-off event
 or noise), and whether the whole job is the culprit (a job-wide cause naming no rank). The
-demo (``deploy/demo``), the live fault suite and the corpus of recordings
+demo (``deploy/demo``), the fault suite of real jobs (``benchmarks``) and the corpus of recordings
 (``benchmarks/``) and the tests read their expectations here; the training scripts that
 inject a fault name it by the same key. Standard library and schemas only.
 """

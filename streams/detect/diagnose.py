@@ -148,10 +148,11 @@ class JobDiagnoser:
     def _full_progress(self, rws: dict[int, RankWindow], job_step_ms: float) -> bool:
         """The job ran most of this window (see the module docstring)."""
         steps = _median_steps(rws)
-        # the usual steps per window from the job's pace, not its step time: in the live fault
-        # suite's job (4 ranks on 2 cores: p25 iteration ~7 ms, ~16 ms per iteration with the
-        # syncs between them) the step time asked for ~357 steps of windows that held ~310, so
-        # no window counted as clean and an incident whose fault had stopped never cleared
+        # the usual steps per window from the job's pace, not its step time: code between
+        # iterations (syncs, logging, metric all-reduces) makes a window hold fewer steps than
+        # its length over the step time, and counted that way no window of such a job is clean
+        # and an incident whose fault stopped never clears (decisions table, docs/detection.md:
+        # "pace, not iteration time")
         typical_ms = self.checks.typical_period_ms(default=job_step_ms)
         if steps <= 0 or typical_ms <= 0:
             return False
