@@ -89,7 +89,7 @@ def cli(ctx: click.Context, config_path: Path | None, data_dir: Path | None) -> 
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Faust worker processes (default from config: 1).")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Broker port on 127.0.0.1 (default: a free port).")
+              help="Broker port (default: a free port) on kafka.embedded_listen_host (default 127.0.0.1).")
 @click.option("--force", is_flag=True,
               help="If the recorded broker died (its topics are lost), stop the rest and start afresh.")
 @click.pass_context

@@ -141,7 +141,8 @@ def _start_fresh(settings: Settings, data_dir: Path, workers: int | None, port: 
                  ready_timeout_s: float, extra_env: dict[str, str]) -> UpResult:
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    broker = start_broker(port=port, log_path=logs / "broker.log", detach=True)
+    broker = start_broker(port=port, host=settings.kafka.embedded_listen_host, log_path=logs / "broker.log",
+                          detach=True, advertised_host=settings.kafka.embedded_advertised_host)
     state = StackState(bootstrap=broker.bootstrap, broker_pid=broker.process.pid, started_at=time.time())
     create_state(data_dir, state)
     count = workers or settings.streams.workers

@@ -69,14 +69,23 @@ class LocalBroker:
                 self.process.wait(timeout_s)
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
 def start_broker(port: int | None = None, host: str = "127.0.0.1", log_path: Path | None = None,
-                 ready_timeout_s: float = 10.0, detach: bool = False) -> LocalBroker:
-    """Start tansu on ``host:port`` (a free port when None) and wait until it accepts connections."""
+                 ready_timeout_s: float = 10.0, detach: bool = False, advertised_host: str = "") -> LocalBroker:
+    """Start tansu on ``host:port`` (a free port when None) and wait until it accepts connections.
+
+    ``advertised_host``: the name clients are told to connect to (Kafka clients bootstrap, then
+    connect to the address the broker advertises); empty = ``host``, or with a wildcard
+    ``host`` (0.0.0.0, every interface) this machine's fully qualified name."""
     port = port or free_port(host)
-    if port_open(host, port):
+    local = "127.0.0.1" if host in WILDCARDS else host  # a wildcard bind answers on loopback
+    if port_open(local, port):
         raise BrokerError(f"port {port} on {host} is already in use; choose another with --port")
-    url = f"tcp://{host}:{port}"
-    cmd = [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+    advertised = advertised_host or (socket.getfqdn() if host in WILDCARDS else host)
+    cmd = [str(tansu_binary()), "broker", "--listener-url", f"tcp://{_url_host(host or '0.0.0.0')}:{port}",
+           "--advertised-listener-url", f"tcp://{_url_host(advertised)}:{port}",
            "--storage-engine", "memory://tansu/"]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -85,8 +94,13 @@ def start_broker(port: int | None = None, host: str = "127.0.0.1", log_path: Pat
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BrokerError(f"tansu exited with code {proc.returncode} at start (log: {log_path})")
-        if port_open(host, port):
-            return LocalBroker(proc, host, port)
+        if port_open(local, port):
+            return LocalBroker(proc, advertised, port)
         time.sleep(0.02)
     proc.kill()
     raise BrokerError(f"tansu did not accept connections on {host}:{port} within {ready_timeout_s}s")
+
+
+def _url_host(host: str) -> str:
+    """An IPv6 address in brackets, as a URL needs it."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -76,6 +76,8 @@ class KafkaSettings:
     schema_registry_url: str = field(default="", metadata={"doc": "Confluent Schema Registry URL: producers frame records with its schema ids; empty = single-object encoding"})
     schema_registry_username: str = field(default="", metadata={"doc": "basic-auth user of the schema registry"})
     schema_registry_password: Secret = field(default_factory=_secret, metadata={"doc": "basic-auth password of the schema registry (env or *_file only)"})
+    embedded_listen_host: str = field(default="127.0.0.1", metadata={"doc": "address the embedded broker of `perftracker up` listens on; 0.0.0.0 = every interface, for training hosts on other machines (PLAINTEXT, no authentication: a trusted network only)"})
+    embedded_advertised_host: str = field(default="", metadata={"doc": "name or address the embedded broker tells clients to connect to (every client must reach it); empty = embedded_listen_host, or with 0.0.0.0 this machine's fully qualified name"})
 
     def client_conf(self) -> dict[str, str]:
         """librdkafka properties shared by producers, consumers and admin clients."""

@@ -319,6 +319,18 @@ def test_k8s_kafka_has_an_external_listener_advertised_from_config():
     assert 'test -n "$EXTERNAL_HOST"' in " ".join(check["command"])
 
 
+def test_k8s_kafka_advertises_its_internal_listener_by_the_full_service_name():
+    """Training pods in other namespaces bootstrap at the internal listener and then connect to
+    the name Kafka advertises: a short `kafka` resolves only inside the stack's namespace."""
+    (c,) = _workload("kafka")["containers"]
+    advertised = {e["name"]: e for e in c["env"]}["KAFKA_ADVERTISED_LISTENERS"]["value"]
+    (internal,) = (a for a in advertised.split(",") if a.startswith("INTERNAL://"))
+    namespace = kustomization(K8S)["namespace"]
+    assert internal == f"INTERNAL://kafka.{namespace}.svc.cluster.local:9092"
+    svc = k8s_object("Service", "kafka")
+    assert [p["port"] for p in svc["spec"]["ports"]] == [9092]
+
+
 # -- grafana ---------------------------------------------------------------------
 def _provisioning_variables() -> set[str]:
     lines = [line for p in (GRAFANA / "provisioning").rglob("*.yaml") for line in p.read_text().splitlines()
