@@ -129,7 +129,9 @@ def push(url: str, token: str, values: Mapping[str, str] | None = None, timeout_
             done.append(f"folder {FOLDER_UID} created")
         done += _datasources(api, prov, values)
         for name, dash in load_dashboards().items():
-            api.dashboard.update_dashboard({"dashboard": {**dash, "id": None}, "folderUid": FOLDER_UID,
+            # the import envelope (__inputs, __requires) is for Grafana's import form, not the model
+            model = {k: v for k, v in dash.items() if not k.startswith("__")}
+            api.dashboard.update_dashboard({"dashboard": {**model, "id": None}, "folderUid": FOLDER_UID,
                                             "overwrite": True, "message": "perftracker grafana push"})
             done.append(f"dashboard {dash['uid']} ({name}) pushed")
         done += _contact_point(api, prov, values)

@@ -11,7 +11,6 @@ from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.grafana.dashboards import (
     load_dashboards,
     load_provisioning,
-    panel_queries,
     render_sql,
 )
 from perftracker_ml.sinks.schema import migrate
@@ -41,31 +40,42 @@ def referenced_columns(panel: dict) -> set[str]:
     for t in panel.get("transformations", []):
         opts = t["options"]
         cols |= {opts[k] for k in ("rowField", "columnField", "valueField") if k in opts}
-    if panel["type"] == "timeseries":
+    if panel["type"] in ("timeseries", "state-timeline"):
         cols.add("time")
     return cols
 
 
-def cases() -> Iterator[tuple[str, str, dict]]:
+def cases() -> Iterator[tuple[str, list[str], dict]]:
+    """(where, the SQL of each of its queries, the panel) for every ClickHouse panel, query
+    variable and annotation (the health view's panels are PromQL)."""
     for name, d in load_dashboards().items():
-        for panel, target in panel_queries(d):
-            if "rawSql" in target:  # ClickHouse panels (the health view's are PromQL)
-                yield f"{name}:{panel['title']}", target["rawSql"], panel
+        for panel in d["panels"]:
+            sqls = [t["rawSql"] for t in panel["targets"] if "rawSql" in t]
+            if sqls:
+                yield f"{name}:{panel['title']}", sqls, panel
         for v in d["templating"]["list"]:
-            yield f"{name}:var {v['name']}", v["query"], {}
+            if v["type"] == "query":
+                yield f"{name}:var {v['name']}", [v["query"]], {}
+        for a in d["annotations"]["list"]:
+            yield f"{name}:annotation {a['name']}", [a["target"]["rawSql"]], {}
 
 
 @pytest.mark.parametrize("job", JOBS)
-@pytest.mark.parametrize(("where", "sql", "panel"), list(cases()), ids=[c[0] for c in cases()])
-def test_panel_query_runs_and_returns_its_columns(loaded, job, where, sql, panel):
+@pytest.mark.parametrize(("where", "sqls", "panel"), list(cases()), ids=[c[0] for c in cases()])
+def test_panel_query_runs_and_returns_its_columns(loaded, job, where, sqls, panel):
+    """Each query returns rows on realistic data; together a panel's queries return every
+    column the panel names (a band query returns p50/p99, its top-k query the ranks)."""
     now = datetime.now(timezone.utc)
-    variables = {"job": [job], "host": ["node-000", "node-001"], "rank": list(range(16))}
-    rendered = render_sql(sql, variables, now - timedelta(hours=1), now + timedelta(minutes=1))
-    res = loaded.query(rendered)
-    assert res.rows, f"{where} returned no rows on realistic data"
+    variables = {"job": [job], "host": ["node-000", "node-001"], "rank": list(range(16)), "k": ["5"]}
+    columns: set[str] = set()
+    for sql in sqls:
+        rendered = render_sql(sql, variables, now - timedelta(hours=1), now + timedelta(minutes=1))
+        res = loaded.query(rendered)
+        assert res.rows, f"{where} returned no rows on realistic data"
+        columns |= set(res.columns)
     if panel:
-        missing = referenced_columns(panel) - set(res.columns)
-        assert not missing, f"{where} shows columns its query does not return: {missing}"
+        missing = referenced_columns(panel) - columns
+        assert not missing, f"{where} shows columns its queries do not return: {missing}"
 
 
 def test_alert_rule_queries_run(loaded):
@@ -82,7 +92,8 @@ def test_the_slow_rank_stands_out_in_the_matrix_panels(loaded):
     panel = next(p for p in d["panels"] if "late arrivals" in p["title"].lower())
     now = datetime.now(timezone.utc)
     sql = render_sql(panel["targets"][0]["rawSql"], {"job": [JOBS[0]], "host": ["node-000", "node-001"],
-                                                     "rank": list(range(16))}, now - timedelta(hours=1), now)
+                                                     "rank": list(range(16)), "k": ["5"]},
+                     now - timedelta(hours=1), now)
     rows = loaded.query(sql).dicts()
     worst = max(rows, key=lambda r: r["late_arrivals"])
     assert worst["rank_name"] == "rank 5"
