@@ -107,6 +107,9 @@ def test_push_sends_the_expected_calls_and_is_idempotent(grafana):
     assert all(line.endswith(("updated", "pushed")) for line in second)
     dash = grafana.objects["/api/dashboards/uid/perftracker-job"]
     assert dash["overwrite"] is True and dash["folderUid"] == "perftracker"
+    # the dashboard model only: the import envelope (__inputs, __requires) stays in the files
+    assert "__inputs" in load_dashboards()["job.json"] and not any(k.startswith("__") for k in dash["dashboard"])
+    assert dash["dashboard"]["templating"] == load_dashboards()["job.json"]["templating"]
 
 
 def test_push_to_nowhere_is_a_clear_error_without_the_token():
