@@ -93,6 +93,10 @@ def _coerce(value: Any, typ: Any, where: str, source: str = "") -> Any:
 
 
 def _from(source: str) -> str:
+    """`` (from <source>)`` for an error that already names the setting: a file source's
+    ``(section.key)`` suffix (shown by `perftracker config`) left out."""
+    if source.startswith("file ") and source.endswith(")") and " (" in source:
+        source = source[:source.rindex(" (")]
     return f" (from {source})" if source else ""
 
 

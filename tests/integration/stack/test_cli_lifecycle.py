@@ -44,6 +44,6 @@ def test_broken_config_file_is_one_line(tmp_path):
     s = Stack(tmp_path, {**stack_env(tmp_path), "PERFTRACKER_CONFIG": str(cfg)})
     proc = s.cli("up", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "perftracker: error: kafka.partitions: expected int, got 'many'"
+    assert proc.stderr.strip() == f"perftracker: error: kafka.partitions: expected int, got 'many' (from file {cfg})"
     assert not (tmp_path / "stack.json").exists()
     assert os.listdir(tmp_path) == ["bad.toml"]
