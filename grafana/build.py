@@ -100,7 +100,8 @@ def band(low: str, high: str, color: str = "blue") -> dict[str, Any]:
              "properties": [fixed, {"id": "custom.fillBelowTo", "value": low},
                             {"id": "custom.fillOpacity", "value": 20},
                             {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]}],
-        "options": {"legend": {"displayMode": "table", "placement": "right", "calcs": ["mean", "max"]},
+        "options": {"legend": {"showLegend": True, "displayMode": "table", "placement": "right",
+                               "calcs": ["mean", "max"]},
                     "tooltip": {"mode": "multi", "sort": "desc"}},
     }
 
