@@ -33,7 +33,11 @@ PROM_TYPE = "prometheus"
 PROM_UID = "perftracker-prometheus"  # provisioning/datasources/prometheus.yaml
 DS = {"type": CH_TYPE, "uid": "${datasource}"}
 JOB = "job = ${job:sqlstring}"
-HOST_RANK = "host IN (${host:sqlstring}) AND rank IN (${rank:csv})"
+# host and rank filters that "All" turns off: their custom all values ('*', -1) reach the SQL
+# unformatted, so "All" of 10,000 ranks is not a list of 10,000 numbers in every query
+HOSTS = "('*' IN (${host:sqlstring}) OR host IN (${host:sqlstring}))"
+HOST_RANK = HOSTS + " AND (-1 IN (${rank:csv}) OR rank IN (${rank:csv}))"
+ALL_VALUES = {"host": "'*'", "rank": "-1"}
 TF = "$__timeFilter(window_start)"
 WHERE = f"{JOB} AND {HOST_RANK} AND {TF}"
 BUCKET = "$__timeInterval(window_start)"
@@ -134,10 +138,13 @@ def datasource_variable(name: str, plugin: str, uid: str, label: str) -> dict:
 
 
 def variable(name: str, sql: str, multi: bool, label: str) -> dict:
-    return {"name": name, "label": label, "type": "query", "datasource": DS,
-            "query": " ".join(sql.split()), "definition": " ".join(sql.split()), "refresh": 2,
-            "includeAll": multi, "multi": multi, "sort": 1,
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]} if multi else {}}
+    v = {"name": name, "label": label, "type": "query", "datasource": DS,
+         "query": " ".join(sql.split()), "definition": " ".join(sql.split()), "refresh": 2,
+         "includeAll": multi, "multi": multi, "sort": 1,
+         "current": {"selected": True, "text": ["All"], "value": ["$__all"]} if multi else {}}
+    if name in ALL_VALUES:
+        v["allValue"] = ALL_VALUES[name]
+    return v
 
 
 def k_variable() -> dict:
@@ -385,8 +392,8 @@ def job_view() -> dict:
         variable("job", "SELECT DISTINCT job FROM rank_windows WHERE $__timeFilter(window_start)"
                  " ORDER BY job", False, "Job"),
         variable("host", f"SELECT DISTINCT host FROM rank_windows WHERE {JOB} ORDER BY host", True, "Host"),
-        variable("rank", f"SELECT DISTINCT rank FROM rank_windows WHERE {JOB} AND host IN (${{host:sqlstring}})"
-                 " ORDER BY rank", True, "Rank"),
+        variable("rank", f"SELECT DISTINCT rank FROM rank_windows WHERE {JOB} AND {HOSTS} ORDER BY rank",
+                 True, "Rank"),
         k_variable(),
     ]
     return dashboard("perftracker-job", "perftracker / job", panels, variables,

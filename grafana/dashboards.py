@@ -66,8 +66,11 @@ _VAR = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)")
 
 
 def render_sql(sql: str, variables: Mapping[str, Sequence[Any]], start: datetime, end: datetime,
-               interval_s: int = 60) -> str:
-    """Grafana ClickHouse macros and ``${var[:format]}`` variables -> plain SQL (values as given)."""
+               interval_s: int = 60, all_selected: Mapping[str, str] | None = None) -> str:
+    """Grafana ClickHouse macros and ``${var[:format]}`` variables -> plain SQL (values as given).
+
+    ``all_selected``: variables set to "All" -> their custom all value, which Grafana inserts
+    as it is, whatever the format."""
     f, t = int(start.timestamp()), int(end.timestamp())
     fn_macros = {
         "timeFilter": lambda c: f"{c} >= toDateTime({f}) AND {c} <= toDateTime({t})",
@@ -83,6 +86,8 @@ def render_sql(sql: str, variables: Mapping[str, Sequence[Any]], start: datetime
 
     def var(m: re.Match) -> str:
         name = m.group(1) or m.group(3)
+        if all_selected and name in all_selected:
+            return all_selected[name]
         return _format(variables[name], m.group(2) or "")
 
     return _VAR.sub(var, sql)

@@ -122,6 +122,18 @@ def test_job_view_has_the_panels_on_call_needs():
     assert "state-timeline" in types.values()
 
 
+def test_all_hosts_and_ranks_turn_the_filter_off():
+    """At "All", host and rank insert their custom all values ('*', -1) as they are, and every
+    filter on them lets that value through: no query carries a list of 10,000 ranks."""
+    d = load_dashboards()["job.json"]
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert variables["host"]["allValue"] == "'*'" and variables["rank"]["allValue"] == "-1"
+    texts = [t["rawSql"] for _, t in panel_queries(d)] + [v["query"] for v in variables.values()]
+    for sql in texts:
+        assert sql.count("host IN (${host:sqlstring})") == sql.count("'*' IN (${host:sqlstring}) OR host IN"), sql
+        assert sql.count("rank IN (${rank:csv})") == sql.count("-1 IN (${rank:csv}) OR rank IN"), sql
+
+
 def test_rank_by_function_views_are_coloured():
     """The rank x function tables colour every value cell (thresholds on the slowdown, a
     gradient on late arrivals), never an uncoloured matrix."""
