@@ -36,7 +36,8 @@ from .incidents import Track, advice, explained_ms, persisting
 from .liveness import LivenessState, hang, note_collectives, regression
 from .model import to_ms
 from .policy import DetectionPolicy
-from .window import stage_groups, step_ms
+from .shape import stage_groups
+from .window import step_ms
 
 STRONG_REGRESSION = 2.0  # an excess this many times what a regression needs (noise, pct, min cost)
 REGRESSION_STEP_QUANTILE = 25.0  # a window's typical fast step: transient spikes within it do not move it

@@ -30,13 +30,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
-from ...schemas.records import FunctionComparison, PeerGroupStat, RankWindow
+from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .columnar import MAD_TO_SIGMA
 from .cpu_evidence import CONTENDED, WHERE_KIND, CpuVerdict, cpu_verdict, frame_location
@@ -57,11 +57,12 @@ from .findings import (
 from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
-from .model import COMM_PREFIX, KIND_PREFIX, comm_op
+from .model import COMM_PREFIX, comm_op
 from .onset import onset_step
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
 from .rank_cpu import with_cpu_evidence as _with_cpu
+from .shape import expectations, short_ranks, stage_imbalance
 
 HOST_LEVEL = frozenset({Cause.HOST_CPU_CONTENTION})
 GPU_CAUSES = frozenset({Cause.SLOW_GPU, Cause.GPU_THROTTLE})
@@ -103,8 +104,8 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
                               partial)
     findings = _merge_host_level(findings, rank_windows, policy)
     findings += link_findings
-    findings += _stage_imbalance(comparisons, policy)
-    findings += _expectations(comparisons, step_ms(rank_windows), policy)
+    findings += stage_imbalance(comparisons, policy)
+    findings += expectations(comparisons, step_ms(rank_windows), policy)
     return sorted((_with_gpu_ids(_with_layout(f, rank_windows), rank_windows) for f in findings),
                   key=lambda f: -f.impact_ms)
 
@@ -377,7 +378,7 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
                           for s in late[:5]],
     }
     kind = Kind.IMBALANCE if cause == Cause.DATA_IMBALANCE else Kind.OUTLIER
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_short(ranks)}"
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {short_ranks(ranks)}"
     side = gpu_side(members[0][2], 0.0, 0.0) if cause in GPU_CAUSES else None
     missing = sorted({w for m in members for w in missing_evidence(m[2], int(m[2][0].get("gpu", -1)), cause,
                                                                    m[4].verdict)})
@@ -406,10 +407,6 @@ def _times(ratio: float) -> str:
     """``'3.20x'``; for a function the median peer spends no time in (:func:`.findings.finite_ratio`),
     words instead of a made-up factor."""
     return f"{ratio:.2f}x" if finite_ratio(ratio) else "its median peer spends none"
-
-
-def _short(ranks: tuple[int, ...]) -> str:
-    return ",".join(map(str, ranks[:8])) + (f",... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
 
 
 def _late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
@@ -589,7 +586,7 @@ def _join_host(parts: list[Finding], joined: dict[int, CpuVerdict]) -> Finding:
     if joined:
         evidence["joined_ranks"] = list(joined)
     host = ", ".join(sorted({h for p in parts for h in p.hosts}))
-    summary = (f"ranks {_short(ranks)} on {host}: {CAUSES[top.cause].title} - "
+    summary = (f"ranks {short_ranks(ranks)} on {host}: {CAUSES[top.cause].title} - "
                + "; ".join(p.summary for p in sorted(parts, key=lambda p: -p.impact_ms))
                + "".join(f"; {n}" for n in notes))
     return dataclasses.replace(top, ranks=ranks, hosts=tuple(sorted({h for p in parts for h in p.hosts})),
@@ -661,12 +658,12 @@ def _localize_links(slow: list[tuple], rank_windows: dict[int, RankWindow]) -> t
         hosts = tuple(sorted({rw.get("host", "?") for rw in seen}))
         gpus = tuple(sorted({int(rw.get("gpu", -1)) for rw in seen}))
         summary = (f"collective {c['function']} transfers {ratio:.2f}x slower than its sibling groups "
-                   f"({c['transfer_ms_median']:.2f} ms per call); slow link at rank(s) {_short(ranks)} on "
+                   f"({c['transfer_ms_median']:.2f} ms per call); slow link at rank(s) {short_ranks(ranks)} on "
                    f"{', '.join(hosts[:3])} ({how}); costs ~{cost:.1f} ms per step")
         evidence = {"transfer_ms_median": round(c["transfer_ms_median"], 3), "ratio": round(ratio, 3),
                     "robust_z": round(z, 1), "localized_by": how, "hardware": suspects,
                     "group_members": len(c["members"])}
-        findings.append(Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_LINK, identity=f"slow_link|{_short(ranks)}",
+        findings.append(Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_LINK, identity=f"slow_link|{short_ranks(ranks)}",
                                 ranks=ranks, hosts=hosts, gpus=gpus, function=c["function"], score=float(z),
                                 impact_ms=float(cost), summary=summary, evidence=evidence))
     return _dedupe(findings), covered
@@ -678,77 +675,3 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
         if f.identity not in best or f.impact_ms > best[f.identity].impact_ms:
             best[f.identity] = f
     return list(best.values())
-
-
-def stage_groups(comparisons: list[FunctionComparison]) -> Iterator[tuple[FunctionComparison, PeerGroupStat, float]]:
-    """(comparison, peer group, the other groups' median ms/step) of every peer group (stage) in
-    the forward/backward/optimizer comparisons of a job split into several peer groups."""
-    for c in comparisons:
-        if not c["function"].startswith(KIND_PREFIX) or c["peer_groups"] < 2:
-            continue
-        if c["kind"] not in (SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.OPTIMIZER):
-            continue
-        meds = np.array([g["median_ms_per_step"] for g in c["groups"]])
-        for i, g in enumerate(c["groups"]):
-            yield c, g, float(np.median(np.delete(meds, i)))
-
-
-def _stage_imbalance(comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Finding]:
-    """Peer groups (stages) whose forward/backward/optimizer work far exceeds the others'."""
-    found: dict[str, Finding] = {}
-    for c, g, others in stage_groups(comparisons):
-        cost = g["median_ms_per_step"] - others
-        if others <= 0 or g["median_ms_per_step"] < others * (1 + 2 * policy.min_excess) \
-                or cost < policy.min_cost_ms_per_step:
-            continue
-        ident = f"stage_imbalance|{g['key']}"
-        prev = found.get(ident)
-        impact = cost + (prev.impact_ms if prev else 0.0)
-        ranks = tuple(sorted(g["ranks"]))
-        summary = (f"pipeline stage imbalance: the {len(ranks)} ranks of peer group {g['key']} (ranks "
-                   f"{_short(ranks)}) spend {g['median_ms_per_step']:.1f} ms/step in {c['function']} vs "
-                   f"{others:.1f} ms on other stages; the others wait for them. Rebalance layers "
-                   f"(~{impact:.1f} ms per step); no rank is faulty")
-        evidence = {"group": g["key"], "group_ms": round(g["median_ms_per_step"], 3),
-                    "other_groups_ms": round(others, 3), "ratio": round(g["median_ms_per_step"] / others, 3)}
-        found[ident] = Finding(kind=Kind.IMBALANCE, cause=Cause.STAGE_IMBALANCE, identity=ident, ranks=ranks,
-                               hosts=(), gpus=(), function=c["function"],
-                               score=float(g["median_ms_per_step"] / others), impact_ms=impact,
-                               summary=summary, evidence=evidence)
-    return list(found.values())
-
-
-def _expectations(comparisons: list[FunctionComparison], job_step_ms: float, policy: DetectionPolicy) -> list[Finding]:
-    """All-rank problems: a share of the step far above what a healthy job spends."""
-    if job_step_ms <= 0:
-        return []
-    out = []
-    for c in comparisons:
-        limit = _share_limit(c, policy)
-        share = c["median_ms_per_step"] / job_step_ms
-        if limit is None or share <= limit or share > policy.step_wrapper_share and c["kind"] == SpanKind.PYTHON:
-            continue
-        cost = (share - limit) * job_step_ms
-        if cost < policy.min_cost_ms_per_step:
-            continue
-        summary = (f"all {c['ranks_seen']} ranks spend {share:.0%} of each {job_step_ms:.0f} ms step in "
-                   f"{c['function']} (expected under {limit:.0%}): a shared inefficiency, no single culprit; "
-                   f"~{cost:.1f} ms per step to gain")
-        evidence = {"share_of_step": round(share, 4), "expected_max_share": limit,
-                    "explains_ms": round(c["median_ms_per_step"], 3),
-                    "median_ms_per_step": round(c["median_ms_per_step"], 3), "step_ms": round(job_step_ms, 3),
-                    "ranks": c["ranks_seen"]}
-        out.append(Finding(kind=Kind.EXPECTATION, cause=Cause.SHARED_INEFFICIENCY,
-                           identity=f"shared|{c['function']}", ranks=(), hosts=(), gpus=(), function=c["function"],
-                           score=float(share / limit), impact_ms=float(cost), summary=summary, evidence=evidence))
-    return out
-
-
-def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None:
-    if c["function"] == KIND_PREFIX + "gc":
-        return policy.gc_share
-    if c["function"] == KIND_PREFIX + "dataloader":
-        return policy.dataloader_share
-    if c["kind"] == SpanKind.PYTHON and not c["function"].startswith(KIND_PREFIX):
-        return policy.python_share
-    return None
