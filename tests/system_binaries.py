@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -22,3 +23,14 @@ def require(program: str, package: str) -> str:
         pytest.skip(f"{program} missing and not installable here (needs root and apt-get): "
                     f"apt-get install {package}")
     pytest.fail(f"{program} missing: `python -m tests` installs it (apt-get install {package})")
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Stop a daemon the test started: SIGTERM, ``grace_s`` to exit, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

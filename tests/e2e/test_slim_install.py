@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from ..distributions import closure
 from .helpers import SCRIPTS, by_rank, consume_events
 
 pytestmark = pytest.mark.e2e
@@ -48,25 +48,13 @@ def link_distributions(target: Path, root: str) -> list[str]:
     """``root`` and every distribution it requires (not extras), linked from this interpreter's
     site-packages into ``target``: the same files ``pip install`` would unpack (torch's ~700 MB
     took most of this module's minute and a half), and nothing else of this environment."""
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    seen: dict[str, object] = {}
-    todo = [root]
-    while todo:
-        try:
-            dist = distribution(todo.pop())
-        except PackageNotFoundError:
-            continue
-        name = dist.metadata["Name"].lower()
-        if name in seen:
-            continue
-        seen[name] = dist
-        todo += [re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0] for req in dist.requires or [] if "extra ==" not in req]
+    found = {name: dist for name, dist in closure([root]).items() if dist is not None}
+    for dist in found.values():
         for top in {Path(str(f)).parts[0] for f in dist.files or []}:
             src = Path(str(dist.locate_file(top)))
             if not (target / top).exists() and src.exists() and not top.startswith(".."):
                 (target / top).symlink_to(src, target_is_directory=src.is_dir())
-    return sorted(seen)
+    return sorted(found)
 
 
 def site_packages(venv: Path) -> Path:

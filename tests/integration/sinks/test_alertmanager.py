@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,17 +13,18 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from perftracker_ml.deploy.tansu import free_port
 from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.sinks.alerts.alertmanager import ALERTNAME, AlertmanagerChannel
 from perftracker_ml.sinks.alerts.dispatcher import AlertDispatcher, AlertPolicy
 from perftracker_ml.sinks.alerts.worker import DeliveryPolicy
 
+from ...system_binaries import require, stop
 from .conftest import wait_for
 from .receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
-BINARIES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's
 
 CONFIG = """
 route:
@@ -39,12 +39,6 @@ receivers:
   - url: {url}
     send_resolved: true
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -66,10 +60,8 @@ class RunningAlertmanager:
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[RunningAlertmanager]:
-    binary = next((b for b in map(shutil.which, BINARIES) if b), None)
-    if binary is None:
-        pytest.skip("no Alertmanager binary (apt-get install prometheus-alertmanager): "
-                    f"none of {', '.join(BINARIES)} on PATH")
+    # upstream's name where it is installed so, else Debian's (what `python -m tests` installs)
+    binary = shutil.which("alertmanager") or require("prometheus-alertmanager", "prometheus-alertmanager")
     with Receiver() as rx:
         config = tmp_path / "alertmanager.yml"
         config.write_text(CONFIG.format(url=rx.url + "/alertmanager"))
@@ -86,12 +78,7 @@ def alertmanager(tmp_path: Path) -> Iterator[RunningAlertmanager]:
                 pytest.fail(f"Alertmanager exited {proc.returncode}: {log.read_text()[-2000:]}")
             yield am
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            stop(proc, 10)
 
 
 def when(rfc3339: str) -> datetime:

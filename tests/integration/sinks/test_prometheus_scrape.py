@@ -22,7 +22,7 @@ from perftracker_ml.schemas.settings import Secret, Settings
 from perftracker_ml.streams.context import StreamCounters
 from perftracker_ml.streams.gaps import GapMetrics
 
-from ...system_binaries import require
+from ...system_binaries import require, stop
 from ..waiting import wait_for
 from .conftest import RunningSink
 
@@ -49,12 +49,7 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
 
     yield start
     for p in procs:
-        p.terminate()
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+        stop(p, 30)
 
 
 def query(base: str, promql: str) -> list[dict]:

