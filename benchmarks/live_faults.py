@@ -211,7 +211,7 @@ def incidents(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The rows that are incidents: advice (``kind`` "advice": a pipeline's stage imbalance or
     an inefficiency every rank shares, seen from the job's start) is about the job's shape,
     never paged, so it is neither right nor a false alarm."""
-    return [r for r in rows if not is_advice(dict(r))]
+    return [r for r in rows if not is_advice(r)]
 
 
 def false_alarms(expect: Expect, rows: Iterable[Mapping[str, Any]]) -> int:

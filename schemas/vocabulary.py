@@ -10,7 +10,9 @@ value to the bundled ``*.avsc`` files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum, IntEnum
+from typing import Any
 
 # --- record names (the Avro record name, ``Codec(name)``) -----------------------------
 EVENT_BATCH = "EventBatch"
@@ -103,9 +105,9 @@ class Kind(str, Enum):
     ADVICE = "advice"  # the job's shape, seen from its start (causes.SHAPE): never an incident
 
 
-def is_advice(record: object) -> bool:
+def is_advice(record: Mapping[str, Any]) -> bool:
     """An Anomaly (or a diagnosis row) that is advice about the job's shape, not an incident."""
-    return isinstance(record, dict) and record.get("kind") == Kind.ADVICE.value
+    return record.get("kind") == Kind.ADVICE.value
 
 
 class Status(str, Enum):

@@ -186,8 +186,9 @@ def render_heatmap(rows: list[dict], culprits: set[int] | None = None) -> str:
         tds = []
         for f in functions:
             vals = [cell[(rk, f)]["slowdown"] for rk in others if (rk, f) in cell]
-            tds.append(f'<td style="background:{slowdown_color(percentile(vals, 0.5))}">'
-                       f'{percentile(vals, 0.5):.2f}×</td>' if vals else "<td></td>")
+            median = percentile(vals, 0.5) if vals else None
+            tds.append(f'<td style="background:{slowdown_color(median)}">{median:.2f}×</td>'
+                       if median is not None else "<td></td>")
         body.append(f'<tr class="others"><th>other {len(others):,} ranks (median)</th>{"".join(tds)}</tr>')
     which = (f"Rows: the culprits and the {K_SLOWEST} ranks furthest above their peers outside collectives, "
              f"of {len(scores):,}{more}; the last row is the median of the others. ") if others else ""

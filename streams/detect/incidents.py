@@ -81,8 +81,9 @@ def step(tracks: dict[str, Track], findings: list[Finding], job: str, window_sta
     out = []
     seen = {f.identity: f for f in findings}
     for ident, f in seen.items():
-        t = tracks.get(ident) or tracks.setdefault(ident, Track(first_seen_ms=window_start_ms,
-                                                                advice=ident in shape))
+        t = tracks.get(ident)
+        if t is None:
+            t = tracks[ident] = Track(first_seen_ms=window_start_ms, advice=ident in shape)
         t.streak, t.misses, t.blind, t.last_seen_ms = t.streak + 1, 0, 0, window_end_ms
         t.steps += max(0, int(steps))
         if not t.open and (persisted(t, f, policy) or f.immediate):
