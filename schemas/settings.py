@@ -195,6 +195,23 @@ class AlertSettings:
 
 
 @dataclass(frozen=True)
+class RemediationSettings:
+    """Acting on a confirmed host fault: drain the culprit node (docs/operations.md, "Remediation")."""
+
+    enabled: bool = field(default=False, metadata={"doc": "drain (SLURM) or cordon (Kubernetes, dry-run only) the node of a confirmed hardware incident; off by default"})
+    mode: str = field(default="slurm", metadata={"doc": "'slurm' (scontrol update State=DRAIN) or 'kubernetes' (kubectl cordon and its Node patch, recorded, never run)"})
+    dry_run: bool = field(default=True, metadata={"doc": "decide, record and log what would be done, run nothing (rate limits apply as if it ran)"})
+    causes: str = field(default="slow_gpu,gpu_throttle", metadata={"doc": "causes acted on, comma-separated (schemas/causes.py ids); default: the GPU hardware ones"})
+    confirm_s: float = field(default=300.0, metadata={"ge": 0, "doc": "an incident is acted on once it stayed open (not resolved) this long"})
+    max_age_s: float = field(default=600.0, metadata={"gt": 0, "doc": "an incident whose newest data is older than this when it opens here (a replay) is left alone"})
+    max_per_hour: int = field(default=2, metadata={"ge": 1, "doc": "nodes drained in any rolling hour, all jobs together (the store's record counts: every sink)"})
+    node_cooldown_s: float = field(default=86400.0, metadata={"ge": 0, "doc": "a node is never drained twice within this long"})
+    max_job_fraction: float = field(default=0.25, metadata={"gt": 0, "le": 1, "doc": "never drain more than this share of a job's hosts"})
+    scontrol: str = field(default="scontrol", metadata={"doc": "scontrol program (a name on PATH or a path)"})
+    timeout_s: float = field(default=10.0, metadata={"gt": 0, "doc": "longest one scontrol call may take"})
+
+
+@dataclass(frozen=True)
 class CollectorSettings:
     """Read by ``attach()`` in each training process, from the environment only."""
 
@@ -258,6 +275,7 @@ class Settings:
     streams: StreamSettings = field(default_factory=StreamSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
     collector: CollectorSettings = field(default_factory=CollectorSettings, metadata={
         "env_only": "collector settings are read in each training process from PERFTRACKER_COLLECTOR_* "
                     "(`perftracker launch` passes its environment on), not from the config file"})
