@@ -1,9 +1,14 @@
 """Builds the dashboard JSON files in ``dashboards/`` (run ``python -m perftracker_ml.grafana.build``).
 
 The JSON is committed (Grafana provisioning reads files); this module is its
-source, and a test checks the files are up to date. Every panel names the
-columns it shows (field overrides and transformations ``byName``), so the
-dashboard tests can check each one against the columns its SQL returns.
+source, and a test checks the files are up to date. The dashboards are written
+with the Grafana Foundation SDK (``grafana-foundation-sdk``, the build for Grafana
+11.2, the version the stack runs): its dashboard, panel (stat, table, time series,
+state timeline), variable, annotation and Prometheus query builders. What the SDK
+has no builder for (a ClickHouse query, an annotation whose target is one, the
+import envelope) is in :mod:`.sdk`. Every panel names the columns it shows (field
+overrides and transformations ``byName``), so the dashboard tests can check each
+one against the columns its SQL returns.
 
 Readable at 10,000 ranks: no time-series query returns one series per rank.
 Each aggregates in SQL to a band over all ranks (p50/p99) plus the ``k`` worst
@@ -22,16 +27,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as builders
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from ..schemas.causes import CAUSES, Cause
+from .sdk import ClickHouse, ClickHouseAnnotation, QueryFormat, to_json, with_import_envelope
 
 HERE = Path(__file__).parent / "dashboards"
+GRAFANA_REQUIRED = "10.4.0"  # the oldest Grafana these dashboards need (__requires)
 CH_TYPE = "grafana-clickhouse-datasource"
 CH_UID = "perftracker-clickhouse"  # provisioning/datasources/clickhouse.yaml
 PROM_TYPE = "prometheus"
 PROM_UID = "perftracker-prometheus"  # provisioning/datasources/prometheus.yaml
-DS = {"type": CH_TYPE, "uid": "${datasource}"}
+DS = model.DataSourceRef(type_val=CH_TYPE, uid="${datasource}")
 JOB = "job = ${job:sqlstring}"
 # host and rank filters that "All" turns off: their custom all values ('*', -1) reach the SQL
 # unformatted, so "All" of 10,000 ranks is not a list of 10,000 numbers in every query
@@ -50,113 +66,157 @@ RANKS_TEXT = "arrayStringConcat(arrayMap(x -> toString(x), ranks), ',')"
 # Grafana named colours, one per cause (the culprit timeline's states)
 CAUSE_COLORS = ("red", "orange", "purple", "yellow", "blue", "light-blue", "dark-purple",
                 "light-purple", "semi-dark-yellow", "dark-red", "dark-orange", "light-red")
+JOB_VIEW_LINK = {"title": "open job view",
+                 "url": "/d/perftracker-job/perftracker-job?var-job=${__value.text}&${__url_time_range}"}
+
+Grid = tuple[int, int, int, int]  # x, y, w, h
+PanelList = list[cogbuilder.Builder[model.Panel]]
+VariableList = list[cogbuilder.Builder[model.VariableModel]]
 
 
-def target(sql: str, fmt: str = "table", ref: str = "A", ds: dict | None = None) -> dict[str, Any]:
-    """A ClickHouse plugin query (format 0: time series, long rows pivoted on their string
-    columns; 1: table)."""
-    return {"refId": ref, "datasource": ds or DS, "editorType": "sql", "queryType": fmt,
-            "format": 0 if fmt == "timeseries" else 1, "rawSql": " ".join(sql.split())}
+class PanelBuilder(Protocol):
+    """What every panel builder of the SDK has (``stat.Panel``, ``table.Panel``, ...); each
+    returns its builder, called one at a time here, so only the methods are named."""
+
+    def id(self, id_val: int) -> object: ...
+    def title(self, title: str) -> object: ...
+    def description(self, description: str) -> object: ...
+    def datasource(self, datasource: model.DataSourceRef) -> object: ...
+    def grid_pos(self, grid_pos: model.GridPos) -> object: ...
+    def with_target(self, target: cogbuilder.Builder[cogvariants.Dataquery]) -> object: ...
+    def override_by_name(self, name: str, properties: list[model.DynamicConfigValue]) -> object: ...
 
 
-def overrides(units: dict[str, str]) -> list[dict]:
-    return [{"matcher": {"id": "byName", "options": col},
-             "properties": [{"id": "unit", "value": unit}]} for col, unit in units.items()]
+P = TypeVar("P", bound=PanelBuilder)
 
 
-def thresholds(*steps: tuple[float | None, str]) -> dict:
-    return {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in steps]}
+def setting(name: str, value: object) -> model.DynamicConfigValue:
+    """One property of a field override (``unit``, ``color``, ``custom.lineWidth``...)."""
+    return model.DynamicConfigValue(id_val=name, value=value)
 
 
-def panel(pid: int, title: str, kind: str, sql: str | list[str], grid: tuple[int, int, int, int],
-          units: dict[str, str] | None = None, description: str = "", **extra: Any) -> dict:
-    """A ClickHouse panel; ``sql``: one query, or several (refIds A, B, ...)."""
+def placed(p: P, pid: int, title: str, grid: Grid, ds: model.DataSourceRef, description: str) -> P:
     x, y, w, h = grid
-    fmt = "timeseries" if kind in ("timeseries", "state-timeline") else "table"
-    sqls = [sql] if isinstance(sql, str) else sql
-    p: dict[str, Any] = {
-        "id": pid, "type": kind, "title": title, "description": description, "datasource": DS,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "targets": [target(s, fmt, chr(ord("A") + i)) for i, s in enumerate(sqls)],
-        "fieldConfig": {"defaults": extra.pop("defaults", {}),
-                        "overrides": overrides(units or {}) + extra.pop("more_overrides", [])},
-        "options": extra.pop("options", {}),
-    }
-    if extra.pop("links", False):  # first column links to the job dashboard
-        p["fieldConfig"]["overrides"][0]["properties"].append({"id": "links", "value": [{
-            "title": "open job view",
-            "url": "/d/perftracker-job/perftracker-job?var-job=${__value.text}&${__url_time_range}"}]})
-    p.update(extra)
+    p.id(pid)
+    p.title(title)
+    p.description(description)
+    p.datasource(ds)
+    p.grid_pos(model.GridPos(x=x, y=y, w=w, h=h))
     return p
 
 
-def band(low: str, high: str, color: str = "blue") -> dict[str, Any]:
-    """Time-series field config: ``low`` and ``high`` one colour, the area between them filled;
-    the other series (the k worst ranks) get the palette."""
-    fixed = {"id": "color", "value": {"mode": "fixed", "fixedColor": color}}
-    return {
-        "defaults": {"custom": {"lineWidth": 1, "fillOpacity": 0, "showPoints": "never"},
-                     "color": {"mode": "palette-classic"}},
-        "more_overrides": [
-            {"matcher": {"id": "byName", "options": low},
-             "properties": [fixed, {"id": "custom.lineWidth", "value": 2}]},
-            {"matcher": {"id": "byName", "options": high},
-             "properties": [fixed, {"id": "custom.fillBelowTo", "value": low},
-                            {"id": "custom.fillOpacity", "value": 20},
-                            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]}],
-        "options": {"legend": {"showLegend": True, "displayMode": "table", "placement": "right",
-                               "calcs": ["mean", "max"]},
-                    "tooltip": {"mode": "multi", "sort": "desc"}},
-    }
+def with_units(p: P, units: dict[str, str]) -> P:
+    """A unit for each column named (by name, as the dashboard tests read them)."""
+    for column, unit in units.items():
+        p.override_by_name(column, [setting("unit", unit)])
+    return p
 
 
-def matrix(row: str, col: str, value: str) -> list[dict]:
+def clickhouse_panel(p: P, pid: int, title: str, sql: str | list[str], grid: Grid,
+                     units: dict[str, str], description: str = "") -> P:
+    """A ClickHouse panel; ``sql``: one query, or several (refIds A, B, ...). Time series and
+    state timelines ask for the time-series format (long rows pivoted on their string
+    columns), the others for a table."""
+    series = isinstance(p, (timeseries.Panel, statetimeline.Panel))
+    fmt: QueryFormat = "timeseries" if series else "table"
+    for i, query in enumerate([sql] if isinstance(sql, str) else sql):
+        p.with_target(ClickHouse(query, DS, fmt, chr(ord("A") + i)))
+    return with_units(placed(p, pid, title, grid, DS, description), units)
+
+
+def links_to_job_view(p: table.Panel, column: str) -> table.Panel:
+    """``column`` (a job name, shown as text) links to that job's dashboard."""
+    return p.override_by_name(column, [setting("unit", "string"), setting("links", [JOB_VIEW_LINK])])
+
+
+def thresholds(*steps: tuple[float | None, str]) -> builders.ThresholdsConfig:
+    return (builders.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE)
+            .steps([model.Threshold(value=v, color=c) for v, c in steps]))
+
+
+def band(p: timeseries.Panel, low: str, high: str, color: str = "blue") -> timeseries.Panel:
+    """``low`` and ``high`` one colour, the area between them filled; the other series (the k
+    worst ranks) get the palette."""
+    fixed = setting("color", model.FieldColor(mode=model.FieldColorModeId.FIXED, fixed_color=color))
+    dashed = common.LineStyle(fill="dash", dash=[10, 10])
+    return (p.line_width(1).fill_opacity(0).show_points(common.VisibilityMode.NEVER)
+            .color_scheme(builders.FieldColor().mode(model.FieldColorModeId.PALETTE_CLASSIC))
+            .override_by_name(low, [fixed, setting("custom.lineWidth", 2)])
+            .override_by_name(high, [fixed, setting("custom.fillBelowTo", low),
+                                     setting("custom.fillOpacity", 20), setting("custom.lineStyle", dashed)])
+            .legend(common_builders.VizLegendOptions().show_legend(True)
+                    .display_mode(common.LegendDisplayMode.TABLE)
+                    .placement(common.LegendPlacement.RIGHT).calcs(["mean", "max"]))
+            .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI)
+                     .sort(common.SortOrder.DESCENDING)))
+
+
+def stacked_bars(p: timeseries.Panel) -> timeseries.Panel:
+    return (p.draw_style(common.GraphDrawStyle.BARS).fill_opacity(60)
+            .stacking(common_builders.StackingConfig().mode(common.StackingMode.NORMAL).group("A")))
+
+
+def matrix(p: table.Panel, row: str, col: str, value: str) -> table.Panel:
     """Long rows -> a row x column table (one row per rank, one column per function)."""
-    return [{"id": "groupingToMatrix", "options": {
-        "rowField": row, "columnField": col, "valueField": value, "emptyValue": "null"}}]
+    return p.with_transformation(model.DataTransformerConfig(id_val="groupingToMatrix", options={
+        "rowField": row, "columnField": col, "valueField": value, "emptyValue": "null"}))
 
 
-def coloured_cells(unit: str, steps: dict | None, description: str) -> dict[str, Any]:
-    """Table field config: every value cell coloured (thresholds, or a green-red gradient over
-    the column), the rank names left plain."""
-    color = {"mode": "thresholds"} if steps else {"mode": "continuous-GrYlRd"}
-    defaults: dict[str, Any] = {"unit": unit, "color": color, "custom": {
-        "align": "center", "cellOptions": {"type": "color-background", "mode": "basic"}}}
+def coloured_cells(p: table.Panel, unit: str, steps: builders.ThresholdsConfig | None) -> table.Panel:
+    """Every value cell coloured (thresholds, or a green-red gradient over the column), the
+    rank names left plain."""
+    mode = model.FieldColorModeId.THRESHOLDS if steps else model.FieldColorModeId.CONTINUOUS_GR_YL_RD
     if steps:
-        defaults["thresholds"] = steps
-    return {"defaults": defaults, "description": description,
-            "more_overrides": [{"matcher": {"id": "byType", "options": "string"},
-                                "properties": [{"id": "custom.cellOptions", "value": {"type": "auto"}},
-                                               {"id": "custom.align", "value": "left"}]}],
-            "options": {"showHeader": True, "cellHeight": "sm"}}
+        p.thresholds(steps)
+    background = common.TableColoredBackgroundCellOptions(mode=common.TableCellBackgroundDisplayMode.BASIC)
+    return (p.unit(unit).color_scheme(builders.FieldColor().mode(mode))
+            .align(common.FieldTextAlignment.CENTER).cell_options(background)
+            .override_by_field_type("string", [setting("custom.cellOptions", common.TableAutoCellOptions()),
+                                               setting("custom.align", "left")])
+            .show_header(True).cell_height(common.TableCellHeight.SM))
 
 
-def datasource_variable(name: str, plugin: str, uid: str, label: str) -> dict:
+def culprit_states(p: statetimeline.Panel) -> statetimeline.Panel:
+    """One colour and name per cause (the query's ``cause`` is the cause's index, from 1),
+    nothing drawn while no incident is open."""
+    names = {str(i): model.ValueMappingResult(text=CAUSES[c].title, color=CAUSE_COLORS[(i - 1) % len(CAUSE_COLORS)],
+                                              index=i - 1) for i, c in enumerate(Cause, start=1)}
+    return (p.mappings([model.ValueMap(options=names)])
+            .color_scheme(builders.FieldColor().mode(model.FieldColorModeId.FIXED).fixed_color("transparent"))
+            .fill_opacity(80).line_width(0).merge_values(True).show_value(common.VisibilityMode.AUTO)
+            .row_height(0.8).align_value(common.TimelineValueAlignment.LEFT)
+            .legend(common_builders.VizLegendOptions().show_legend(False))
+            .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.SINGLE)
+                     .sort(common.SortOrder.NONE)))
+
+
+def datasource_variable(name: str, plugin: str, uid: str, label: str) -> builders.DatasourceVariable:
     """Starts at the provisioned datasource; on another Grafana, at the first of its type."""
-    return {"name": name, "label": label, "type": "datasource", "query": plugin,
-            "regex": "", "hide": 0, "current": {"selected": False, "text": uid, "value": uid}}
+    return (builders.DatasourceVariable(name).label(label).type(plugin).regex("")
+            .hide(model.VariableHide.DONT_HIDE).current(model.VariableOption(selected=False, text=uid, value=uid)))
 
 
-def variable(name: str, sql: str, multi: bool, label: str) -> dict:
-    v = {"name": name, "label": label, "type": "query", "datasource": DS,
-         "query": " ".join(sql.split()), "definition": " ".join(sql.split()), "refresh": 2,
-         "includeAll": multi, "multi": multi, "sort": 1,
-         "current": {"selected": True, "text": ["All"], "value": ["$__all"]} if multi else {}}
+def variable(name: str, sql: str, multi: bool, label: str) -> builders.QueryVariable:
+    v = (builders.QueryVariable(name).label(label).datasource(DS).query(" ".join(sql.split()))
+         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(multi).multi(multi)
+         .sort(model.VariableSort.ALPHABETICAL_ASC))
+    if multi:
+        v.current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
     if name in ALL_VALUES:
-        v["allValue"] = ALL_VALUES[name]
+        v.all_value(ALL_VALUES[name])
     return v
 
 
-def k_variable() -> dict:
+def k_variable() -> builders.CustomVariable:
     options = ["3", "5", "10", "20"]
-    return {"name": "k", "label": "Worst ranks shown (k)", "type": "custom", "query": ",".join(options),
-            "multi": False, "includeAll": False, "hide": 0,
-            "description": "how many of the slowest ranks the time series show beside the p50/p99 band",
-            "current": {"selected": True, "text": "5", "value": "5"},
-            "options": [{"selected": o == "5", "text": o, "value": o} for o in options]}
+    return (builders.CustomVariable("k").label("Worst ranks shown (k)").values(",".join(options))
+            .multi(False).include_all(False).hide(model.VariableHide.DONT_HIDE)
+            .description("how many of the slowest ranks the time series show beside the p50/p99 band")
+            .current(model.VariableOption(selected=True, text="5", value="5"))
+            .options([model.VariableOption(selected=o == "5", text=o, value=o) for o in options]))
 
 
-def incident_annotation(job_filter: bool, ds: dict | None = None) -> dict:
+def incident_annotation(job_filter: bool, ds: model.DataSourceRef = DS) -> builders.AnnotationQuery:
     """Every incident (not advice) as a region from first to last seen, on every time series."""
     where = f"{JOB} AND " if job_filter else ""
     who = "" if job_filter else "job, ': ', "
@@ -167,30 +227,28 @@ def incident_annotation(job_filter: bool, ds: dict | None = None) -> dict:
         FROM incidents FINAL
         WHERE {where}{NOT_ADVICE} AND last_seen >= $__fromTime AND first_seen <= $__toTime
         ORDER BY time"""
-    return {"name": "Incidents", "datasource": ds or DS, "enable": True, "hide": False,
-            "iconColor": "red", "target": target(sql, "table", "Anno", ds)}
+    return (builders.AnnotationQuery().name("Incidents").datasource(ds).enable(True).hide(False)
+            .icon_color("red").target(ClickHouseAnnotation(ClickHouse(sql, ds, "table", "Anno"))))
 
 
-def dashboard(uid: str, title: str, panels: list[dict], variables: list[dict], desc: str,
-              annotations: list[dict], inputs: list[tuple[str, str, str]]) -> dict:
-    """``inputs``: (input name, plugin id, plugin name) of the datasources an import asks for."""
-    return {
-        "uid": uid, "title": title, "description": desc, "tags": ["perftracker"],
-        "schemaVersion": 39, "version": 1, "editable": True, "timezone": "utc", "graphTooltip": 1,
-        "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables}, "annotations": {"list": annotations}, "panels": panels,
-        "links": [{"title": "perftracker", "type": "dashboards", "tags": ["perftracker"],
-                   "asDropdown": True, "icon": "external link", "tooltip": "", "url": "",
-                   "targetBlank": False, "includeVars": False, "keepTime": True}],
-        "__inputs": [{"name": name, "label": plugin_name, "description": f"the {plugin_name} datasource",
-                      "type": "datasource", "pluginId": plugin, "pluginName": plugin_name}
-                     for name, plugin, plugin_name in inputs],
-        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"}]
-        + [{"type": "datasource", "id": plugin, "name": plugin_name, "version": ""}
-           for _, plugin, plugin_name in inputs]
-        + [{"type": "panel", "id": kind, "name": kind, "version": ""}
-           for kind in sorted({p["type"] for p in panels})],
-    }
+def dashboards_menu() -> builders.DashboardLink:
+    """The top bar's drop-down of every perftracker dashboard."""
+    return (builders.DashboardLink("perftracker").type(model.DashboardLinkType.DASHBOARDS)
+            .tags(["perftracker"]).as_dropdown(True).icon("external link").tooltip("").url("")
+            .target_blank(False).include_vars(False).keep_time(True))
+
+
+def dashboard(uid: str, title: str, desc: str, panels: PanelList, variables: VariableList,
+              annotations: list[cogbuilder.Builder[model.AnnotationQuery]], inputs: list[tuple[str, str, str]],
+              refresh: str = "30s") -> dict[str, Any]:
+    """The dashboard's JSON; ``inputs``: (input name, plugin id, plugin name) of the
+    datasources an import asks for."""
+    d = (builders.Dashboard(title).uid(uid).description(desc).tags(["perftracker"]).version(1)
+         .editable().timezone("utc").tooltip(model.DashboardCursorSync.CROSSHAIR).refresh(refresh)
+         .time("now-1h", "now").variables(variables).annotations(annotations).link(dashboards_menu()))
+    for p in panels:  # each at its own gridPos (the SDK places only a panel left at 0, 0)
+        d.with_panel(p)
+    return with_import_envelope(to_json(d.build()), inputs, GRAFANA_REQUIRED)
 
 
 CH_INPUT = ("DS_CLICKHOUSE", CH_TYPE, "ClickHouse")
@@ -203,20 +261,21 @@ FLEET_CAUSES_TOP = """cause IN (SELECT cause FROM anomalies WHERE last_seen >= $
                         ORDER BY uniqExact(incident_id) DESC, cause LIMIT """ + K + ")"
 
 
-def fleet() -> dict:
+def _fleet_panels() -> PanelList:
+    """Open incidents, jobs and their cost, incidents by cause."""
     since = "last_seen >= $__fromTime"
-    panels = [
-        panel(1, "Open incidents", "stat",
-              "SELECT count() AS open_incidents FROM incidents FINAL WHERE status != 'RESOLVED'",
-              (0, 0, 6, 4), {"open_incidents": "none"}),
-        panel(2, "Jobs reporting", "stat",
-              "SELECT uniqExact(job) AS jobs FROM rank_windows WHERE $__timeFilter(window_start)",
-              (6, 0, 6, 4), {"jobs": "none"}),
-        panel(3, "Step time lost to open incidents", "stat",
-              "SELECT sum(impact_ms_per_step) AS lost_ms_per_step FROM incidents FINAL"
-              " WHERE status != 'RESOLVED'", (12, 0, 12, 4), {"lost_ms_per_step": "ms"},
-              "sum over open incidents of the step time each would give back if fixed"),
-        panel(4, "Jobs", "table", """
+    return [
+        clickhouse_panel(stat.Panel(), 1, "Open incidents",
+                         "SELECT count() AS open_incidents FROM incidents FINAL WHERE status != 'RESOLVED'",
+                         (0, 0, 6, 4), {"open_incidents": "none"}),
+        clickhouse_panel(stat.Panel(), 2, "Jobs reporting",
+                         "SELECT uniqExact(job) AS jobs FROM rank_windows WHERE $__timeFilter(window_start)",
+                         (6, 0, 6, 4), {"jobs": "none"}),
+        clickhouse_panel(stat.Panel(), 3, "Step time lost to open incidents",
+                         "SELECT sum(impact_ms_per_step) AS lost_ms_per_step FROM incidents FINAL"
+                         " WHERE status != 'RESOLVED'", (12, 0, 12, 4), {"lost_ms_per_step": "ms"},
+                         "sum over open incidents of the step time each would give back if fixed"),
+        links_to_job_view(clickhouse_panel(table.Panel(), 4, "Jobs", """
             SELECT w.job AS job, w.ranks AS ranks, w.step_time_ms AS step_time_ms,
                    ifNull(i.open_incidents, 0) AS open_incidents, ifNull(i.lost_ms, 0) AS lost_ms_per_step
             FROM (SELECT job, uniqExact(rank) AS ranks, median(step_time_ms_p50) AS step_time_ms
@@ -224,30 +283,31 @@ def fleet() -> dict:
             LEFT JOIN (SELECT job, count() AS open_incidents, sum(impact_ms_per_step) AS lost_ms
                        FROM incidents FINAL WHERE status != 'RESOLVED' GROUP BY job) AS i ON w.job = i.job
             ORDER BY lost_ms_per_step DESC, job""", (0, 4, 24, 8),
-              {"job": "string", "ranks": "none", "step_time_ms": "ms", "open_incidents": "none",
-               "lost_ms_per_step": "ms"}, "jobs seen in the time range; click a job for its view",
-              links=True),
-        panel(5, "Active incidents", "table", """
+            {"ranks": "none", "step_time_ms": "ms", "open_incidents": "none", "lost_ms_per_step": "ms"},
+            "jobs seen in the time range; click a job for its view"), "job"),
+        clickhouse_panel(table.Panel(), 5, "Active incidents", """
             SELECT job, cause, kind, arrayStringConcat(arrayMap(x -> toString(x), ranks), ',') AS ranks,
                    arrayStringConcat(hosts, ',') AS hosts, function, impact_ms_per_step,
                    first_seen, last_seen, summary
             FROM incidents FINAL WHERE status != 'RESOLVED' ORDER BY impact_ms_per_step DESC LIMIT 200""",
-              (0, 12, 24, 9), {"impact_ms_per_step": "ms", "first_seen": "dateTimeAsIso",
-                               "last_seen": "dateTimeAsIso", "summary": "string"}),
-        panel(6, "Incidents opened, by cause (the k most frequent causes)", "timeseries", f"""
+                         (0, 12, 24, 9), {"impact_ms_per_step": "ms", "first_seen": "dateTimeAsIso",
+                                          "last_seen": "dateTimeAsIso", "summary": "string"}),
+        stacked_bars(clickhouse_panel(
+            timeseries.Panel(), 6, "Incidents opened, by cause (the k most frequent causes)", f"""
             SELECT $__timeInterval(first_seen) AS time,
                    if({FLEET_CAUSES_TOP}, cause, 'other causes') AS series,
                    uniqExact(incident_id) AS incidents
             FROM anomalies WHERE {since} AND $__timeFilter(first_seen)
             GROUP BY time, series ORDER BY time""", (0, 21, 24, 8), {"incidents": "none"},
-              "incidents first seen per interval, per cause; causes past the k most frequent "
-              "are summed as 'other causes'",
-              defaults={"custom": {"drawStyle": "bars", "stacking": {"mode": "normal", "group": "A"},
-                                   "fillOpacity": 60}}),
+            "incidents first seen per interval, per cause; causes past the k most frequent "
+            "are summed as 'other causes'")),
     ]
-    return dashboard("perftracker-fleet", "perftracker / fleet", panels,
+
+
+def fleet() -> dict[str, Any]:
+    return dashboard("perftracker-fleet", "perftracker / fleet",
+                     "All jobs: who is slow, what it costs, what is open.", _fleet_panels(),
                      [datasource_variable("datasource", CH_TYPE, CH_UID, "ClickHouse"), k_variable()],
-                     "All jobs: who is slow, what it costs, what is open.",
                      [incident_annotation(job_filter=False)], [CH_INPUT])
 
 
@@ -262,10 +322,9 @@ CLOCK_WORST = _WORST.replace("@table", "gpu_health").replace("@score", "avgIf(sm
 TEMP_WORST = _WORST.replace("@table", "gpu_health").replace("@score", "max(temp_c_max) DESC")
 
 
-def _job_rank_panels() -> list[dict]:
-    """Step time, culprits, rank x function slowdown, collective late arrivals: who is slow, where."""
-    return [
-        panel(1, "Step time: p50-p99 band over ranks and the k slowest ranks", "timeseries", [f"""
+def _step_time_panel() -> timeseries.Panel:
+    return band(clickhouse_panel(
+        timeseries.Panel(), 1, "Step time: p50-p99 band over ranks and the k slowest ranks", [f"""
             SELECT {BUCKET} AS time, quantile(0.5)(step_time_ms_p50) AS p50,
                    quantile(0.99)(step_time_ms_p50) AS p99
             FROM rank_windows WHERE {WHERE} GROUP BY time ORDER BY time""", f"""
@@ -273,11 +332,14 @@ def _job_rank_panels() -> list[dict]:
                    avg(step_time_ms_p50) AS step_time_ms
             FROM rank_windows WHERE {WHERE} AND {STEP_WORST}
             GROUP BY time, series ORDER BY time"""], (0, 0, 24, 9),
-              {"p50": "ms", "p99": "ms", "step_time_ms": "ms"},
-              "each rank's median step time per window: the band is its p50 and p99 over the ranks, "
-              "the lines are the k ranks slowest over the time range (k: the variable)",
-              **band("p50", "p99")),
-        panel(10, "Culprits: ranks named by an incident, and the cause", "state-timeline", f"""
+        {"p50": "ms", "p99": "ms", "step_time_ms": "ms"},
+        "each rank's median step time per window: the band is its p50 and p99 over the ranks, "
+        "the lines are the k ranks slowest over the time range (k: the variable)"), "p50", "p99")
+
+
+def _culprits_panel() -> statetimeline.Panel:
+    return culprit_states(clickhouse_panel(
+        statetimeline.Panel(), 10, "Culprits: ranks named by an incident, and the cause", f"""
             SELECT g.time AS time, i.culprit AS series,
                    nullIf(maxIf(i.cause_id, i.first_seen < g.time + $__interval_s AND i.last_seen >= g.time), 0)
                    AS cause
@@ -288,16 +350,12 @@ def _job_rank_panels() -> list[dict]:
                         WHERE {JOB} AND {NOT_ADVICE} AND last_seen >= $__fromTime AND first_seen <= $__toTime
                         ORDER BY impact_ms_per_step DESC LIMIT {K}) AS i
             GROUP BY time, series ORDER BY time""", (0, 9, 24, 6), {},
-              "one row per culprit (the k costliest incidents in the range), coloured by cause "
-              "while the incident is open",
-              defaults={"mappings": [{"type": "value", "options": {
-                  str(i): {"text": CAUSES[c].title, "color": CAUSE_COLORS[(i - 1) % len(CAUSE_COLORS)],
-                           "index": i - 1} for i, c in enumerate(Cause, start=1)}}],
-                  "color": {"mode": "fixed", "fixedColor": "transparent"},
-                  "custom": {"fillOpacity": 80, "lineWidth": 0}},
-              options={"mergeValues": True, "showValue": "auto", "rowHeight": 0.8,
-                       "alignValue": "left", "legend": {"showLegend": False}}),
-        panel(2, "Slowdown vs peer median (rank x function, the 20 worst ranks)", "table", f"""
+        "one row per culprit (the k costliest incidents in the range), coloured by cause "
+        "while the incident is open"))
+
+
+def _slowdown_matrix_panel() -> table.Panel:
+    p = clickhouse_panel(table.Panel(), 2, "Slowdown vs peer median (rank x function, the 20 worst ranks)", f"""
             SELECT function, rank_name, slowdown FROM (
               SELECT function, concat('rank ', toString(rank)) AS rank_name, round(slowdown, 2) AS slowdown,
                      dense_rank() OVER (ORDER BY worst DESC, rank) AS pos
@@ -309,85 +367,100 @@ def _job_rank_panels() -> list[dict]:
                                              sum(total_ns) / greatest(sum(steps), 1) / 1e6 AS ms_per_step
                                       FROM function_stats WHERE {WHERE} GROUP BY rank, function)))))
             WHERE pos <= {MATRIX_RANKS} ORDER BY pos, function""", (0, 15, 12, 10), {"slowdown": "x"},
-              transformations=matrix("rank_name", "function", "slowdown"),
-              **coloured_cells("x", thresholds((None, "green"), (1.1, "yellow"), (1.25, "orange"),
-                                               (1.5, "red")),
-                               "time per step of a function on a rank / its median over ranks; "
-                               ">1 is slower. Rows: the ranks with the largest slowdown, worst first")),
-        panel(3, "Collective late arrivals (who made the others wait, the 20 worst ranks)", "table", f"""
+                         "time per step of a function on a rank / its median over ranks; "
+                         ">1 is slower. Rows: the ranks with the largest slowdown, worst first")
+    steps = thresholds((None, "green"), (1.1, "yellow"), (1.25, "orange"), (1.5, "red"))
+    return coloured_cells(matrix(p, "rank_name", "function", "slowdown"), "x", steps)
+
+
+def _late_arrivals_matrix_panel() -> table.Panel:
+    p = clickhouse_panel(
+        table.Panel(), 3, "Collective late arrivals (who made the others wait, the 20 worst ranks)", f"""
             SELECT function, rank_name, late AS late_arrivals FROM (
               SELECT function, concat('rank ', toString(rank)) AS rank_name, rank, sum(late_arrivals) AS late,
                      sum(sum(late_arrivals)) OVER (PARTITION BY rank) AS rank_total
               FROM collectives WHERE {WHERE} GROUP BY function, rank)
             WHERE rank IN (SELECT rank FROM collectives WHERE {WHERE} GROUP BY rank
                            ORDER BY sum(late_arrivals) DESC, rank LIMIT {MATRIX_RANKS})
-            ORDER BY rank_total DESC, rank, function""", (12, 15, 12, 10),
-              {"late_arrivals": "none"},
-              transformations=matrix("rank_name", "function", "late_arrivals"),
-              **coloured_cells("none", None,
-                               "times each rank arrived last at each collective: the culprit, not the "
-                               "victims. Rows: the ranks that arrived last most often")),
-        panel(4, "Waits caused per step: the k worst ranks and all others", "timeseries", f"""
+            ORDER BY rank_total DESC, rank, function""", (12, 15, 12, 10), {"late_arrivals": "none"},
+        "times each rank arrived last at each collective: the culprit, not the "
+        "victims. Rows: the ranks that arrived last most often")
+    return coloured_cells(matrix(p, "rank_name", "function", "late_arrivals"), "none", None)
+
+
+def _job_rank_panels() -> PanelList:
+    """Step time, culprits, rank x function slowdown, collective late arrivals: who is slow, where."""
+    return [
+        _step_time_panel(),
+        _culprits_panel(),
+        _slowdown_matrix_panel(),
+        _late_arrivals_matrix_panel(),
+        clickhouse_panel(timeseries.Panel(), 4, "Waits caused per step: the k worst ranks and all others", f"""
             SELECT {BUCKET} AS time,
                    if({WAITS_WORST}, concat('rank ', toString(rank)), 'all other ranks') AS series,
                    sum(wait_caused_ms_per_step) / greatest(uniqExact(window_id), 1)
                    AS wait_caused_ms_per_step_total
             FROM collectives WHERE {WHERE}
             GROUP BY time, series ORDER BY time""", (0, 25, 12, 8), {"wait_caused_ms_per_step_total": "ms"},
-              "time per step the other ranks waited at collectives for these ranks to arrive"),
+                         "time per step the other ranks waited at collectives for these ranks to arrive"),
     ]
 
 
-def _job_health_panels() -> list[dict]:
-    """GPU health, incidents with evidence, collector health: why, and can we trust it."""
+def _gpu_band_panels() -> PanelList:
+    """SM clock and temperature: a band over the ranks and the k worst."""
     return [
-        panel(5, "GPU SM clock: p1-p50 band and the k slowest-clocked ranks", "timeseries", [f"""
+        band(clickhouse_panel(timeseries.Panel(), 5, "GPU SM clock: p1-p50 band and the k slowest-clocked ranks", [f"""
             SELECT {BUCKET} AS time, quantile(0.01)(sm_clock_mhz) AS p1, quantile(0.5)(sm_clock_mhz) AS p50
             FROM gpu_health WHERE {WHERE} AND sm_clock_mhz >= 0 GROUP BY time ORDER BY time""", f"""
             SELECT {BUCKET} AS time, concat('rank ', toString(rank)) AS series, avg(sm_clock_mhz) AS sm_clock_avg_mhz
             FROM gpu_health WHERE {WHERE} AND sm_clock_mhz >= 0 AND {CLOCK_WORST}
             GROUP BY time, series ORDER BY time"""], (12, 25, 12, 8),
-              {"p1": "rotmhz", "p50": "rotmhz", "sm_clock_avg_mhz": "rotmhz"},
-              "SM clock per GPU: the band is the p1 and p50 over the ranks, the lines the k lowest",
-              **band("p1", "p50", "green")),
-        panel(6, "GPU temperature: p50-p99 band and the k hottest ranks", "timeseries", [f"""
+            {"p1": "rotmhz", "p50": "rotmhz", "sm_clock_avg_mhz": "rotmhz"},
+            "SM clock per GPU: the band is the p1 and p50 over the ranks, the lines the k lowest"),
+            "p1", "p50", "green"),
+        band(clickhouse_panel(timeseries.Panel(), 6, "GPU temperature: p50-p99 band and the k hottest ranks", [f"""
             SELECT {BUCKET} AS time, quantile(0.5)(temp_c_max) AS p50, quantile(0.99)(temp_c_max) AS p99
             FROM gpu_health WHERE {WHERE} AND temp_c_max >= 0 GROUP BY time ORDER BY time""", f"""
             SELECT {BUCKET} AS time, concat('rank ', toString(rank)) AS series, max(temp_c_max) AS temp_c_peak
             FROM gpu_health WHERE {WHERE} AND temp_c_max >= 0 AND {TEMP_WORST}
             GROUP BY time, series ORDER BY time"""], (0, 33, 12, 8),
-              {"p50": "celsius", "p99": "celsius", "temp_c_peak": "celsius"},
-              "peak GPU temperature per window: the band is the p50 and p99 over the ranks, the lines "
-              "the k hottest", **band("p50", "p99", "orange")),
-        panel(7, "GPU throttling and errors", "table", f"""
+            {"p50": "celsius", "p99": "celsius", "temp_c_peak": "celsius"},
+            "peak GPU temperature per window: the band is the p50 and p99 over the ranks, the lines "
+            "the k hottest"), "p50", "p99", "orange"),
+    ]
+
+
+def _job_health_panels() -> PanelList:
+    """GPU health, incidents with evidence, collector health: why, and can we trust it."""
+    return _gpu_band_panels() + [
+        clickhouse_panel(table.Panel(), 7, "GPU throttling and errors", f"""
             SELECT rank, any(host) AS host_name, any(gpu) AS gpu_index,
                    countIf(throttle_reasons > 0) AS throttled_windows,
                    groupBitOr(throttle_reasons) AS throttle_mask, max(ecc_uncorrected) AS ecc_errors,
                    max(xid) AS last_xid, min(pcie_width_min) AS pcie_width
             FROM gpu_health WHERE {WHERE}
             GROUP BY rank ORDER BY throttled_windows DESC, ecc_errors DESC, rank LIMIT 500""", (12, 33, 12, 8),
-              {"throttled_windows": "none", "throttle_mask": "hex", "ecc_errors": "none"},
-              "per rank, the worst first (500 at most)"),
-        panel(8, "Incidents and evidence", "table", f"""
+                         {"throttled_windows": "none", "throttle_mask": "hex", "ecc_errors": "none"},
+                         "per rank, the worst first (500 at most)"),
+        clickhouse_panel(table.Panel(), 8, "Incidents and evidence", f"""
             SELECT status, cause, kind, arrayStringConcat(arrayMap(x -> toString(x), ranks), ',') AS ranks,
                    arrayStringConcat(hosts, ',') AS hosts, function, score, impact_ms_per_step,
                    first_seen, last_seen, summary, evidence_json AS evidence
             FROM incidents FINAL WHERE {JOB} ORDER BY status = 'RESOLVED', impact_ms_per_step DESC""",
-              (0, 41, 24, 9), {"impact_ms_per_step": "ms", "score": "none",
-                               "first_seen": "dateTimeAsIso", "evidence": "string"}),
-        panel(9, "Collector health", "table", f"""
+                         (0, 41, 24, 9), {"impact_ms_per_step": "ms", "score": "none",
+                                          "first_seen": "dateTimeAsIso", "evidence": "string"}),
+        clickhouse_panel(table.Panel(), 9, "Collector health", f"""
             SELECT rank, any(host) AS host_name, max(last_event) AS last_event, max(last_step) AS last_step,
                    max(dropped_events) AS dropped, max(lost_batches) AS lost
             FROM rank_windows WHERE {WHERE}
             GROUP BY rank ORDER BY lost DESC, dropped DESC, rank LIMIT 500""", (0, 50, 24, 8),
-              {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"},
-              "per rank, those that lost batches or dropped events first (500 at most)"),
+                         {"last_event": "dateTimeAsIso", "dropped": "none", "lost": "none"},
+                         "per rank, those that lost batches or dropped events first (500 at most)"),
     ]
 
 
-def job_view() -> dict:
-    panels = _job_rank_panels() + _job_health_panels()
-    variables = [
+def job_view() -> dict[str, Any]:
+    variables: VariableList = [
         datasource_variable("datasource", CH_TYPE, CH_UID, "ClickHouse"),
         variable("job", "SELECT DISTINCT job FROM rank_windows WHERE $__timeFilter(window_start)"
                  " ORDER BY job", False, "Job"),
@@ -396,31 +469,36 @@ def job_view() -> dict:
                  True, "Rank"),
         k_variable(),
     ]
-    return dashboard("perftracker-job", "perftracker / job", panels, variables,
+    return dashboard("perftracker-job", "perftracker / job",
                      "One job: which rank and function, why, and how much it costs.",
+                     _job_rank_panels() + _job_health_panels(), variables,
                      [incident_annotation(job_filter=True)], [CH_INPUT])
 
 
 # --------------------------------------------------------------------------------------- health
 
-PROM = {"type": PROM_TYPE, "uid": "${datasource}"}
-HEALTH_CH = {"type": CH_TYPE, "uid": "${clickhouse}"}
+PROM = model.DataSourceRef(type_val=PROM_TYPE, uid="${datasource}")
+HEALTH_CH = model.DataSourceRef(type_val=CH_TYPE, uid="${clickhouse}")
 RATE = "[$__rate_interval]"
 
 
-def prom_panel(pid: int, title: str, grid: tuple[int, int, int, int], unit: str,
-               queries: dict[str, str], description: str = "", kind: str = "timeseries") -> dict:
-    """A panel over the Prometheus datasource: ``queries`` maps legend -> PromQL."""
-    x, y, w, h = grid
-    table = kind == "table"
-    targets = [{"refId": chr(ord("A") + i), "datasource": PROM, "expr": " ".join(expr.split()),
-                "legendFormat": legend, "range": not table, "instant": table,
-                **({"format": "table"} if table else {})}
-               for i, (legend, expr) in enumerate(queries.items())]
-    return {"id": pid, "type": kind, "title": title, "description": description, "datasource": PROM,
-            "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}, "options": {},
-            **({"transformations": [{"id": "merge", "options": {}}]} if table else {})}
+def prom_query(ref_id: str, legend: str, expr: str, instant: bool) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().ref_id(ref_id).datasource(PROM).expr(" ".join(expr.split())).legend_format(legend)
+    return q.instant().format(PromQueryFormat.TABLE) if instant else q.range()
+
+
+def prom_panel(pid: int, title: str, grid: Grid, unit: str, queries: dict[str, str],
+               description: str = "", kind: str = "timeseries") -> cogbuilder.Builder[model.Panel]:
+    """A panel over the Prometheus datasource: ``queries`` maps legend -> PromQL; a table
+    (instant queries, merged) or a time series (range queries)."""
+    is_table = kind == "table"
+    p = placed(table.Panel() if is_table else timeseries.Panel(), pid, title, grid, PROM, description)
+    for i, (legend, expr) in enumerate(queries.items()):
+        p.with_target(prom_query(chr(ord("A") + i), legend, expr, is_table))
+    p.unit(unit)
+    if is_table:
+        p.with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
+    return p
 
 
 def quantiles(metric: str, by: str = "") -> dict[str, str]:
@@ -431,7 +509,7 @@ def quantiles(metric: str, by: str = "") -> dict[str, str]:
             for q in (50, 95)}
 
 
-def _health_pipeline_panels() -> list[dict]:
+def _health_pipeline_panels() -> PanelList:
     """In, out, lag and what was lost on the way: is everything processed?"""
     s = "perftracker_stream_"
     return [
@@ -458,7 +536,7 @@ def _health_pipeline_panels() -> list[dict]:
     ]
 
 
-def _health_latency_panels() -> list[dict]:
+def _health_latency_panels() -> PanelList:
     """How late: windows, detections, the store; and what reached people."""
     return [
         prom_panel(5, "Window close delay", (0, 16, 12, 8), "s",
@@ -489,16 +567,15 @@ def _health_latency_panels() -> list[dict]:
     ]
 
 
-def health() -> dict:
-    variables = [datasource_variable("datasource", PROM_TYPE, PROM_UID, "Prometheus"),
-                 datasource_variable("clickhouse", CH_TYPE, CH_UID, "ClickHouse (incidents)")]
-    d = dashboard("perftracker-health", "perftracker / health", _health_pipeline_panels()
-                  + _health_latency_panels(), variables,
-                  "perftracker's own health from its Prometheus metrics: is every event processed, "
-                  "how late are findings, do alerts get out.",
-                  [incident_annotation(job_filter=False, ds=HEALTH_CH)], [PROM_INPUT, CH_INPUT])
-    d["refresh"] = "10s"
-    return d
+def health() -> dict[str, Any]:
+    variables: VariableList = [datasource_variable("datasource", PROM_TYPE, PROM_UID, "Prometheus"),
+                               datasource_variable("clickhouse", CH_TYPE, CH_UID, "ClickHouse (incidents)")]
+    return dashboard("perftracker-health", "perftracker / health",
+                     "perftracker's own health from its Prometheus metrics: is every event processed, "
+                     "how late are findings, do alerts get out.",
+                     _health_pipeline_panels() + _health_latency_panels(), variables,
+                     [incident_annotation(job_filter=False, ds=HEALTH_CH)], [PROM_INPUT, CH_INPUT],
+                     refresh="10s")
 
 
 DASHBOARDS = {"fleet.json": fleet, "job.json": job_view, "health.json": health}

