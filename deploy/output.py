@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..schemas.diagnosis import remediation_text
 from ..schemas.vocabulary import is_advice
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the
@@ -51,6 +52,7 @@ def _rows(rows: list[dict[str, Any]]) -> list[str]:
                      f"{r['impact_ms_per_step']:>9.1f}{r['score']:>8.1f}")
         if r.get("summary"):
             lines.append(f"    {printable(r['summary'])}")
+        lines += [f"    {printable(remediation_text(a))}" for a in r.get("remediation") or []]
     return lines
 
 

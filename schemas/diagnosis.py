@@ -39,3 +39,14 @@ def diagnosis_row(incident: Mapping[str, Any], first_seen: Any, last_seen: Any) 
         "last_seen": last_seen, "windows": int(incident.get("windows", 0)), "summary": incident["summary"],
         "evidence": evidence_of(incident), "resolved_reason": str(incident.get("resolved_reason") or ""),
     }
+
+
+def remediation_text(a: dict[str, Any]) -> str:
+    """One action of the remediation hook on an incident (an entry of a diagnosis row's
+    ``remediation`` list), in words: `perftracker diagnose` and the report show it."""
+    what = f"{a.get('action', '')} {a.get('node') or '(no node)'}"
+    said = {"done": f"{what}: done", "dry_run": f"{what}: dry run, not run",
+            "refused": f"{what} refused", "failed": f"{what} failed"}.get(str(a.get("outcome")), what)
+    reason = f" ({a['reason']})" if a.get("reason") and a.get("outcome") != "dry_run" else ""
+    command = f": {a['command']}" if a.get("command") and a.get("outcome") in ("done", "dry_run") else ""
+    return f"remediation: {said}{reason}{command}"

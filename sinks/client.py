@@ -116,8 +116,31 @@ def query(settings: Settings, name: str, **params: Any) -> list[dict]:
 def diagnose(settings: Settings, job: str, include_resolved: bool = False) -> list[dict[str, Any]]:
     """Current root causes of ``job``, most costly first (the ``perftracker diagnose`` JSON): open
     incidents, and those the job's end resolved (``resolved_reason`` says which)."""
-    rows = query(settings, "incidents", job=job, include_resolved=include_resolved)
-    return [incident_view(r) for r in rows]
+    rows = [incident_view(r) for r in query(settings, "incidents", job=job, include_resolved=include_resolved)]
+    return with_remediations(rows, _remediations(settings, job)) if rows else rows
+
+
+def _remediations(settings: Settings, job: str) -> list[dict]:
+    """What the remediation hook recorded for ``job``'s incidents; none from a sink or store
+    older than the ``remediations`` table (migration 9)."""
+    try:
+        return query(settings, "remediations", job=job)
+    except (UnknownQuery, NoStore, StoreUnavailable):
+        return []
+
+
+def with_remediations(rows: list[dict[str, Any]], actions: list[dict]) -> list[dict[str, Any]]:
+    """Each diagnosis row with a ``remediation`` list (oldest first: at, node, mode, action,
+    outcome, reason, command, patch) where the hook recorded something for it; the key is
+    absent from the others."""
+    by_incident: dict[str, list[dict]] = {}
+    for a in actions:
+        by_incident.setdefault(str(a["incident_id"]), []).append(
+            {k: v for k, v in a.items() if k != "incident_id"})
+    for row in rows:
+        if row["incident_id"] in by_incident:
+            row["remediation"] = by_incident[row["incident_id"]]
+    return rows
 
 
 def incident_view(row: dict) -> dict[str, Any]:

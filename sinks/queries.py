@@ -105,6 +105,11 @@ QUERIES: dict[str, NamedQuery] = {
         "SELECT incident_id, min(last_seen) AS opened FROM anomalies"
         " WHERE job = {job:String} AND status = 'OPEN' GROUP BY incident_id",
         {**JOB}, "per incident: the end of the window that opened it (the earliest it was detected)"),
+    "remediations": NamedQuery(
+        "SELECT incident_id, at, node, mode, action, outcome, reason, command, patch"
+        " FROM remediations FINAL WHERE job = {job:String} ORDER BY incident_id, at",
+        {**JOB}, "per incident: what the remediation hook did about its node (drained, dry run, "
+                 "refused and why, failed), oldest first"),
     "function_outliers": NamedQuery(
         "SELECT function, rank, any(host) AS host_name, count() AS windows, avg(ratio) AS ratio,"
         " avg(robust_z) AS robust_z, avg(cost_ms_per_step) AS cost_ms_per_step"

@@ -166,6 +166,13 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           doc="every version of every Anomaly record (history)"),
     Table("incidents", _INCIDENT_COLS, "ReplacingMergeTree(version)", "(job, incident_id)",
           "", "last_seen", True, doc="latest state of each incident (read with FINAL)"),
+    Table("remediations", (
+        ("job", LC), ("incident_id", "String"), ("at", DT), ("cause", LC), ("node", "String"),
+        ("mode", LC), ("action", LC), ("outcome", LC), ("reason", "String"), ("command", "String"),
+        ("patch", "String")),
+          "ReplacingMergeTree", "(job, incident_id, at, node)", "toYYYYMM(at)", "at", True,
+          doc="what the remediation hook did about an incident's node: drained, would have (dry run), "
+              "refused and why, failed (migration 9)"),
 )}
 
 
@@ -224,6 +231,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "and wrapped around in the UInt32 column)", statements=_raw_constraint_statements()),
     Migration(8, "RankWindow v5 gpu_uuid and flight_records_json: the raw tables again (read, not stored: "
                  "the findings carry them)", statements=_raw_constraint_statements()),
+    Migration(9, "remediations: what the remediation hook did about an incident's node",
+              tables=("remediations",)),
 )
 
 

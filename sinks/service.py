@@ -48,6 +48,8 @@ from ..schemas.vocabulary import (
     DEADLETTER_TABLE,
 )
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
+from .alerts.remediation import RemediationPolicy
+from .alerts.remediator import build_remediator
 from .api import QueryServer
 from .clickhouse import ClickHouseSink
 from .decode import RecordDecoder
@@ -117,6 +119,8 @@ class SinkService:
         self._consumed = self.stats.cell(SinkCounters.consumed)
         self._rows_buffered = self.stats.cell(SinkCounters.rows_buffered)
         self.dispatcher = dispatcher or build_dispatcher(settings.alerts)
+        self._remediation = RemediationPolicy.from_settings(settings.remediation) \
+            if settings.remediation.enabled else None  # a bad mode or cause refused before anything starts
         self._stop = threading.Event()
         self._offsets: dict[tuple[str, int], int] = {}
         self.flusher: BackgroundFlusher | None = None
@@ -175,6 +179,8 @@ class SinkService:
         self._consumer = Consumer(conf)
         self._consumer.subscribe([self.topics.patterns, self.topics.findings, self.topics.anomalies],
                                  on_revoke=self._on_revoke)
+        if self._remediation is not None and self.dispatcher.remediator is None:
+            self.dispatcher.remediator = build_remediator(self.settings.remediation, self.store)
         self.dispatcher.start()
 
     def keep_records(self, body: bytes) -> dict:

@@ -25,6 +25,11 @@ Alertmanager labels); ``submit`` never blocks the sink. Channels that must hear 
 firing incident again and again (:class:`Resending`: Alertmanager, whose alerts expire)
 are sent every open incident again every ``resend_s`` by one thread.
 
+Remediation (:mod:`.remediator`, off by default): a hook beside the channels, told of every
+incident record decided here and whether the incident is open, so it acts only on what this
+lifecycle has open (confirmed by persistence, not a replay of a resolved one) and drops what
+resolves before it is confirmed; it never blocks ``submit`` either.
+
 Who pages (:func:`build_channels`): with Alertmanager configured, Alertmanager does
 (routing, grouping, silences, inhibition), and the sink's own Slack and PagerDuty
 channels, the fallback for teams without one, are not built: an incident never pages twice.
@@ -79,9 +84,26 @@ class Resending(Protocol):
     def release(self, sources: Iterable[Hashable]) -> int: ...
 
 
+@runtime_checkable
+class Remediation(Protocol):
+    """A hook told of each incident the dispatcher decided about (:class:`.remediator.Remediator`)."""
+
+    def observe(self, incident: Incident, is_open: bool, source: Hashable = None) -> None: ...
+
+    def release(self, sources: Iterable[Hashable]) -> int: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout_s: float = 2.0) -> None: ...
+
+    def stats(self) -> dict: ...
+
+
 class AlertDispatcher:
-    def __init__(self, channels: list[Channel], policy: AlertPolicy | None = None):
+    def __init__(self, channels: list[Channel], policy: AlertPolicy | None = None,
+                 remediator: Remediation | None = None):
         self.policy = policy or AlertPolicy()
+        self.remediator = remediator
         self.counters = AlertCounters()
         self.workers = [ChannelWorker(c, self.policy.delivery, self.counters) for c in channels]
         self._incidents: OrderedDict[str, _Tracked] = OrderedDict()
@@ -101,6 +123,8 @@ class AlertDispatcher:
     def start(self) -> None:
         for w in self.workers:
             w.start()
+        if self.remediator is not None:
+            self.remediator.start()
         if self._resending:
             self._resender = threading.Thread(target=self._resend, name="pt-alert-resend", daemon=True)
             self._resender.start()
@@ -108,13 +132,16 @@ class AlertDispatcher:
     def submit(self, record: dict, source: Hashable = None) -> Event | None:
         """Decide what ``record`` (an Anomaly) means to people and queue it; return the event sent.
         ``source``: where the record came from (the sink's topic and partition), for :meth:`release`."""
-        if not self.workers:
+        if not self.workers and self.remediator is None:
             return None
         if is_advice(record):  # the job's shape (schemas.causes.SHAPE): stored and shown, never paged
             self.counters.inc(AlertCounters.skipped)
             return None
         incident = Incident.from_anomaly(record)
         event = self._decide(incident, time.monotonic())
+        if self.remediator is not None:
+            tracked = self._incidents.get(incident.incident_id)
+            self.remediator.observe(incident, bool(tracked and tracked.opened), source)
         if event is None:
             return None
         n = Notification(incident, event, self.policy.dashboard_url)
@@ -138,6 +165,8 @@ class AlertDispatcher:
         """Stop re-sending the incidents whose records came from ``sources`` (partitions revoked
         from this sink: the new owner sends them); return how many, over every channel."""
         sources = list(sources)
+        if self.remediator is not None:
+            self.remediator.release(sources)
         return sum(w.channel.release(sources) for w in self._resending)  # type: ignore[attr-defined]
 
     def _decide(self, i: Incident, now: float) -> Event | None:
@@ -188,10 +217,13 @@ class AlertDispatcher:
             self._resender.join(timeout=1.0)
         for w in self.workers:
             w.stop(timeout_s)
+        if self.remediator is not None:
+            self.remediator.stop(timeout_s)
 
     def stats(self) -> dict:
         return {"suppressed": self.suppressed, "skipped": self.skipped,
-                **{w.channel.name: self.counters.of_channel(w.channel.name) for w in self.workers}}
+                **{w.channel.name: self.counters.of_channel(w.channel.name) for w in self.workers},
+                **({"remediation": self.remediator.stats()} if self.remediator is not None else {})}
 
 
 def alertmanager_urls(s: AlertSettings) -> list[str]:

@@ -10,6 +10,7 @@ import time
 from html import escape
 from typing import Any
 
+from ...schemas.diagnosis import remediation_text
 from ...schemas.vocabulary import Status, is_advice
 from .evidence import RENDERED_HERE, evidence_blocks
 from .scale import (
@@ -315,7 +316,8 @@ def render_card(inc: dict[str, Any], ranks: int = 0) -> str:
             f'<h3>{escape(cause_title(str(inc.get("cause", ""))))} — {escape(who(inc.get("ranks", []), known_hosts(inc)))}'
             f'{badge}</h3>'
             f'<p class="summary">{escape(str(inc.get("summary", "")))}</p>'
-            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{evidence_blocks(inc.get("evidence"))}'
+            f'<p class="why">{escape(explain(inc))}</p>{_advice_line(inc)}{_remediation_lines(inc)}'
+            f'{evidence_blocks(inc.get("evidence"))}'
             f'<dl>{dl}</dl></div>')
 
 
@@ -324,6 +326,12 @@ def status_text(inc: dict[str, Any]) -> str:
     status = str(inc.get("status", Status.OPEN.value))
     reason = str(inc.get("resolved_reason") or "")
     return f"{status} · {reason}" if status == Status.RESOLVED and reason else status
+
+
+def _remediation_lines(inc: dict[str, Any]) -> str:
+    """What the remediation hook did about the incident's node (drained, dry run, refused, failed)."""
+    return "".join(f'<p class="remediation">{escape(remediation_text(a))}</p>'
+                   for a in inc.get("remediation") or [] if isinstance(a, dict))
 
 
 def _advice_line(inc: dict[str, Any]) -> str:

@@ -152,7 +152,7 @@ def test_replayed_rows_collapse(store):
     records = list(samples.job_records("replay", world=2, windows=2))
     load(store, records)
     load(store, records)  # at-least-once: the same batch again
-    for table in TABLES:
+    for table in set(TABLES) - {"remediations"}:  # not fed by records (test_remediation_store.py)
         raw = store.query(f"SELECT count() FROM {table}").rows[0][0]
         final = store.query(f"SELECT count() FROM {table} FINAL").rows[0][0]
         assert raw == 2 * final and final > 0, table

@@ -9,7 +9,7 @@ def test_every_row_fits_its_table():
         for table, row in flat_rows(name, rec):
             assert len(row) == len(TABLES[table].columns), table
             seen.add(table)
-    assert seen == set(TABLES)
+    assert seen == set(TABLES) - {"remediations"}  # the remediation hook's (remediation.action_row)
 
 
 def test_iterations_are_numbered_by_step():
