@@ -6,7 +6,8 @@ tests whose verdict is a live diagnosis (never two at once: real torchrun jobs t
 contend for the same two cores), the other e2e tests (the collectors' data arriving), the
 fault tests (one unit: xdist hands a worker another unit while its current one has two
 tests or fewer left, so one-test modules of a minute and more would pile up on one worker),
-and every other module on its own (its module-scoped fixtures, e.g. a stack, started once).
+the SLURM tests (one cluster for the package), and every other module on its own (its
+module-scoped fixtures, e.g. a stack, started once).
 The units go out in the order of :func:`pytest_collection_modifyitems` (longest first;
 ``--no-loadscope-reorder`` keeps xdist from re-sorting them by test count).
 """
@@ -37,6 +38,8 @@ def group_of(nodeid: str) -> str:
         return "e2e-collect"
     if path.startswith("tests/integration/faults/"):
         return "faults"  # one unit: xdist queues more units behind a unit of one long test
+    if path.startswith("tests/integration/slurm/"):
+        return "slurm"  # one unit: its modules share one SLURM cluster (a package-scoped fixture)
     return path
 
 
