@@ -41,6 +41,8 @@ class CollectorCounters(CounterSet):
                                  "job agreement): the last batch went out without waiting for it")
     cpu_read_errors = Counter("/proc files of the training thread or host that could not be read or parsed "
                               "(no schedstat, thread gone, garbage); their values are sent as unknown")
+    net_read_errors = Counter("/proc/self/net or InfiniBand counter files that could not be read or parsed; "
+                              "their values are sent as unknown")
     stack_samples = Counter("samples taken of the training thread's Python stack")
     stack_samples_skipped = Counter("stack samples or frames skipped: thread gone, no user frame, "
                                     "too many distinct frames, non-UTF-8 names (escaped), errors")

@@ -1,4 +1,5 @@
-"""Wires the training thread's CPU evidence into the sender: /proc deltas and stack samples.
+"""Wires the training thread's CPU evidence into the sender: /proc deltas and stack samples;
+and the rank's network evidence (:mod:`.net_stats`).
 
 Started by :meth:`.collector.Collector.start` for the thread that attached (the training
 thread). Every send cycle, on the sender thread, :meth:`CpuEvidence.collect` reads the
@@ -14,6 +15,7 @@ import threading
 from .batch import StackRow
 from .counters import CollectorCounters
 from .cpu_stats import CpuReader
+from .net_stats import NetReader
 from .stack_sampler import StackSampler
 from .transport import Sender
 
@@ -29,9 +31,12 @@ class CpuEvidence:
         self.hz = hz
         self.stacks = StackSampler(thread.ident or 0, hz, user_code) if hz > 0 else None
         self._errors_seen = 0
+        self.net = NetReader()
+        self._net_errors_seen = 0
 
     def start(self) -> None:
         self.reader.sample()  # the baseline the first interval is measured from
+        self.net.sample()
         if self.stacks is not None:
             self.stacks.start()
         self.sender.add_task(self.collect)
@@ -56,6 +61,15 @@ class CpuEvidence:
             self.counters.inc(CollectorCounters.cpu_read_errors, by=new_errors)
             self._errors_seen = self.reader.errors
         self.sender.add_cpu(record, rows if record is not None else [])
+        self._collect_net()
+
+    def _collect_net(self) -> None:
+        net = self.net.sample()
+        if net is not None:
+            self.sender.add_net(net.as_record())
+        if self.net.errors != self._net_errors_seen:
+            self.counters.inc(CollectorCounters.net_read_errors, by=self.net.errors - self._net_errors_seen)
+            self._net_errors_seen = self.net.errors
 
     def close(self) -> None:
         if self.stacks is not None:

@@ -248,6 +248,7 @@ class Sender(threading.Thread):
         self._kernels: deque[list[OpSummary]] = deque(maxlen=16)
         self._cpu: deque[dict] = deque(maxlen=16)  # CpuSample records for the next batch
         self._stacks: list[StackRow] = []  # stack rows for the next batch
+        self._net: deque[dict] = deque(maxlen=16)  # NetSample records for the next batch
         self.started_ns = time.monotonic_ns()
         self._stop_event = threading.Event()
         self._tasks_lock = threading.Lock()  # the periodic tasks: one run at a time
@@ -272,6 +273,10 @@ class Sender(threading.Thread):
             self._cpu.append(sample)
         if stacks:
             self._stacks = stacks if not self._stacks else _merge_rows(self._stacks, stacks)
+
+    def add_net(self, sample: dict) -> None:
+        """Network evidence of one flush interval, sent with the next batch (called on this thread)."""
+        self._net.append(sample)
 
     def set_identity(self, identity: RankIdentity) -> None:
         """The identity (and message key) later batches carry (the GPU once known, the agreed job)."""
@@ -334,6 +339,9 @@ class Sender(threading.Thread):
             self._cpu.clear()
             self._stacks = []
             record = self.builder.build(events, self.recorder.dropped, kernels, cpu, stacks)
+            if self._net:  # EventBatch v7
+                record["net"] = list(self._net)
+                self._net.clear()
             if flight:  # with the entry markers' batch (EventBatch v6)
                 record["flight_records"], flight = flight, []
             if closing and not more and not self._kernels:

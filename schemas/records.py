@@ -85,7 +85,20 @@ class RankCpu(TypedDict):
     top_frame_kinds: list[int]
 
 
-class RankWindow(RankWindowHeader, RankHardware, RankCpu):
+class RankNet(TypedDict):
+    """One rank's network evidence in one window (v6; rank_window.v6.avsc documents each; -1 unknown)."""
+
+    net_samples: int
+    net_addr: str
+    net_retrans_pct: float
+    net_tx_mb_per_s: float
+    net_rx_mb_per_s: float
+    net_backlog_json: str
+    ib_xmit_wait_per_s: float
+    ib_errors: int
+
+
+class RankWindow(RankWindowHeader, RankHardware, RankCpu, RankNet):
     """One rank in one window: header, what it did and how its data arrived (below), its
     hardware and CPU summaries (the bases). Built as the schema orders the fields: header,
     these up to ``bytes_received``, hardware, ``batches``, CPU."""

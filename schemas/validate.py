@@ -95,6 +95,12 @@ _FLIGHT_RECORD: tuple[Rule, ...] = (  # EventBatch v6 ``flight_records`` items
     Ints(("age_ms", "timeout_ms", "last_completed_seq", "last_enqueued_seq"), -1, COUNT),
 )
 
+_NET_SAMPLE: tuple[Rule, ...] = (  # EventBatch v7 ``net`` items
+    Ints(("interval_ns",), 0, COUNT), Strs(("local_addr",), NAME),
+    Ints(("retrans_segs", "out_segs", "rx_bytes", "tx_bytes", "ib_xmit_wait", "ib_errors"), -1, COUNT),
+    Items("backlog", (Strs(("remote",), NAME), Ints(("bytes",), 0, COUNT))),
+)
+
 _EVENT_BATCH: tuple[Rule, ...] = (
     Strs(("job",), ID, required=True), Strs(("host", "gpu_uuid"), ID),
     Ints(("world_size",), 1, Lim("max_world_size")), Ints(("rank", "local_rank"), 0, Below("world_size")),
@@ -121,6 +127,7 @@ _EVENT_BATCH: tuple[Rule, ...] = (
         Ints(("p50_ns", "p99_ns", "max_ns"), 0, DURATION), Ints(("total_ns",), 0, COUNT),
         TotalWithin("total_ns", "count"))),
     Items("flight_records", _FLIGHT_RECORD, optional=True),  # v6
+    Items("net", _NET_SAMPLE, optional=True),  # v7
 )
 
 _HW_INTS = ("sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "util_gpu_pct", "util_mem_pct", "temp_c",

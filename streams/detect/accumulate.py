@@ -71,6 +71,38 @@ class CpuAcc:
         return self.sums.get(k, 0) if self.known.get(k) else -1
 
 
+NET_SUMS = ("interval_ns", "retrans_segs", "out_segs", "rx_bytes", "tx_bytes", "ib_xmit_wait", "ib_errors")
+
+
+@dataclass
+class NetAcc:
+    """The rank's network samples (EventBatch v7 ``net``) of one window: counter sums over the
+    samples that knew them, the local address, and per remote address the send-queue sizes
+    of the samples that found its connections backlogged."""
+
+    samples: int = 0
+    sums: dict[str, int] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
+    addr: str = ""
+    backlog: dict[str, list[int]] = field(default_factory=dict)  # remote -> bytes in each backlogged sample
+
+    def add_sample(self, s: dict) -> None:
+        self.samples += 1
+        for k in NET_SUMS:
+            v = int(s.get(k, -1))
+            if v >= 0:
+                self.sums[k] = self.sums.get(k, 0) + v
+                self.known[k] = self.known.get(k, 0) + 1
+        self.addr = str(s.get("local_addr") or "") or self.addr
+        for row in s.get("backlog") or ():
+            if int(row["bytes"]) > 0:
+                self.backlog.setdefault(str(row["remote"]), []).append(int(row["bytes"]))
+
+    def total(self, k: str) -> int:
+        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
+        return self.sums.get(k, 0) if self.known.get(k) else -1
+
+
 @dataclass
 class WindowAcc:
     """Everything one rank saw in one window."""
@@ -82,6 +114,7 @@ class WindowAcc:
     hw: dict[str, list[float]] = field(default_factory=dict)
     throttle: int = 0
     cpu: CpuAcc = field(default_factory=CpuAcc)
+    net: NetAcc = field(default_factory=NetAcc)
 
     def fn(self, name: str, kind: int) -> FunctionAcc:
         acc = self.functions.get(name)

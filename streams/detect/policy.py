@@ -54,6 +54,13 @@ class DetectionPolicy:
     late_majority_step_share: float = 0.03  # and causing at least this share of the step time
     min_seqs: int = 3
     link_excess: float = 0.25  # group transfer time above peer groups' median
+    # a host's own link evidence (net_links.py): a connection is backed up when its send queue held
+    # bytes in more than half its samples (a link that keeps up drains it between samples); a host
+    # loses packets when at least 1% of its TCP segments are retransmits (TCP's throughput falls
+    # steeply past that) and 3x the other hosts' median
+    backlog_share: float = 0.5
+    retrans_pct: float = 1.0
+    retrans_ratio: float = 3.0
     # expectations, as a share of the job's median step time
     gc_share: float = 0.05
     dataloader_share: float = 0.15

@@ -80,6 +80,15 @@ class EventFolder:
             # the rank's data reached the batch's time, so its windows close as it keeps reporting
             self.windows.note_data(self.windows.batch_wall_ms)
         self._add_cpu(batch, names)
+        self._add_net(batch)
+
+    def _add_net(self, batch: dict) -> None:
+        """EventBatch v7 network samples go to the window the batch was built in, as CPU ones."""
+        net = batch.get("net") or []
+        w = self.windows.slot(self.windows.batch_wall_ms) if net else None
+        if w is not None:
+            for sample in net:
+                w.net.add_sample(sample)
 
     def _add_cpu(self, batch: dict, names: list[str]) -> None:
         """EventBatch v3 CPU samples and stack rows go to the window the batch was built in

@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from ...schemas.records import FunctionPattern, RankCpu, RankHardware, RankWindow, RankWindowHeader
+from ...schemas.records import FunctionPattern, RankCpu, RankHardware, RankNet, RankWindow, RankWindowHeader
 from ...schemas.vocabulary import (
     FUNCTION_PATTERN,
     FUNCTION_PATTERN_VERSION,
@@ -23,7 +23,7 @@ from ...schemas.vocabulary import (
     RANK_WINDOW_VERSION,
     SpanKind,
 )
-from .accumulate import CpuAcc, FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
+from .accumulate import CpuAcc, FunctionAcc, NetAcc, RankHealth, RankMeta, RankProgress, WindowAcc
 from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
 from .histogram import grouped_histograms
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
@@ -199,7 +199,8 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         ended_cleanly=bool(ended), restarts=int(health.restarts),
         mesh_coords={str(k): int(v) for k, v in meta.mesh_coords.items()}, gpu_uuid=meta.gpu_uuid,
         # the latest entries while a collective is pending: what the recorder said of the hang
-        flight_records_json=json.dumps(meta.flight_records) if progress.pending_in_flight and meta.flight_records else "")
+        flight_records_json=json.dumps(meta.flight_records) if progress.pending_in_flight and meta.flight_records else "",
+        **net_fields(w.net))
 
 
 TOP_FRAMES = 8  # per kind
@@ -226,3 +227,22 @@ def cpu_fields(cpu: CpuAcc, steps: int) -> RankCpu:
         stack_samples=cpu.stack_samples, stack_hz=cpu.stack_hz,
         top_frames=[k[0] for k, _ in frames], top_frame_samples=[n for _, n in frames],
         top_frame_kinds=[k[1] for k, _ in frames])
+
+
+def net_fields(net: NetAcc) -> RankNet:
+    """The window's network evidence (RankWindow v6 ``net_*``, ``ib_*``; -1 unknown): the host's
+    retransmit share and throughput, and per remote address how many samples found the
+    rank's connections to it backlogged, with the median queued bytes then."""
+    wall_s = net.total("interval_ns") / 1e9
+    sent, retrans = net.total("out_segs"), net.total("retrans_segs")
+
+    def rate(key: str, scale: float) -> float:
+        v = net.total(key)
+        return round(v / scale / wall_s, 4) if v >= 0 and wall_s > 0 else -1.0
+
+    backlog = {r: [len(b), int(np.median(b))] for r, b in sorted(net.backlog.items())}
+    return RankNet(net_samples=net.samples, net_addr=net.addr,
+                   net_retrans_pct=round(100.0 * retrans / sent, 4) if sent > 0 and retrans >= 0 else -1.0,
+                   net_tx_mb_per_s=rate("tx_bytes", 1e6), net_rx_mb_per_s=rate("rx_bytes", 1e6),
+                   net_backlog_json=json.dumps(backlog) if backlog else "",
+                   ib_xmit_wait_per_s=rate("ib_xmit_wait", 1.0), ib_errors=net.total("ib_errors"))

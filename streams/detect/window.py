@@ -58,6 +58,7 @@ from .late_arrival import is_late_culprit
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
 from .model import COMM_PREFIX, comm_op
+from .net_links import net_link_findings
 from .onset import onset_step
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
@@ -96,6 +97,8 @@ def diagnose_window(rank_windows: dict[int, RankWindow], comparisons: list[Funct
     stragglers, victims = _stragglers(comparisons, step_ms(rank_windows), policy)
     _drop_absorbed(by_rank, stragglers, comparisons, policy)
     link_findings, link_ranks = _slow_links(comparisons, rank_windows, policy)
+    host_links, host_link_ranks = net_link_findings(comparisons, rank_windows, policy)
+    link_findings, link_ranks = link_findings + host_links, link_ranks | host_link_ranks
     _explain_late_by_minor(by_rank, stragglers, victims | link_ranks, comparisons, policy)
     unjudged = _uncompared_collectives(rank_windows, comparisons)
     partial = _late_beyond_outliers(by_rank, stragglers, victims | link_ranks | unjudged, policy)

@@ -246,13 +246,16 @@ def test_the_user_frame_is_found_under_a_deep_library_stack_and_depth_is_bounded
 
 class FakeSender:
     def __init__(self):
-        self.got, self.tasks = [], []
+        self.got, self.tasks, self.net = [], [], []
 
     def add_task(self, task):
         self.tasks.append(task)
 
     def add_cpu(self, record, rows):
         self.got.append((record, rows))
+
+    def add_net(self, record):
+        self.net.append(record)
 
 
 def test_cpu_evidence_hands_one_sample_and_the_stack_rows_to_the_sender():
