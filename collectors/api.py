@@ -61,10 +61,10 @@ def attach(job: str | None = None, *, env: Mapping[str, str] | None = None,
 
 
 def _bootstrap(env: Mapping[str, str]) -> str:
-    from ..schemas.settings_loader import load_settings
+    from ..schemas.settings_loader import read_settings
     from ..schemas.stackfile import resolve_bootstrap
     from .config import warn_once
-    return resolve_bootstrap(load_settings(env=env, warn=warn_once))
+    return resolve_bootstrap(read_settings(env=env, warn=warn_once)[0])
 
 
 def detach() -> None:

@@ -7,9 +7,12 @@ file named by ``<name>_file`` and never appear in reprs or errors. A numeric
 field declares its allowed range in its metadata (``ge``, ``gt``, ``le``, ``lt``:
 counts >= 1, durations > 0 or >= 0 where 0 means off, ports 0..65535), checked
 by the loader for every source. Loading is
-:mod:`.settings_loader`'s job (call it from ``main()``); `perftracker config`
-lists every field below. This module is the bottom of the layering: any
-package may import it, and it imports the standard library only.
+:mod:`.settings_loader`'s job (call it from ``main()``): the servers validate
+through pydantic-settings with models generated from these dataclasses
+(:mod:`.settings_model`), the collectors with the standard library; either way
+the result is these dataclasses. `perftracker config` lists every field below.
+This module is the bottom of the layering: any package may import it, and it
+imports the standard library only.
 """
 
 from __future__ import annotations

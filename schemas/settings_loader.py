@@ -2,27 +2,35 @@
 
 Each field's environment variable is ``PERFTRACKER_<SECTION>_<NAME>``; the
 environment wins over the file. Nothing is read at import time: call
-:func:`load_settings` from ``main()`` (or :func:`load_section` for one section,
-as ``attach()`` does) and pass the result down.
+:func:`load_settings` from ``main()`` and pass the result down.
+
+Two readers share this module's pieces: where a value may come from (the file's
+tables checked and flattened, ``*_FILE`` and ``<name>_file`` secrets read), the
+sources column of `perftracker config`, the unknown-variable check and the
+settings' rows. The servers (the command line, the stream workers, the sink)
+validate through pydantic-settings (:mod:`.settings_model`, the server extra);
+the collectors read the ``collector`` and ``kafka`` sections with
+:func:`load_section`, standard library only, inside training processes, where a
+bad value is reported through ``warn`` and the field keeps its default. On the
+slim collector install (no pydantic) :func:`load_settings` falls back to the
+standard-library reader, raising as the server's does.
 
 Every value is checked against the range declared beside its field (metadata
 ``ge``/``gt``/``le``/``lt``); an error names the setting, the value, where it
-came from and the allowed range. :func:`load_settings_with_sources` also says
-where each value came from (`perftracker config`). :func:`unknown_env_problems`
-finds ``PERFTRACKER_*`` variables that are no setting (a misspelling), with the
-closest valid name. With ``warn`` (the collectors, inside a training process), a
-bad value is reported through ``warn`` and the field keeps its default instead
-of raising.
+came from and the allowed range. :func:`unknown_env_problems` finds
+``PERFTRACKER_*`` variables that are no setting (a misspelling), with the closest
+valid name.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import operator
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import Field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
@@ -47,11 +55,67 @@ NOT_SETTINGS = frozenset({
 NOT_SETTINGS_PREFIXES = ("PERFTRACKER_DEMO_",)  # the demo's fault injection (deploy/demo)
 
 Warn = Callable[[str], None]
+# a setting ("section.name", "name" at the top level) -> (its raw value, where it came from)
+Layer = dict[str, tuple[Any, str]]
 
 T = TypeVar("T")
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+# --- the declaration, walked ---------------------------------------------------------------
+
+@functools.cache
+def declared(cls: type) -> tuple[tuple[Field, Any], ...]:
+    """``(field, type)`` of each field of the settings dataclass ``cls``, types resolved."""
+    hints = get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in fields(cls))
+
+
+def is_section(typ: Any) -> bool:
+    return isinstance(typ, type) and is_dataclass(typ)
+
+
+def leaves(cls: type = Settings, section: str = "") -> Iterator[tuple[str, str, Field, Any]]:
+    """``(section, where, field, type)`` of every setting below ``cls`` (sections walked)."""
+    for f, typ in declared(cls):
+        if is_section(typ):
+            yield from leaves(typ, f.name)
+        else:
+            yield section, f"{section}.{f.name}" if section else f.name, f, typ
+
+
+def default_of(f: Field) -> Any:
+    return f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+
+
+def env_name(section: str, name: str) -> str:
+    """``PERFTRACKER_<SECTION>_<NAME>`` (``PERFTRACKER_<NAME>`` at the top level)."""
+    return ENV_PREFIX + (f"{section}_{name}" if section else name).upper()
+
+
+BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+_COMPARE = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+
+
+def allowed_range(metadata: Mapping[str, Any]) -> str:
+    """The range declared in a field's metadata, in words: ``>= 1``, ``0..65535``, '' if none."""
+    if "ge" in metadata and "le" in metadata:
+        return f"{metadata['ge']}..{metadata['le']}"
+    return " and ".join(f"{op} {metadata[key]}" for key, op in BOUNDS if key in metadata)
+
+
+# --- where values come from (both readers) -------------------------------------------------
+
+def default_config_path(env: Mapping[str, str]) -> Path | None:
+    if ENV_PREFIX + "CONFIG" in env:
+        return Path(env[ENV_PREFIX + "CONFIG"])
+    for candidate in (Path("perftracker.toml"), Path("perftracker.yaml")):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The file's tables, parsed (TOML, or YAML for ``.yaml``/``.yml``)."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -70,29 +134,68 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _coerce(value: Any, typ: Any, where: str, source: str = "") -> Any:
-    if typ is Secret:
-        secret = value if isinstance(value, Secret) else Secret(str(value))
-        remember_secret(secret.reveal())  # masked in every log and error from now on
-        return secret
-    if typ is Path:
-        return Path(str(value)).expanduser()
-    if typ is bool:
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise ConfigError(f"{where}: expected true/false, got {value!r}{_from(source)}")
-        return bool(value)
+def file_layer(table: Mapping[str, Any], label: str, cls: type = Settings, section: str = "",
+               warn: Warn | None = None) -> Layer:
+    """The settings the file's ``table`` (of section ``cls``) sets, with their source ``label
+    (section.name)``. Refused here, whichever reader follows: a key that is no setting, a
+    section that is not a table or is ``env_only``, a secret's value (``<name>_file`` names a
+    file holding it, read here); a ``pairs`` table becomes ``'k=v;k2=v2'``."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[{section}] must be a table")
+    known = {f.name for f, _ in declared(cls)}
+    for key in table:
+        if key not in known and not (key.endswith("_file") and key[:-5] in known):
+            raise ConfigError(f"unknown setting {section + '.' if section else ''}{key}; known: {sorted(known)}")
+    layer: Layer = {}
+    for f, typ in declared(cls):
+        if is_section(typ):
+            sub = table.get(f.name, {})
+            if sub and "env_only" in f.metadata:
+                raise ConfigError(f"[{f.name}] cannot be set in the config file: {f.metadata['env_only']}")
+            layer |= file_layer(sub, label, typ, f.name, warn)
+            continue
+        where = f"{section}.{f.name}" if section else f.name
+        if f.name in table:
+            if typ is Secret:
+                raise ConfigError(f"{where} is a secret: set {env_name(section, f.name)} or {f.name}_file, "
+                                  "not the value in the file")
+            raw = table[f.name]
+            if f.metadata.get("pairs") and isinstance(raw, Mapping):  # a table of properties
+                raw = ";".join(f"{k}={_pair_value(v)}" for k, v in raw.items())
+            layer[where] = (raw, f"{label} ({where})")
+        elif f.name + "_file" in table:
+            _read_into(layer, where, f, table[f.name + "_file"], f"{where}_file", f"{label} ({where}_file)", warn)
+    return layer
+
+
+def env_file_layer(env: Mapping[str, str], cls: type = Settings, section: str = "",
+                   warn: Warn | None = None) -> Layer:
+    """The settings given as a file to read, ``PERFTRACKER_<SECTION>_<NAME>_FILE`` (secrets
+    mounted as files), read; the source is the variable's name."""
+    layer: Layer = {}
+    for sub, where, f, _ in leaves(cls, section):
+        var = env_name(sub, f.name) + "_FILE"
+        if var in env:
+            _read_into(layer, where, f, env[var], var, var, warn)
+    return layer
+
+
+def _read_into(layer: Layer, where: str, f: Field, path: str, named: str, source: str,
+               warn: Warn | None) -> None:
     try:
-        return typ(value)
-    except (TypeError, ValueError):
-        shown = "***" if "password" in where or "secret" in where or "key" in where else repr(value)
-        raise ConfigError(f"{where}: expected {typ.__name__}, got {shown}{_from(source)}") from None
+        layer[where] = (Path(path).expanduser().read_text().strip(), source)
+    except OSError as exc:
+        problem = f"{named}: cannot read secret file {path}: {exc.strerror}"
+        if warn is None:
+            raise ConfigError(problem) from None
+        warn(f"{problem}; using the default, {_shown_default(f)}")
 
 
-def _from(source: str) -> str:
+def _pair_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sourced_from(source: str) -> str:
     """`` (from <source>)`` for an error that already names the setting: a file source's
     ``(section.key)`` suffix (shown by `perftracker config`) left out."""
     if source.startswith("file ") and source.endswith(")") and " (" in source:
@@ -100,90 +203,149 @@ def _from(source: str) -> str:
     return f" (from {source})" if source else ""
 
 
-BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-_COMPARE = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+def type_problem(where: str, typ: Any, raw: Any, source: str) -> str:
+    """The one line for a value that is not of its setting's type (a secret-looking one masked)."""
+    if typ is bool:
+        return f"{where}: expected true/false, got {raw!r}{sourced_from(source)}"
+    shown = "***" if "password" in where or "secret" in where or "key" in where else repr(raw)
+    return f"{where}: expected {typ.__name__}, got {shown}{sourced_from(source)}"
 
 
-def allowed_range(metadata: Mapping[str, Any]) -> str:
-    """The range declared in a field's metadata, in words: ``>= 1``, ``0..65535``, '' if none."""
-    if "ge" in metadata and "le" in metadata:
-        return f"{metadata['ge']}..{metadata['le']}"
-    return " and ".join(f"{op} {metadata[key]}" for key, op in BOUNDS if key in metadata)
+def range_problem_line(where: str, value: Any, metadata: Mapping[str, Any], source: str) -> str:
+    """The one line for a value outside its setting's declared range."""
+    return f"{where} = {value} (from {source}) is out of range; allowed: {allowed_range(metadata)}"
 
 
-def range_problem(value: Any, metadata: Mapping[str, Any]) -> str | None:
-    """Why ``value`` is outside its field's declared range, or None (no range, or inside)."""
-    allowed = allowed_range(metadata)
-    if not allowed or isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    inside = math.isfinite(value) and all(op(value, metadata[key]) for key, op in _COMPARE.items()
-                                          if key in metadata)
-    return None if inside else f"allowed: {allowed}"
+# a boolean setting's words (pydantic's, and the empty string: unset, as a shell writes it)
+TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
+FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
 
-def env_name(section: str, name: str) -> str:
-    """``PERFTRACKER_<SECTION>_<NAME>`` (``PERFTRACKER_<NAME>`` at the top level)."""
-    return ENV_PREFIX + (f"{section}_{name}" if section else name).upper()
+def secret_value(value: Any) -> Secret:
+    """A secret setting's value, remembered: masked in every log and error from now on."""
+    secret = value if isinstance(value, Secret) else Secret(str(value))
+    remember_secret(secret.reveal())
+    return secret
+
+
+# --- the standard-library reader (the collectors; the slim install's command line) ---------
+
+def _coerce(value: Any, typ: Any, where: str, source: str) -> Any:
+    if typ is Secret:
+        return secret_value(value)
+    if typ is Path:
+        return Path(str(value)).expanduser()
+    if typ is bool:
+        if isinstance(value, str):
+            if value.lower() in TRUE_WORDS:
+                return True
+            if value.lower() in FALSE_WORDS:
+                return False
+            raise ConfigError(type_problem(where, typ, value, source))
+        return bool(value)
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(type_problem(where, typ, value, source)) from None
+
+
+def out_of_range(value: Any, metadata: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is outside its field's declared range (not finite counts as outside)."""
+    if not allowed_range(metadata) or isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not (math.isfinite(value) and all(op(value, metadata[key]) for key, op in _COMPARE.items()
+                                             if key in metadata))
+
+
+def env_layer(env: Mapping[str, str], cls: type = Settings, section: str = "") -> Layer:
+    """The settings the environment sets by name (the servers leave this to pydantic-settings)."""
+    return {where: (env[var], var) for sub, where, f, _ in leaves(cls, section)
+            if (var := env_name(sub, f.name)) in env}
 
 
 def load_section(cls: type[T], section: str, env: Mapping[str, str],
                  file_values: Mapping[str, Any] | None = None, *, sources: dict[str, str] | None = None,
                  warn: Warn | None = None, file_label: str = "the config file") -> T:
-    """One settings dataclass from its ``[section]`` table of the file and the environment.
+    """One settings dataclass from its ``[section]`` table of the file and the environment,
+    standard library only.
 
     ``sources`` (when given) receives ``{"section.name": where the value came from}`` for every
     field ("default", the environment variable, or the file); with ``warn``, a value that
     cannot be used is reported there and the field keeps its default (never raises for it)."""
-    file_values = file_values or {}
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    for key in file_values:
-        if key not in known and not (key.endswith("_file") and key[:-5] in known):
-            raise ConfigError(f"unknown setting {section + '.' if section else ''}{key}; known: {sorted(known)}")
+    layers = (env_layer(env, cls, section), env_file_layer(env, cls, section, warn),
+              file_layer(file_values or {}, file_label, cls, section, warn))
+    return _build(cls, section, layers, sources, warn)
+
+
+def _build(cls: type, section: str, layers: tuple[Layer, ...], sources: dict[str, str] | None,
+           warn: Warn | None) -> Any:
     kwargs: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        typ = hints[f.name]
-        if isinstance(typ, type) and is_dataclass(typ):
-            sub = file_values.get(f.name, {})
-            if sub and "env_only" in f.metadata:
-                raise ConfigError(f"[{f.name}] cannot be set in the config file: {f.metadata['env_only']}")
-            if not isinstance(sub, Mapping):
-                raise ConfigError(f"[{f.name}] must be a table")
-            kwargs[f.name] = load_section(typ, f.name, env, sub, sources=sources, warn=warn,
-                                          file_label=file_label)
+    for f, typ in declared(cls):
+        if is_section(typ):
+            kwargs[f.name] = _build(typ, f.name, layers, sources, warn)
             continue
         where = f"{section}.{f.name}" if section else f.name
+        raw, source = next((layer[where] for layer in layers if where in layer), (None, "default"))
         try:
-            value, source = _field_value(f, typ, section, where, file_values, env, file_label)
+            if raw is not None:
+                kwargs[f.name] = _checked(raw, typ, f, where, source)
         except ConfigError as exc:
             if warn is None:
                 raise
             warn(f"{exc}; using the default, {_shown_default(f)}")
-            value, source = None, None
-        if value is not None:
-            kwargs[f.name] = value
+            raw = None
         if sources is not None:
-            sources[where] = source or "default"
+            sources[where] = source if raw is not None else "default"
     return cls(**kwargs)
 
 
-def _field_value(f: Any, typ: Any, section: str, where: str, file_values: Mapping[str, Any],
-                 env: Mapping[str, str], file_label: str) -> tuple[Any, str | None]:
-    """The field's checked value and its source, or (None, None) when the default applies."""
-    raw, source = _raw_value(f.name, typ, section, file_values, env, file_label)
-    if raw is None:
-        return None, None
-    if f.metadata.get("pairs") and isinstance(raw, Mapping):  # a table of properties in the file
-        raw = ";".join(f"{k}={_pair_value(v)}" for k, v in raw.items())
-    value = _coerce(raw, typ, where, source or "")
-    problem = range_problem(value, f.metadata)
-    if problem:
-        raise ConfigError(f"{where} = {value} (from {source}) is out of range; {problem}")
-    return value, source
+def _checked(raw: Any, typ: Any, f: Field, where: str, source: str) -> Any:
+    value = _coerce(raw, typ, where, source)
+    if out_of_range(value, f.metadata):
+        raise ConfigError(range_problem_line(where, value, f.metadata, source))
+    return value
 
 
-def _shown_default(f: Any) -> str:
-    default = f.default_factory() if callable(f.default_factory) else f.default
+def read_settings(path: Path | None = None, env: Mapping[str, str] | None = None,
+                  warn: Warn | None = None) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings_with_sources` with the standard-library reader: the collectors'
+    (with ``warn``) and the slim install's command line (without pydantic)."""
+    env = os.environ if env is None else env
+    path = path or default_config_path(env)
+    sources: dict[str, str] = {}
+    settings = load_section(Settings, "", env, read_config_file(path) if path else {}, sources=sources,
+                            warn=warn, file_label=f"file {path}")
+    check_settings(settings)
+    return settings, sources
+
+
+# --- the servers' entry points -------------------------------------------------------------
+
+def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Read ``path`` (or ``$PERFTRACKER_CONFIG``, or ./perftracker.toml|yaml) and the environment."""
+    return load_settings_with_sources(path, env)[0]
+
+
+def load_settings_with_sources(path: Path | None = None, env: Mapping[str, str] | None = None,
+                               ) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings` and, per setting (``"streams.workers"``), where its value came from:
+    ``default``, the environment variable's name, or ``file PATH (section.name)``.
+
+    Validated by pydantic-settings (:mod:`.settings_model`) where the server extra is
+    installed; the slim collector install reads them with :func:`read_settings`."""
+    try:
+        from .settings_model import load_with_sources
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("pydantic", "pydantic_settings", "pydantic_core"):
+            raise
+        return read_settings(path, env)
+    return load_with_sources(path, env)
+
+
+# --- the settings as rows, as variables, and the unknown ones ------------------------------
+
+def _shown_default(f: Field) -> str:
+    default = default_of(f)
     return show_value(default) if not isinstance(default, Secret) else "empty"
 
 
@@ -196,44 +358,13 @@ def show_value(value: Any) -> str:
     return str(value)
 
 
-def _raw_value(name: str, typ: Any, section: str, file_values: Mapping[str, Any],
-               env: Mapping[str, str], file_label: str = "the config file") -> tuple[Any, str | None]:
-    """The environment's value, else the file's, else None (the default applies); with its source."""
-    where = f"{section}.{name}" if section else name
-    var = env_name(section, name)
-    if var in env:
-        return env[var], var
-    if var + "_FILE" in env:
-        return _secret_file(env[var + "_FILE"], var + "_FILE"), var + "_FILE"
-    if name in file_values:
-        if typ is Secret:
-            raise ConfigError(f"{where} is a secret: set {var} or {name}_file, not the value in the file")
-        return file_values[name], f"{file_label} ({where})"
-    if name + "_file" in file_values:
-        return (_secret_file(file_values[name + "_file"], f"{where}_file"),
-                f"{file_label} ({where}_file)")
-    return None, None
-
-
-def _pair_value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _secret_file(path: str, where: str) -> Secret:
-    try:
-        return Secret(Path(path).expanduser().read_text().strip())
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read secret file {path}: {exc.strerror}") from None
-
-
 def section_env(values: Any, section: str) -> dict[str, str]:
     """The ``PERFTRACKER_<SECTION>_*`` variables that reproduce the non-default fields of the
     settings dataclass ``values`` (secrets revealed: for a child process's environment only)."""
     out = {}
     for f in fields(values):
         value = getattr(values, f.name)
-        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-        if value == default:
+        if value == default_of(f):
             continue
         if isinstance(value, Secret):
             value = value.reveal()
@@ -243,38 +374,15 @@ def section_env(values: Any, section: str) -> dict[str, str]:
     return out
 
 
-def default_config_path(env: Mapping[str, str]) -> Path | None:
-    if ENV_PREFIX + "CONFIG" in env:
-        return Path(env[ENV_PREFIX + "CONFIG"])
-    for candidate in (Path("perftracker.toml"), Path("perftracker.yaml")):
-        if candidate.exists():
-            return candidate
-    return None
+@functools.cache
+def value_env_names() -> frozenset[str]:
+    """Every setting's own variable, ``PERFTRACKER_<SECTION>_<NAME>`` (no ``*_FILE`` form)."""
+    return frozenset(env_name(section, f.name) for section, _, f, _ in leaves())
 
 
-def load_settings(path: Path | None = None, env: Mapping[str, str] | None = None,
-                  warn: Warn | None = None) -> Settings:
-    """Read ``path`` (or ``$PERFTRACKER_CONFIG``, or ./perftracker.toml|yaml) and the environment."""
-    return load_settings_with_sources(path, env, warn)[0]
-
-
-def load_settings_with_sources(path: Path | None = None, env: Mapping[str, str] | None = None,
-                               warn: Warn | None = None) -> tuple[Settings, dict[str, str]]:
-    """:func:`load_settings` and, per setting (``"streams.workers"``), where its value came from:
-    ``default``, the environment variable's name, or ``file PATH (section.name)``."""
-    env = os.environ if env is None else env
-    path = path or default_config_path(env)
-    values = _read_file(path) if path else {}
-    sources: dict[str, str] = {}
-    settings = load_section(Settings, "", env, values, sources=sources, warn=warn,
-                            file_label=f"file {path}")
-    check_settings(settings)
-    return settings, sources
-
-
-def setting_env_names() -> set[str]:
+def setting_env_names() -> frozenset[str]:
     """Every ``PERFTRACKER_*`` variable the loader reads (with its ``*_FILE`` form)."""
-    names = {row[0] for row in describe_settings()}
+    names = value_env_names()
     return names | {name + "_FILE" for name in names}
 
 
@@ -310,22 +418,13 @@ def describe_settings() -> list[tuple[str, str, str, str]]:
 def setting_rows(settings: Settings | None = None, sources: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """One row per setting: ``setting`` (section.name), ``env``, ``type``, ``default``, ``value``
     (of ``settings``, else the default; as written, secrets masked), ``source``, ``range``, ``doc``."""
-    rows: list[dict[str, Any]] = []
-
-    def walk(cls: type, section: str, values: Any) -> None:
-        hints = get_type_hints(cls)
-        for f in fields(cls):
-            typ = hints[f.name]
-            if isinstance(typ, type) and is_dataclass(typ):
-                walk(typ, f.name, getattr(values, f.name) if values is not None else None)
-                continue
-            default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-            where = f"{section}.{f.name}" if section else f.name
-            value = getattr(values, f.name) if values is not None else default
-            rows.append({"setting": where, "env": env_name(section, f.name), "type": typ.__name__,
-                         "default": show_value(default), "value": show_value(value),
-                         "source": (sources or {}).get(where, "default"),
-                         "range": allowed_range(f.metadata), "doc": f.metadata.get("doc", "")})
-
-    walk(Settings, "", settings)
+    rows = []
+    for section, where, f, typ in leaves():
+        default = default_of(f)
+        values = getattr(settings, section) if settings is not None and section else settings
+        value = getattr(values, f.name) if values is not None else default
+        rows.append({"setting": where, "env": env_name(section, f.name), "type": typ.__name__,
+                     "default": show_value(default), "value": show_value(value),
+                     "source": (sources or {}).get(where, "default"),
+                     "range": allowed_range(f.metadata), "doc": f.metadata.get("doc", "")})
     return rows

