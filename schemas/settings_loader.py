@@ -332,10 +332,11 @@ def load_settings_with_sources(path: Path | None = None, env: Mapping[str, str] 
     ``default``, the environment variable's name, or ``file PATH (section.name)``.
 
     Validated by pydantic-settings (:mod:`.settings_model`) where the server extra is
-    installed; the slim collector install reads them with :func:`read_settings`."""
+    installed; the slim collector install (no pydantic-settings, or a training image's
+    pydantic 1) reads them with :func:`read_settings`."""
     try:
         from .settings_model import load_with_sources
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:
         if (exc.name or "").split(".")[0] not in ("pydantic", "pydantic_settings", "pydantic_core"):
             raise
         return read_settings(path, env)

@@ -5,6 +5,7 @@ standard-library reader the collectors and the slim install keep."""
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -106,8 +107,11 @@ def test_secrets_are_secret_objects_remembered_for_masking(tmp_path):
     assert redact_configured("pw-from-file-9 and pw-from-env-9") == "*** and ***"
 
 
-def test_the_slim_install_reads_the_settings_without_pydantic(monkeypatch):
+@pytest.mark.parametrize("installed", ["no pydantic-settings", "pydantic 1"])
+def test_the_slim_install_reads_the_settings_without_pydantic(monkeypatch, installed):
     monkeypatch.delitem(sys.modules, "perftracker_ml.schemas.settings_model")
+    if installed == "pydantic 1":  # a training image's own pydantic, without pydantic 2's validators
+        monkeypatch.setitem(sys.modules, "pydantic", types.ModuleType("pydantic"))
     monkeypatch.setitem(sys.modules, "pydantic_settings", None)  # as if not installed
     settings, sources = load_settings_with_sources(env={"PERFTRACKER_STREAMS_WORKERS": "4"})
     assert settings.streams.workers == 4 and sources["streams.workers"] == "PERFTRACKER_STREAMS_WORKERS"
