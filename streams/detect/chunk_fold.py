@@ -203,7 +203,7 @@ class _Plan:
         names, groups = batch["names"], batch.get("groups", [])
         comms, spans, iters = batch["comms"], batch["spans"], batch["iterations"]
         stacks = batch.get("stacks") or {}
-        has_cpu = bool(batch.get("cpu") or stacks.get("frame"))
+        has_cpu = bool(batch.get("cpu") or stacks.get("frame") or batch.get("net"))  # host evidence
         raw = len(spans["kind"]) + len(iters["step"])
         n_names, n_groups = len(names), len(groups)
         self.offset[p], self.mono[p], self.bw[p] = wall - mono, mono, wall // 1_000_000
@@ -615,7 +615,8 @@ class _Plan:
                 p.pending_group, p.pending_seq, p.pending_in_flight = self.groups.names[gid], seq, in_flight
 
     def _apply_cpu(self, fast: np.ndarray, result: ChunkResult) -> None:
-        """CPU samples and stack rows per batch (EventFolder's), and each batch's time in turn."""
+        """CPU samples, stack rows and network samples per batch (EventFolder's), and each
+        batch's time in turn."""
         for p, (folder, batch) in enumerate(self.work):
             if not fast[self.batch_rank[p]]:
                 continue
@@ -623,5 +624,6 @@ class _Plan:
             if self.has_cpu[p]:
                 try:
                     folder._add_cpu(batch, list(batch["names"]))
+                    folder._add_net(batch)
                 except ERRORS as exc:
                     result.errors[p] = exc

@@ -6,8 +6,10 @@ the job has one group there are no sibling groups to compare (:func:`.window._sl
 The link shows in what each host reads in its own network namespace (RankWindow v6
 ``net_*``, :mod:`...collectors.net_stats`):
 
-* **send queues**: a connection whose send queue holds unsent bytes in most of a window's
-  samples is backed up: its path cannot carry what the rank writes. Each backed-up
+* **send queues**: a connection whose send queue holds more than ``backlog_min_bytes`` in
+  most of a window's samples is backed up: its path cannot carry what the rank writes (an
+  idle connection keeps a few dozen bytes of small messages waiting for a delayed ACK;
+  data waiting for the link is segments' worth). Each backed-up
   connection is an edge (its host -> the host of its remote address). A host that is an end
   of *every* backed-up edge, while some hosts' connections stay drained, is the slow link's
   host: its outgoing connections back up because its link sends slowly, and its peers'
@@ -80,7 +82,7 @@ def _hosts(rank_windows: dict[int, RankWindow]) -> dict[str, list[int]]:
 def _backed_up(rank_windows: dict[int, RankWindow], hosts: dict[str, list[int]],
                policy: DetectionPolicy) -> dict[tuple[str, str], tuple[str, int]]:
     """(host, remote host) -> ("k/n" samples backed up, median unsent bytes) of each connection
-    whose send queue held bytes in at least ``backlog_share`` of its rank's samples."""
+    whose send queue held at least ``backlog_min_bytes`` in ``backlog_share`` of its rank's samples."""
     by_addr = {str(rw.get("net_addr")): str(rw.get("host")) for rw in rank_windows.values() if rw.get("net_addr")}
     edges: dict[tuple[str, str], tuple[str, int]] = {}
     for ranks in hosts.values():
@@ -88,9 +90,11 @@ def _backed_up(rank_windows: dict[int, RankWindow], hosts: dict[str, list[int]],
             rw = rank_windows[r]
             n = int(rw.get("net_samples", 0))
             backlog = _json(str(rw.get("net_backlog_json") or ""))
-            for remote, (k, queued) in backlog.items():
-                if n >= 2 and k / n >= policy.backlog_share:
-                    edges[(str(rw.get("host")), by_addr.get(remote, remote))] = (f"{k}/{n}", int(queued))
+            for remote, queued in backlog.items():
+                full = [int(b) for b in queued if int(b) >= policy.backlog_min_bytes]
+                if n >= 2 and len(full) / n >= policy.backlog_share:
+                    edges[(str(rw.get("host")), by_addr.get(remote, remote))] = (f"{len(full)}/{n}",
+                                                                                 int(np.median(full)))
     return edges
 
 

@@ -55,10 +55,12 @@ class DetectionPolicy:
     min_seqs: int = 3
     link_excess: float = 0.25  # group transfer time above peer groups' median
     # a host's own link evidence (net_links.py): a connection is backed up when its send queue held
-    # bytes in more than half its samples (a link that keeps up drains it between samples); a host
+    # more than a few full segments in at least half its samples (a link that keeps up drains it
+    # between samples; small messages awaiting a delayed ACK are tens of bytes); a host
     # loses packets when at least 1% of its TCP segments are retransmits (TCP's throughput falls
     # steeply past that) and 3x the other hosts' median
     backlog_share: float = 0.5
+    backlog_min_bytes: int = 4096
     retrans_pct: float = 1.0
     retrans_ratio: float = 3.0
     # expectations, as a share of the job's median step time

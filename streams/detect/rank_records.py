@@ -15,7 +15,14 @@ import json
 
 import numpy as np
 
-from ...schemas.records import FunctionPattern, RankCpu, RankHardware, RankNet, RankWindow, RankWindowHeader
+from ...schemas.records import (
+    FunctionPattern,
+    RankCpu,
+    RankHardware,
+    RankNet,
+    RankWindow,
+    RankWindowHeader,
+)
 from ...schemas.vocabulary import (
     FUNCTION_PATTERN,
     FUNCTION_PATTERN_VERSION,
@@ -231,8 +238,8 @@ def cpu_fields(cpu: CpuAcc, steps: int) -> RankCpu:
 
 def net_fields(net: NetAcc) -> RankNet:
     """The window's network evidence (RankWindow v6 ``net_*``, ``ib_*``; -1 unknown): the host's
-    retransmit share and throughput, and per remote address how many samples found the
-    rank's connections to it backlogged, with the median queued bytes then."""
+    retransmit share and throughput, and per remote address the unsent bytes of each sample
+    that found the rank's connections to it non-empty."""
     wall_s = net.total("interval_ns") / 1e9
     sent, retrans = net.total("out_segs"), net.total("retrans_segs")
 
@@ -240,7 +247,7 @@ def net_fields(net: NetAcc) -> RankNet:
         v = net.total(key)
         return round(v / scale / wall_s, 4) if v >= 0 and wall_s > 0 else -1.0
 
-    backlog = {r: [len(b), int(np.median(b))] for r, b in sorted(net.backlog.items())}
+    backlog = {r: b for r, b in sorted(net.backlog.items())}
     return RankNet(net_samples=net.samples, net_addr=net.addr,
                    net_retrans_pct=round(100.0 * retrans / sent, 4) if sent > 0 and retrans >= 0 else -1.0,
                    net_tx_mb_per_s=rate("tx_bytes", 1e6), net_rx_mb_per_s=rate("rx_bytes", 1e6),

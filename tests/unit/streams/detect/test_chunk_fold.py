@@ -20,7 +20,8 @@ RANKS = 3
 
 
 def full_state(s: RankSummarizer) -> tuple:
-    cpu = {wid: (w.cpu.samples, dict(w.cpu.frames), dict(w.hw)) for wid, w in s.windows.windows.items()}
+    cpu = {wid: (w.cpu.samples, dict(w.cpu.frames), dict(w.hw), w.net.samples, dict(w.net.backlog), w.net.addr)
+           for wid, w in s.windows.windows.items()}
     return (state(s), cpu, s.windows.batch_wall_ms, s.ended, s.final_closed, vars(s.health),
             s.collector_dropped, s.batches_since_close, s.meta)
 
@@ -42,6 +43,10 @@ def items(draw: st.DrawFn) -> tuple[int, bool, dict]:
     if draw(st.booleans()):
         b["cpu"] = [{"interval_ns": 10**9, "thread_cpu_ns": draw(st.integers(0, 10**9)), "stack_samples": 3}]
         b["stacks"] = {"frame": [0, 3], "line": [10, 20], "kind": [1, 0], "count": [2, 1], "code": [-1, 2]}
+    if draw(st.booleans()):  # network evidence, alone or with the CPU's (EventBatch v7)
+        b["net"] = [{"interval_ns": 10**9, "local_addr": "10.0.0.1", "retrans_segs": 0, "out_segs": 10,
+                     "rx_bytes": 1, "tx_bytes": 1, "ib_xmit_wait": -1, "ib_errors": -1,
+                     "backlog": [{"remote": "10.0.0.2", "bytes": draw(st.integers(0, 10**6))}]}]
     b["final"] = draw(st.integers(0, 14)) == 0
     b["pid"] = draw(st.sampled_from([1, 1, 1, 2]))
     return rank, False, b

@@ -23,7 +23,7 @@ def addr(host: int) -> str:
 def rw(rank: int, backlog: dict[int, tuple[int, int]] | None = None, samples: int = 5,
        retrans_pct: float = 0.0) -> dict:
     """Rank ``rank`` alone on host h<rank>; ``backlog``: remote host -> (samples backed up, bytes)."""
-    json_backlog = {addr(h): [k, b] for h, (k, b) in (backlog or {}).items()}
+    json_backlog = {addr(h): [b] * k for h, (k, b) in (backlog or {}).items()}
     return rank_window(rank, world=4, host=f"h{rank}", net_samples=samples, net_addr=addr(rank),
                        net_retrans_pct=retrans_pct, net_tx_mb_per_s=3.0, net_rx_mb_per_s=3.0,
                        net_backlog_json=json.dumps(json_backlog) if json_backlog else "",
@@ -64,6 +64,15 @@ def test_any_slow_host_of_any_ring_is_the_one_named(slow: int, n: int):
 
 def test_queues_backed_up_in_fewer_than_half_the_samples_are_a_link_that_keeps_up():
     assert net_link_findings([allreduce()], ring(slow=1, k=2), POLICY) == ([], set())
+
+
+def test_small_messages_awaiting_a_delayed_ack_are_not_a_backlog():
+    windows = ring(slow=1)
+    windows[3] = rw(3, {0: (5, 48), 2: (5, 96)})  # every sample, a few dozen bytes
+    findings, _ = net_link_findings([allreduce()], windows, POLICY)
+    assert [f.hosts for f in findings] == [("h1",)]
+    windows = {r: rw(r, {(r + 1) % 4: (5, 48)}) for r in range(4)}
+    assert net_link_findings([allreduce()], windows, POLICY) == ([], set())
 
 
 def test_every_host_backed_up_is_a_saturated_network_not_one_link():
