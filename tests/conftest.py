@@ -25,7 +25,8 @@ from perftracker_ml.schemas.redact import reset_redaction
 from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
 
 # e2e tests whose verdict is a live diagnosis: never two at once (they would contend for the cores)
-E2E_DIAGNOSIS = ("tests/e2e/demo/", "tests/e2e/test_two_nodes_diagnosis.py", "tests/e2e/test_job_end.py")
+E2E_DIAGNOSIS = ("tests/e2e/demo/", "tests/e2e/test_two_nodes_diagnosis.py", "tests/e2e/test_job_end.py",
+                 "tests/e2e/test_cluster_lab.py")
 LONGEST_FIRST = ("e2e-collect", "faults", "e2e-diagnosis")
 
 
