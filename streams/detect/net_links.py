@@ -31,6 +31,7 @@ costs the whole job that much each step.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -91,7 +92,7 @@ def _backed_up(rank_windows: dict[int, RankWindow], hosts: dict[str, list[int]],
             n = int(rw.get("net_samples", 0))
             backlog = _json(str(rw.get("net_backlog_json") or ""))
             for remote, queued in backlog.items():
-                full = [int(b) for b in queued if int(b) >= policy.backlog_min_bytes]
+                full = [b for b in _ints(queued) if b >= policy.backlog_min_bytes]
                 if n >= 2 and len(full) / n >= policy.backlog_share:
                     edges[(str(rw.get("host")), by_addr.get(remote, remote))] = (f"{len(full)}/{n}",
                                                                                  int(np.median(full)))
@@ -167,9 +168,17 @@ def _number(rw: RankWindow, key: str) -> float:
     return float(value) if isinstance(value, (int, float)) else -1.0
 
 
-def _json(text: str) -> dict[str, list[int]]:
+def _json(text: str) -> dict[str, Any]:
+    """``net_backlog_json`` as a dict; {} when it is not one (the rule reads what it can)."""
     try:
         value = json.loads(text) if text else {}
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _ints(values: Any) -> list[int]:
+    """The whole numbers among ``values`` (a sample's unsent bytes); anything else is skipped."""
+    if not isinstance(values, list):
+        return []
+    return [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]

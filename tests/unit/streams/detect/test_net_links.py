@@ -100,3 +100,11 @@ def test_a_host_retransmitting_far_more_than_its_peers_loses_packets():
 def test_ranks_without_network_evidence_are_left_out():
     windows = {r: rank_window(r, world=4, host=f"h{r}") for r in range(4)}
     assert net_link_findings([allreduce()], windows, POLICY) == ([], set())
+
+
+def test_malformed_backlog_evidence_is_skipped_not_raised():
+    windows = ring(slow=1)
+    for r, bad in ((2, '{"10.77.0.11": ["x", null, Infinity, NaN]}'), (3, '{"10.77.0.10": 5}'), (0, "[1, 2]")):
+        windows[r] = dict(windows[r], net_backlog_json=bad)
+    windows[1] = dict(windows[1], net_backlog_json="not json")
+    assert net_link_findings([allreduce()], windows, POLICY) == ([], set())
