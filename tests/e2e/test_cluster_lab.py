@@ -177,8 +177,13 @@ def test_a_degraded_link_is_named_by_its_host_with_the_numbers(lab, tmp_path: Pa
     evidence = incident["evidence"]
     assert all("h1" in (e["from"], e["to"]) for e in evidence["backed_up"]), evidence
     assert "h1" not in evidence["drained_hosts"] and evidence["transfer_ms_per_step"] > 0, evidence
-    others = [r for r in _incidents(seen).values() if set(r["hosts"]) - {"h1"}]
+    # no other link blamed; the suite's other tests share the machine's two cores, so a rank that
+    # measurably waited for a CPU may be a (true, small) contention incident of its own
+    others = [r for r in _incidents(seen).values()
+              if (r["cause"] == "slow_link" and r["hosts"] != ["h1"]) or (r["hosts"] and r["cause"] not in
+                                                                          ("slow_link", "host_cpu_contention"))]
     assert not others, f"other hosts blamed:\n{_show(others)}"
+    print(f"\nall incidents:\n{_show(seen)}")
     print(f"\ndegraded link, {job}:\n{incident['summary']}\n{json.dumps(incident.get('evidence'), indent=1)}")
 
 
