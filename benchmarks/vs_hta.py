@@ -46,6 +46,7 @@ from perftracker_ml.deploy.workloads.kineto import NCCL_KERNEL_PRE_2_19, TraceJo
 from perftracker_ml.streams.traces.importer import import_traces_with_report
 
 DLRM_ENV = "PERFTRACKER_DLRM_TRACES"
+DLRM_SHIPPED = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces" / "dlrm_kineto.tar.gz"
 HTA_MISSING = "holistictraceanalysis is not installed: pip install holistictraceanalysis (or pip install -e '.[dev,hta]')"
 
 
@@ -194,8 +195,8 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--json", action="store_true", help="one JSON object per line (the default output)")
-    p.add_argument("--dlrm", default=os.environ.get(DLRM_ENV, ""),
-                   help=f"DLRM traces (.tar.gz or directory); default ${DLRM_ENV}")
+    p.add_argument("--dlrm", default=os.environ.get(DLRM_ENV, "") or (str(DLRM_SHIPPED) if DLRM_SHIPPED.is_file() else ""),
+                   help=f"DLRM traces (.tar.gz or directory); default ${DLRM_ENV}, else the ones the tests ship")
     p.add_argument("--only", default="", help="comma-separated trace set names")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vs-hta-") as tmp:
