@@ -7,7 +7,7 @@ embedded_listen_host``), so every host reaches it. Each host runs
 ``perftracker launch -- torchrun --nnodes 4 --node-rank i`` of a plain gloo DDP script,
 one rank per host, rendezvous at h0's address across the bridge: one job of four ranks.
 
-* a link degraded in mid-run (``tbf`` both ways on h1's veth): nothing before the fault,
+* a link degraded in mid-run (``tbf`` both ways on h1's veth): no rank or host blamed before the fault,
   then a slow_link incident naming h1, found from the send queues each host read in its own
   namespace, with the numbers; no incident blames another host;
 * a CPU hog on h3, pinned with h3's rank to h3's core: one host_cpu_contention incident
@@ -163,7 +163,9 @@ def test_a_degraded_link_is_named_by_its_host_with_the_numbers(lab, tmp_path: Pa
         started.setdefault("t", time.monotonic())
         if time.monotonic() - started["t"] < 45.0:  # a steady state first: the regression baseline
             return False
-        quiet_before.extend(_incidents(stack.diagnose(job)).values())
+        # nothing blamed on the healthy job: no rank or host named (the suite's other tests share the
+        # machine's two cores, so the whole job may slow down a little, a job-wide regression of no one)
+        quiet_before.extend(r for r in _incidents(stack.diagnose(job)).values() if r["ranks"] or r["hosts"])
         hosts[1].limit_rate(DEGRADED_RATE)
         return True
 
