@@ -10,7 +10,7 @@ one rank per host, rendezvous at h0's address across the bridge: one job of four
 * a link degraded in mid-run (``tbf`` both ways on h1's veth): no rank or host blamed before the fault,
   then a slow_link incident naming h1, found from the send queues each host read in its own
   namespace, with the numbers; no incident blames another host;
-* a CPU hog on h3, pinned with h3's rank to h3's core: one host_cpu_contention incident
+* three CPU hogs on h3, pinned with h3's rank to h3's core: one host_cpu_contention incident
   naming h3;
 * rank 2's data loader slow: that rank, on h2, with the data loader's function.
 
@@ -197,7 +197,7 @@ def test_a_cpu_hog_on_one_host_is_one_incident_naming_that_host(lab, tmp_path: P
         return [r for r in rows if r["cause"] == "host_cpu_contention" and r["hosts"] == ["h3"]]
 
     job, seen = run_job(hosts, stack, tmp_path, {}, lambda rows: bool(contention(rows)),
-                        host_env={3: {"TRAIN_CPU_HOGS": "2"}})
+                        host_env={3: {"TRAIN_CPU_HOGS": "3"}})
     assert contention(seen), f"no host_cpu_contention incident naming h3 in {job}:\n{_show(seen)}"
     assert len({r["incident_id"] for r in contention(seen)}) == 1, _show(contention(seen))
     others = [r for r in _incidents(seen).values() if set(r["hosts"]) - {"h3"}]
