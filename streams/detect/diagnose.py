@@ -13,7 +13,7 @@ first or last, partial windows and stalls are missing data (an incident must not
 a job ends).
 
 A shared inefficiency (an all-rank function taking more of the step than a healthy job's,
-:func:`.window._expectations`) is judged only on windows in which the job ran most of its
+:func:`.shape.expectations`) is judged only on windows in which the job ran most of its
 usual steps (the clean-window rule above): in a window the job barely ran (its start-up, a
 stall), the time between its few steps -- garbage collections of model set-up, DataLoader
 workers starting -- divided by those few steps is no share of any step (docs/detection.md,

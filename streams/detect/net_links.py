@@ -2,7 +2,7 @@
 
 A collective group's time says the group is slow, not which link: in a ring or tree every
 member waits for the slowest hop, so every member's transfer time rises together, and when
-the job has one group there are no sibling groups to compare (:func:`.window._slow_links`).
+the job has one group there are no sibling groups to compare (:func:`.group_links.slow_links`).
 The link shows in what each host reads in its own network namespace (RankWindow v6
 ``net_*``, :mod:`...collectors.net_stats`):
 

@@ -90,7 +90,7 @@ class DetectionPolicy:
     intermittent_min_calls: int = 6  # a tail-only (p90) slowdown needs this many calls in the window
     explains_share: float = 0.7  # GC (or extra calls) explains a rank when its excess is >= this share of the largest
     absorbed_share: float = 0.5  # a rank's excess came out of its wait for a late culprit when it waits less than
-    # the group's other waiting members by this share of it (and at least the whole excess): window._drop_absorbed
+    # the group's other waiting members by this share of it (and at least the whole excess): stragglers.drop_absorbed
     propagated_wait_share: float = 0.5  # a late arriver that itself waited >= this share of the wait it caused is a victim
     step_wrapper_share: float = 0.5  # a Python function above this share of the step is the step wrapper: no expectation
     regression_explained_share: float = 0.5  # root causes covering this share of a regression absorb it

@@ -1,6 +1,6 @@
 """A rank finding's CPU evidence and code location, in numbers and in words.
 
-:func:`with_cpu_evidence` adds to a rank finding (built by :mod:`.window`) each rank's CPU
+:func:`with_cpu_evidence` adds to a rank finding (built by :mod:`.rank_findings`) each rank's CPU
 verdict (:func:`.cpu_evidence.cpu_verdict`), its most sampled user-code frames, the phase a
 ``slow_function`` is confined to, and says in the summary what the cause rests on:
 scheduler evidence (contention is only ever named with it), or "CPU evidence unavailable".

@@ -2,7 +2,9 @@
 rank's step above what a healthy job spends (:func:`stage_imbalance`, :func:`expectations`).
 
 Both compare groups of ranks or the whole job, never one rank with its peers, so what they
-find names no faulty rank. A GPU/NCCL job and a CPU job show them alike: a pipeline's last
+find names no faulty rank; for the same reason a rank outlier that its whole pipeline stage
+shares is dropped before rank findings are made (:func:`drop_stage_outliers`, from the
+RankWindows' ``mesh_coords``). A GPU/NCCL job and a CPU job show them alike: a pipeline's last
 stage (the output layer and the loss) does more forward, backward and optimizer work than
 the others on any device, and an all-rank data loader or garbage-collection share is the
 job's code. Whether a finding is the job's shape (advice) or a change (an incident) is
@@ -16,9 +18,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...schemas.causes import Cause
-from ...schemas.records import FunctionComparison, PeerGroupStat
+from ...schemas.records import FunctionComparison, PeerGroupStat, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .findings import Finding
+from .layout import PREFIX as LAYOUT_PREFIX
+from .layout import coords_of, stage_of
 from .model import KIND_PREFIX
 from .policy import DetectionPolicy
 
@@ -100,3 +104,29 @@ def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None
     if c["kind"] == SpanKind.PYTHON and not c["function"].startswith(KIND_PREFIX):
         return policy.python_share
     return None
+
+
+def drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[FunctionComparison],
+                        rank_windows: dict[int, RankWindow]) -> None:
+    """Stage imbalance is not a faulty rank: an outlier scored against peers that were not
+    grouped by the layout (no coordinates reached the comparator) is dropped when every rank of
+    its pipeline stage (``mesh_coords`` of the RankWindows) that ran the function is an outlier
+    of it too, and ranks of other stages ran it: the whole stage is slower, not one rank."""
+    stages = {r: stage_of(coords_of(rw)) for r, rw in rank_windows.items()}
+    if not any(s is not None for s in stages.values()):
+        return
+    for c in comparisons:
+        if c["kind"] == SpanKind.COLLECTIVE or not c["outliers"]:
+            continue
+        flagged = {o["rank"] for o in c["outliers"] if not str(o["peer_group"]).startswith(LAYOUT_PREFIX)}
+        ran = {r for r, rw in rank_windows.items() if c["function"] in (rw.get("functions") or [c["function"]])}
+        drop = set()
+        for r in flagged:
+            stage = stages.get(r)
+            members = {m for m in ran if stages.get(m) == stage}
+            if stage is not None and members <= flagged and ran - members:
+                drop |= members
+        for r in drop:
+            by_rank[r] = [o for o in by_rank.get(r, []) if o["function"] != c["function"]]
+            if not by_rank[r]:
+                del by_rank[r]
