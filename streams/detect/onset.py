@@ -26,6 +26,7 @@ import numpy as np
 SUSTAINED_SHARE = 0.8  # of the steps since the onset slower than the p90 of those before it
 MIN_BEFORE = 10  # steps before the onset to know the rank's usual step time
 MAX_CANDIDATES = 64  # onset steps tried per window (evenly spaced): bounded work
+USUAL_PERCENTILE = 90  # a step after the onset is slow when above this percentile of the steps before it
 
 
 def onset_step(step_ns: Sequence[int] | np.ndarray, min_after: int) -> int | None:
@@ -37,7 +38,7 @@ def onset_step(step_ns: Sequence[int] | np.ndarray, min_after: int) -> int | Non
         return None
     stride = max(1, (n - min_after - MIN_BEFORE + 1) // MAX_CANDIDATES)
     for k in range(MIN_BEFORE, n - min_after + 1, stride):
-        usual = float(np.percentile(x[:k], 90))
+        usual = float(np.percentile(x[:k], USUAL_PERCENTILE))
         if float(np.mean(x[k:] > usual)) >= SUSTAINED_SHARE:
             return k
     return None
