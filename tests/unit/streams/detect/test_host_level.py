@@ -1,4 +1,4 @@
-"""Host-level causes (window.py): a late arriver with scheduler evidence of waiting for a CPU is
+"""Host-level causes (host_level.py): a late arriver with scheduler evidence of waiting for a CPU is
 host CPU contention, one finding per host, joined by the host's other ranks with the same
 evidence; without that evidence, or on another host, nothing is merged or joined.
 
