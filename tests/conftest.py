@@ -22,6 +22,7 @@ import pytest
 from perftracker_ml.deploy.tansu import LocalBroker, start_broker
 from perftracker_ml.schemas.redact import reset_redaction
 
+from .prometheus_server import prometheus  # noqa: F401 (a fixture: a real Prometheus on 127.0.0.1)
 from .registry_fake import registry  # noqa: F401 (a fixture: a fake schema registry on 127.0.0.1)
 
 # e2e tests whose verdict is a live diagnosis: never two at once (they would contend for the cores)

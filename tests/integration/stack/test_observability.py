@@ -17,6 +17,7 @@ from perftracker_ml.schemas import Codec
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 from prometheus_client.parser import text_string_to_metric_families
 
+from ...prometheus_server import query
 from ..waiting import wait_for
 from .conftest import Stack
 
@@ -107,3 +108,28 @@ def test_sink_and_worker_logs_are_written_with_levels(stack: Stack):
     worker = worker_logs[0].read_text()
     assert " INFO perftracker_ml.streams " in worker and "metrics at http://127.0.0.1:" in worker
     assert worker.count("metrics at http://") == 1  # one line, not repeated by a second handler
+
+
+def test_a_real_prometheus_scrapes_the_running_stack(stack: Stack, job: str, prometheus):
+    """The stack's own endpoints (its Faust worker's metrics port and the sink's query API),
+    scraped by a real Prometheus and asked in PromQL, with the training job as ``training_job``."""
+    (worker_port,) = stack.state()["worker_metrics_ports"]
+    sink = stack.state()["query_url"].removeprefix("http://")
+    base = prometheus(f"""scrape_configs:
+  - job_name: perftracker-worker
+    static_configs: [{{targets: ["127.0.0.1:{worker_port}"]}}]
+  - job_name: perftracker-sink
+    static_configs: [{{targets: ["{sink}"]}}]
+""")
+
+    def seen() -> list[dict] | None:
+        lost = query(base, f'perftracker_stream_batches_lost_total{{training_job="{job}"}}')
+        rows = query(base, 'sum by (job) (perftracker_sink_rows_written_total)')
+        return [*lost, *rows] if lost and rows else None
+
+    found = wait_for(seen, 60, every_s=1.0, describe=lambda: query(base, "up"))
+    lost = next(r for r in found if r["metric"].get("training_job") == job)
+    assert lost["metric"]["job"] == "perftracker-worker" and float(lost["value"][1]) == 1
+    assert "exported_job" not in lost["metric"]
+    written = next(r for r in found if r["metric"].get("job") == "perftracker-sink")
+    assert float(written["value"][1]) > 0
