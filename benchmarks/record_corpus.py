@@ -67,6 +67,7 @@ PLAN: dict[str, Run] = {r.name: r for r in (
     Run("demo-pp-none", "demo", fault="none", model="transformer-pp", layout="pp"),
     Run("demo-pp-none-again", "demo", fault="none", model="transformer-pp", layout="pp"),
     Run("demo-pp-slow-dataloader", "demo", fault="slow-dataloader", model="transformer-pp", layout="pp"),
+    Run("demo-pp-gc-storm", "demo", fault="gc-storm", model="transformer-pp", layout="pp"),
 )}
 # the frozen evaluation set: every cause family and both healthy and faulty layouts on each side
 EVALUATION = frozenset({

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...schemas.records import FunctionComparison, FunctionPattern, PeerGroupStat, RankOutlier
 from .columnar import MAD_TO_SIGMA, PeerScores, peer_scores
+from .layout import PREFIX as LAYOUT_PREFIX
 from .model import NOT_COMPARED
 from .policy import DetectionPolicy
 
@@ -111,6 +112,7 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
                 per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
                 rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False,
                                                       baseline=base))
+    rec["outliers"] += _small_stage_outliers(t, good, p50, pol, min_cost)
     for i in np.flatnonzero(scored.outlier[0] | minor):
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
@@ -130,6 +132,47 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
                 skipped["transient_outlier"] += 1
                 continue
         rec["outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, intermittent))
+
+
+def _small_stage_outliers(t: PeerTable, good: list[FunctionPattern], p50: np.ndarray, pol: DetectionPolicy,
+                          min_cost: float) -> list[RankOutlier]:
+    """Outliers of layout groups too small to score (a pipeline stage or TP position with fewer
+    than ``min_peers`` data-parallel replicas, e.g. 2 stages x 2 replicas). Ranks of different
+    stages are never peers (their layers differ), so such a group's rank has only its
+    replicas to be told from: it is an outlier when it is above its group-mates' median by
+    ``mad_threshold`` x the spread of every other rank of the function and by ``min_excess``,
+    its excess costs at least ``min_cost``, and it is sustained (its typical call or its number
+    of calls moved). A group this small cannot estimate its own spread, so the spread is at
+    least ``min_excess`` of the group-mates' value. Both
+    replicas of a stage slower is the stage's shape (stage imbalance), never an outlier here:
+    neither is above the other. A GPU rank and a CPU rank show the same: one replica's
+    function slower, by host or device time, than the replica doing the same layers."""
+    out: list[RankOutlier] = []
+    if not any(str(k).startswith(LAYOUT_PREFIX) for k in t.keys):
+        return out
+    for g in range(len(t.keys)):
+        idx = np.flatnonzero(t.peer == g)
+        if not str(t.keys[g]).startswith(LAYOUT_PREFIX) or not 2 <= len(idx) < pol.min_peers:
+            continue
+        for i in idx:
+            mates, rest = idx[idx != i], np.flatnonzero(np.arange(len(t.values)) != i)
+            base = float(np.median(t.values[mates]))
+            # a group of two or three cannot estimate its own spread: at least min_excess of its base
+            scale = max(_centre_scale(t.values[rest], pol)[1], pol.min_excess * max(base, 0.0))
+            excess = float(t.values[i]) - base
+            mc = float(np.median(t.calls[mates]))
+            per_call = float(np.median(t.values[mates] / np.maximum(t.calls[mates], 1e-12)))
+            if (excess < pol.mad_threshold * scale or excess < pol.min_excess * max(base, 0.0) or excess < min_cost
+                    or not _sustained(p50[i], float(np.median(p50[mates])), t.calls[i], mc, pol.min_excess,
+                                      excess, per_call)):
+                continue
+            out.append(RankOutlier(
+                rank=int(good[i]["rank"]), host=str(good[i].get("host", "")), gpu=int(good[i].get("gpu", -1)),
+                peer_group=str(t.keys[g]), value_ms_per_step=float(t.values[i]), peer_median_ms_per_step=base,
+                ratio=float(t.values[i] / base) if base > 0 else INF_RATIO, robust_z=excess / scale,
+                cost_ms_per_step=excess, calls_ratio=float(t.calls[i] / mc) if mc > 0 else INF_RATIO,
+                per_call_ratio=1.0, intermittent=False))
+    return out
 
 
 def _split_groups(t: PeerTable, pol: DetectionPolicy) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:

@@ -113,3 +113,33 @@ def test_diagnoser_keeps_one_slow_rank_of_a_stage_and_names_its_coordinates():
     found = diagnose_window(windows(coords), [comparison("kind:forward", [2], range(4))], POL)
     (f,) = [f for f in found if f.ranks == (2,)]
     assert f.evidence["mesh_coords"] == {"dp": 1, "tp": 0} and "rank 2 (dp=1, tp=0)" in f.summary
+
+
+# ---- a stage with fewer replicas than a robust score needs --------------------------------
+
+def pp2_dp2(rank: int) -> dict[str, int]:
+    """4 ranks as (pp=2, dp=2): each stage's group has two replicas."""
+    return {"pp": rank // 2, "dp": rank % 2}
+
+
+def two_by_two(ms: dict[int, float], function: str = "torch.utils.data.DataLoader.__next__") -> dict:
+    pats = [pattern(r, function, ms[r], mesh_coords=pp2_dp2(r), world_size=4, steps=10) for r in range(4)]
+    return evaluate(function, pats)[0]
+
+
+def test_one_replica_far_above_its_stage_mate_is_an_outlier_of_its_stage():
+    rec = two_by_two({0: 0.5, 1: 0.5, 2: 15.0, 3: 0.5})
+    (o,) = rec["outliers"]
+    assert (o["rank"], o["peer_group"]) == (2, "layout:pp=1")
+    assert o["peer_median_ms_per_step"] == 0.5 and o["cost_ms_per_step"] == 14.5
+
+
+def test_both_replicas_of_a_stage_slower_is_its_shape_not_an_outlier():
+    rec = two_by_two({0: 10.0, 1: 10.0, 2: 14.0, 3: 14.0}, "Block.forward")
+    assert rec["outliers"] == []
+
+
+def test_a_replica_a_little_above_its_stage_mate_is_noise_a_pair_cannot_tell_apart():
+    # 12 % above: past min_excess, but within the spread a pair is granted (min_excess of its base x mad_threshold)
+    rec = two_by_two({0: 13.6, 1: 12.1, 2: 20.0, 3: 20.0}, "Sequential.forward")
+    assert rec["outliers"] == []
