@@ -61,7 +61,8 @@ class CpuSample:
                 "load1": self.load1, "steal_pct": self.steal_pct, "cpus": os.cpu_count() or -1}
 
 
-def _delta(new: int, old: int) -> int:
+def counter_delta(new: int, old: int) -> int:
+    """``new - old`` of a cumulative counter; -1 (unknown) when either is unknown or it went back."""
     return new - old if new >= 0 and old >= 0 and new >= old else UNKNOWN
 
 
@@ -97,14 +98,14 @@ class CpuReader:
         self._last = cur
         if prev is None:
             return None
-        steal = _delta(cur.steal_ticks, prev.steal_ticks)
-        ticks = _delta(cur.host_ticks, prev.host_ticks)
+        steal = counter_delta(cur.steal_ticks, prev.steal_ticks)
+        ticks = counter_delta(cur.host_ticks, prev.host_ticks)
         return CpuSample(
-            interval_ns=cur.mono_ns - prev.mono_ns, thread_cpu_ns=_delta(cur.cpu_ns, prev.cpu_ns),
-            runqueue_wait_ns=_delta(cur.runqueue_ns, prev.runqueue_ns),
-            voluntary_switches=_delta(cur.voluntary, prev.voluntary),
-            involuntary_switches=_delta(cur.involuntary, prev.involuntary),
-            major_faults=_delta(cur.major_faults, prev.major_faults), load1=cur.load1,
+            interval_ns=cur.mono_ns - prev.mono_ns, thread_cpu_ns=counter_delta(cur.cpu_ns, prev.cpu_ns),
+            runqueue_wait_ns=counter_delta(cur.runqueue_ns, prev.runqueue_ns),
+            voluntary_switches=counter_delta(cur.voluntary, prev.voluntary),
+            involuntary_switches=counter_delta(cur.involuntary, prev.involuntary),
+            major_faults=counter_delta(cur.major_faults, prev.major_faults), load1=cur.load1,
             steal_pct=round(100.0 * steal / ticks, 3) if steal >= 0 and ticks > 0 else -1.0)
 
     def _schedstat(self) -> dict[str, int]:

@@ -31,9 +31,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cpu_stats import UNKNOWN, counter_delta
+
 PROC_SELF = Path("/proc/self")
 SYS_IB = Path("/sys/class/infiniband")
-UNKNOWN = -1
 ESTABLISHED = "01"
 MAX_REMOTES = 8  # remotes with the fullest send queues kept per sample
 IB_ERRORS = ("symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards", "link_error_recovery")
@@ -72,10 +73,6 @@ class NetSample:
                 "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
                 "ib_xmit_wait": self.ib_xmit_wait, "ib_errors": self.ib_errors,
                 "backlog": [{"remote": r, "bytes": b} for r, b in self.backlog.items()]}
-
-
-def _delta(new: int, old: int) -> int:
-    return new - old if new >= 0 and old >= 0 and new >= old else UNKNOWN
 
 
 def hex_address(text: str) -> str:
@@ -171,11 +168,11 @@ class NetReader:
             return None
         local, backlog = self.queues()
         return NetSample(interval_ns=cur.mono_ns - prev.mono_ns, local_addr=local,
-                         retrans_segs=_delta(cur.retrans_segs, prev.retrans_segs),
-                         out_segs=_delta(cur.out_segs, prev.out_segs),
-                         rx_bytes=_delta(cur.rx_bytes, prev.rx_bytes), tx_bytes=_delta(cur.tx_bytes, prev.tx_bytes),
-                         ib_xmit_wait=_delta(cur.ib_xmit_wait, prev.ib_xmit_wait),
-                         ib_errors=_delta(cur.ib_errors, prev.ib_errors), backlog=backlog)
+                         retrans_segs=counter_delta(cur.retrans_segs, prev.retrans_segs),
+                         out_segs=counter_delta(cur.out_segs, prev.out_segs),
+                         rx_bytes=counter_delta(cur.rx_bytes, prev.rx_bytes), tx_bytes=counter_delta(cur.tx_bytes, prev.tx_bytes),
+                         ib_xmit_wait=counter_delta(cur.ib_xmit_wait, prev.ib_xmit_wait),
+                         ib_errors=counter_delta(cur.ib_errors, prev.ib_errors), backlog=backlog)
 
     def _snmp(self) -> dict[str, int]:
         text = self._text(self.proc / "net" / "snmp")

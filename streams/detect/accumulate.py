@@ -40,13 +40,30 @@ CPU_SUMS = ("interval_ns", "thread_cpu_ns", "runqueue_wait_ns", "voluntary_switc
 
 
 @dataclass
-class CpuAcc:
-    """The training thread's CPU samples (EventBatch v3 ``cpu``) and stack rows of one window.
-    Sums keep only known (>= 0) values; ``known`` counts, per field, the samples that had one."""
+class KnownSums:
+    """Per-field sums of samples' counters that keep only known (>= 0) values; ``known``
+    counts, per field, the samples that had one."""
 
-    samples: int = 0
     sums: dict[str, int] = field(default_factory=dict)
     known: dict[str, int] = field(default_factory=dict)
+
+    def add_known(self, s: dict, keys: tuple[str, ...]) -> None:
+        for k in keys:
+            v = int(s.get(k, -1))
+            if v >= 0:
+                self.sums[k] = self.sums.get(k, 0) + v
+                self.known[k] = self.known.get(k, 0) + 1
+
+    def total(self, k: str) -> int:
+        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
+        return self.sums.get(k, 0) if self.known.get(k) else -1
+
+
+@dataclass
+class CpuAcc(KnownSums):
+    """The training thread's CPU samples (EventBatch v3 ``cpu``) and stack rows of one window."""
+
+    samples: int = 0
     load1: float = -1.0
     steal: list[float] = field(default_factory=list)
     stack_samples: int = 0
@@ -55,52 +72,34 @@ class CpuAcc:
 
     def add_sample(self, s: dict) -> None:
         self.samples += 1
-        for k in CPU_SUMS:
-            v = int(s.get(k, -1))
-            if v >= 0:
-                self.sums[k] = self.sums.get(k, 0) + v
-                self.known[k] = self.known.get(k, 0) + 1
+        self.add_known(s, CPU_SUMS)
         self.load1 = max(self.load1, float(s.get("load1", -1.0)))
         if float(s.get("steal_pct", -1.0)) >= 0:
             self.steal.append(float(s["steal_pct"]))
         self.stack_samples += max(0, int(s.get("stack_samples", 0)))
         self.stack_hz = max(self.stack_hz, float(s.get("stack_hz", 0.0)))
 
-    def total(self, k: str) -> int:
-        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
-        return self.sums.get(k, 0) if self.known.get(k) else -1
-
 
 NET_SUMS = ("interval_ns", "retrans_segs", "out_segs", "rx_bytes", "tx_bytes", "ib_xmit_wait", "ib_errors")
 
 
 @dataclass
-class NetAcc:
+class NetAcc(KnownSums):
     """The rank's network samples (EventBatch v7 ``net``) of one window: counter sums over the
     samples that knew them, the local address, and per remote address the send-queue sizes
     of the samples that found its connections backlogged."""
 
     samples: int = 0
-    sums: dict[str, int] = field(default_factory=dict)
-    known: dict[str, int] = field(default_factory=dict)
     addr: str = ""
     backlog: dict[str, list[int]] = field(default_factory=dict)  # remote -> bytes in each backlogged sample
 
     def add_sample(self, s: dict) -> None:
         self.samples += 1
-        for k in NET_SUMS:
-            v = int(s.get(k, -1))
-            if v >= 0:
-                self.sums[k] = self.sums.get(k, 0) + v
-                self.known[k] = self.known.get(k, 0) + 1
+        self.add_known(s, NET_SUMS)
         self.addr = str(s.get("local_addr") or "") or self.addr
         for row in s.get("backlog") or ():
             if int(row["bytes"]) > 0:
                 self.backlog.setdefault(str(row["remote"]), []).append(int(row["bytes"]))
-
-    def total(self, k: str) -> int:
-        """Sum of field ``k`` over the samples that knew it; -1 when none did."""
-        return self.sums.get(k, 0) if self.known.get(k) else -1
 
 
 @dataclass

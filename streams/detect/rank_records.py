@@ -247,7 +247,7 @@ def net_fields(net: NetAcc) -> RankNet:
         v = net.total(key)
         return round(v / scale / wall_s, 4) if v >= 0 and wall_s > 0 else -1.0
 
-    backlog = {r: b for r, b in sorted(net.backlog.items())}
+    backlog = dict(sorted(net.backlog.items()))
     return RankNet(net_samples=net.samples, net_addr=net.addr,
                    net_retrans_pct=round(100.0 * retrans / sent, 4) if sent > 0 and retrans >= 0 else -1.0,
                    net_tx_mb_per_s=rate("tx_bytes", 1e6), net_rx_mb_per_s=rate("rx_bytes", 1e6),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,8 @@ from perftracker_ml.schemas import Codec
 from perftracker_ml.schemas.settings_loader import load_settings
 from perftracker_ml.schemas.topics import TopicNames
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.sinks.client import query
+from perftracker_ml.sinks.errors import NoStore
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -146,3 +149,39 @@ def launch_profiled(bootstrap: str, prefix: str, script: str, nproc: int, steps:
     code, _seconds = launch(torchrun(script, nproc=nproc), job, env)
     assert code == 0
     return topics, job
+
+
+def finish_launchers(procs: list[subprocess.Popen], timeout_s: float = 120.0) -> list[str]:
+    """Each launcher's output once it exits; one still running after ``timeout_s`` (e.g. a
+    peer node's rank died and it waits in the rendezvous) is stopped, SIGTERM then SIGKILL,
+    so no launcher outlives the test, and its output is kept for the assertion message."""
+    outputs = []
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            out = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                out = p.communicate(timeout=20)[0]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = p.communicate()[0]
+            out = (out or "") + f"\n[test: still running {timeout_s:.0f} s after training ended; stopped]"
+        outputs.append(out or "")
+    return outputs
+
+
+def stored_jobs(settings) -> list[dict]:
+    """The store's jobs; [] while there is no store yet."""
+    try:
+        return query(settings, "jobs")
+    except NoStore:
+        return []
+
+
+def new_job(settings, before: set[str]) -> str | None:
+    """The one job stored since ``before`` (None yet); several is a failure: the launchers split."""
+    new = [j for j in stored_jobs(settings) if j["job"] not in before]
+    assert len(new) <= 1, f"several new jobs: the launchers did not agree on one: {new}"
+    return new[0]["job"] if new else None

@@ -31,13 +31,11 @@ from pathlib import Path
 
 import pytest
 from perftracker_ml.schemas.settings_loader import load_settings
-from perftracker_ml.sinks.client import query
-from perftracker_ml.sinks.errors import NoStore
 
 from tests import netns_cluster
 from tests.integration.stack.conftest import Stack, stack_env
 
-from .helpers import SCRIPTS
+from .helpers import SCRIPTS, finish_launchers, new_job, stored_jobs
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +76,7 @@ def run_job(hosts: list[netns_cluster.Host], stack: Stack, tmp_path: Path, env: 
     ``on_running(job, diagnosis)`` is called every poll while training and returns True once
     it has done its part (e.g. degraded a link). Returns (job, every diagnosis row seen)."""
     settings = load_settings(env=stack.env)
-    before = {j["job"] for j in _jobs(settings)}
+    before = {j["job"] for j in stored_jobs(settings)}
     hold = tmp_path / "hold"
     hold.write_text("train while this exists")
     launcher = shutil.which("perftracker", path=str(Path(sys.executable).parent))
@@ -99,7 +97,7 @@ def run_job(hosts: list[netns_cluster.Host], stack: Stack, tmp_path: Path, env: 
         deadline = time.monotonic() + TRAIN_LIMIT_S
         while time.monotonic() < deadline and all(p.poll() is None for p in procs):
             time.sleep(2.0)
-            job = job or _new_job(settings, before)
+            job = job or new_job(settings, before)
             rows = stack.diagnose(job) if job else []
             seen += rows
             if job and not acted and on_running is not None:
@@ -108,40 +106,13 @@ def run_job(hosts: list[netns_cluster.Host], stack: Stack, tmp_path: Path, env: 
                 break
     finally:
         hold.unlink(missing_ok=True)
-        outputs = _finish(procs)
+        outputs = finish_launchers(procs)
     assert [p.returncode for p in procs] == [0] * len(procs), "\n".join(o[-3000:] for o in outputs)
-    job = job or _new_job(settings, before)
+    job = job or new_job(settings, before)
     assert job, "no job of the four hosts reached the store"
     seen += stack.diagnose(job)
     (tmp_path / "diagnosis.json").write_text(json.dumps(seen, indent=1))
     return job, seen
-
-
-def _finish(procs: list[subprocess.Popen], timeout_s: float = 120.0) -> list[str]:
-    """Each launcher's output once it exits; one still running after ``timeout_s`` is stopped."""
-    outputs = []
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        try:
-            out = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out = (p.communicate()[0] or "") + "\n[test: still running after training ended; killed]"
-        outputs.append(out or "")
-    return outputs
-
-
-def _jobs(settings) -> list[dict]:
-    try:
-        return query(settings, "jobs")
-    except NoStore:
-        return []
-
-
-def _new_job(settings, before: set[str]) -> str | None:
-    new = [j for j in _jobs(settings) if j["job"] not in before]
-    assert len(new) <= 1, f"several new jobs: the hosts did not agree on one: {new}"
-    return new[0]["job"] if new else None
 
 
 def _incidents(rows: list[dict]) -> dict[str, dict]:

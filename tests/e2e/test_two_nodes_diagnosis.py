@@ -28,12 +28,10 @@ from pathlib import Path
 
 import pytest
 from perftracker_ml.schemas.settings_loader import load_settings
-from perftracker_ml.sinks.client import query
-from perftracker_ml.sinks.errors import NoStore
 
 from tests.integration.stack.conftest import Stack, running_stack
 
-from .helpers import SCRIPTS
+from .helpers import SCRIPTS, finish_launchers, new_job, stored_jobs
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +56,7 @@ def run_two_nodes(stack: Stack, tmp_path: Path, node_env: dict[int, dict[str, st
     """Both launchers of one 2x2 job, training until ``done(diagnosis)`` or TRAIN_LIMIT_S;
     returns (job, every diagnosis row seen while it ran, the diagnosis after it ended)."""
     settings = load_settings(env=stack.env)
-    before = {j["job"] for j in _jobs(settings)}
+    before = {j["job"] for j in stored_jobs(settings)}
     hold = tmp_path / "hold"
     hold.write_text("train while this exists")
     launcher = shutil.which("perftracker", path=str(Path(sys.executable).parent))
@@ -81,54 +79,20 @@ def run_two_nodes(stack: Stack, tmp_path: Path, node_env: dict[int, dict[str, st
         deadline = time.monotonic() + TRAIN_LIMIT_S
         while time.monotonic() < deadline and all(p.poll() is None for p in nodes):
             time.sleep(2.0)
-            job = job or _new_job(settings, before)
+            job = job or new_job(settings, before)
             rows = stack.diagnose(job) if job else []
             seen += rows
             if rows and done(rows):
                 break
     finally:
         hold.unlink(missing_ok=True)
-        outputs = _finish(nodes)
+        outputs = finish_launchers(nodes)
     assert [p.returncode for p in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    job = job or _new_job(settings, before)
+    job = job or new_job(settings, before)
     assert job, "no job of the two nodes reached the store"
     final = stack.diagnose(job)
     (tmp_path / "diagnosis.json").write_text(json.dumps(seen + final, indent=1))
     return job, seen + final, final
-
-
-def _finish(nodes: list[subprocess.Popen], timeout_s: float = 120.0) -> list[str]:
-    """Each launcher's output once it exits; one still running after ``timeout_s`` (e.g. its
-    peer node's rank died and it waits in the rendezvous) is stopped, SIGTERM then SIGKILL,
-    so no launcher outlives the test, and its output is kept for the assertion message."""
-    outputs = []
-    deadline = time.monotonic() + timeout_s
-    for p in nodes:
-        try:
-            out = p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
-        except subprocess.TimeoutExpired:
-            p.terminate()
-            try:
-                out = p.communicate(timeout=20)[0]
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out = p.communicate()[0]
-            out = (out or "") + f"\n[test: still running {timeout_s:.0f} s after training ended; stopped]"
-        outputs.append(out or "")
-    return outputs
-
-
-def _jobs(settings) -> list[dict]:
-    try:
-        return query(settings, "jobs")
-    except NoStore:
-        return []
-
-
-def _new_job(settings, before: set[str]) -> str | None:
-    new = [j for j in _jobs(settings) if j["job"] not in before]
-    assert len(new) <= 1, f"several new jobs: the nodes did not agree on one: {new}"
-    return new[0]["job"] if new else None
 
 
 def _show(rows: list[dict]) -> str:
