@@ -48,6 +48,9 @@ class Run:
     model: str = "mlp"  # demo only
     load: bool = False  # a busy process on one core throughout
     layout: str = "ddp"
+    env: tuple[tuple[str, str], ...] = ()  # demo only: PERFTRACKER_DEMO_* settings of the fault
+    location: str | None = None  # demo only: the fault's ``# LF:`` marker in deploy/demo/inject_fault.py
+    steps: int = 900  # demo only: the fault starts a third of the way in
 
 
 EXTRA_SCENARIOS = (
@@ -68,6 +71,18 @@ PLAN: dict[str, Run] = {r.name: r for r in (
     Run("demo-pp-none-again", "demo", fault="none", model="transformer-pp", layout="pp"),
     Run("demo-pp-slow-dataloader", "demo", fault="slow-dataloader", model="transformer-pp", layout="pp"),
     Run("demo-pp-gc-storm", "demo", fault="gc-storm", model="transformer-pp", layout="pp"),
+    Run("demo-fsdp2-none", "demo", fault="none", model="transformer-fsdp2", layout="fsdp2"),
+    # one rank's backward slower by a few percent of a ~150 ms step
+    Run("demo-fsdp2-slow-backward", "demo", fault="slow-backward-hook", model="transformer-fsdp2", layout="fsdp2",
+        env=(("PERFTRACKER_DEMO_DELAY_MS", "12"),)),
+    # a synchronous flush on one rank: shorter than a window apart, then longer than a window apart (800 ms:
+    # 500 ms every 8 s of ~15 ms steps costs ~0.97 ms per step, under min_cost_ms_per_step, not reported by design)
+    Run("demo-mlp-periodic-stall", "demo", fault="periodic-stall", location="periodic-stall", steps=4000,
+        env=(("PERFTRACKER_DEMO_DELAY_MS", "300"), ("PERFTRACKER_DEMO_PERIOD_S", "2"))),
+    Run("demo-mlp-periodic-stall-long", "demo", fault="periodic-stall", location="periodic-stall", steps=4000,
+        env=(("PERFTRACKER_DEMO_DELAY_MS", "800"), ("PERFTRACKER_DEMO_PERIOD_S", "8"))),
+    Run("demo-fsdp2-periodic-stall", "demo", fault="periodic-stall", model="transformer-fsdp2", layout="fsdp2",
+        location="periodic-stall", env=(("PERFTRACKER_DEMO_DELAY_MS", "600"), ("PERFTRACKER_DEMO_PERIOD_S", "12"))),
 )}
 # the frozen evaluation set: every cause family and both healthy and faulty layouts on each side
 EVALUATION = frozenset({
@@ -112,14 +127,27 @@ def _record_live(settings: Any, run: Run, work: Path, args: argparse.Namespace) 
 
 
 def _record_demo(settings: Any, run: Run) -> tuple[str, Truth]:
-    from perftracker_ml.deploy.demo.runner import run_demo
+    from perftracker_ml.deploy.demo import runner
 
-    result = run_demo(settings, fault=run.fault, ranks=4, model=run.model, echo=lambda _line: None)
+    saved = {k: os.environ.get(k) for k, _ in run.env}
+    os.environ.update(dict(run.env))  # the demo's ranks inherit the environment
+    try:
+        result = runner.run_demo(settings, fault=run.fault, ranks=4, model=run.model, steps=run.steps,
+                                 echo=lambda _line: None)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     cause = cause_of(run.fault)
+    location = marker_lines(Path(runner.__file__).with_name("inject_fault.py"))[run.location] \
+        if run.location and cause else None
     truth = Truth(name=run.name, set="evaluation" if run.name in EVALUATION else "tuning",
                   culprits={str(result.fault_rank): cause} if cause else {},
-                  onset_ms=round(result.onset_wall * 1000) if cause and result.onset_wall else None,
-                  fault=run.fault, layout=run.layout, script=f"deploy/demo ({run.model})",
+                  location=location, onset_ms=round(result.onset_wall * 1000) if cause and result.onset_wall else None,
+                  fault=run.fault, layout=run.layout,
+                  script=f"deploy/demo ({run.model}{''.join(f', {k}={v}' for k, v in run.env)})",
                   how=f"python -m benchmarks.record_corpus --runs {run.name}",
                   live={"culprit_correct": result.culprit_correct, "seconds_to_detect": result.seconds_to_detect,
                         "found": [{"cause": r["cause"], "ranks": r["ranks"]} for r in result.rows]})

@@ -228,7 +228,8 @@ def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> Non
 @click.option("--steps", type=int, default=900, show_default=True)
 @click.option("--model", type=click.Choice(list(MODELS)), default="mlp", show_default=True,
               help="mlp: a small MLP under DDP; transformer: a GPT-style model, tensor parallel x FSDP2 "
-                   "over a (dp, tp) mesh; transformer-pp: two pipeline stages x data parallel.")
+                   "over a (dp, tp) mesh; transformer-pp: two pipeline stages x data parallel; "
+                   "transformer-fsdp2: FSDP2 alone.")
 @click.pass_context
 @needs_server(*STACK, "rich")
 def demo(ctx: click.Context, fault: str, ranks: int, steps: int, model: str) -> None:

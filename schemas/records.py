@@ -156,6 +156,17 @@ class Straggler(TypedDict):
     p_value: float
 
 
+class CollectiveStall(TypedDict):
+    """One call of a collective group at which one member kept the others waiting (v3)."""
+
+    rank: int
+    host: str
+    gpu: int
+    seq: int
+    wait_ms: float
+    seqs_per_step: float
+
+
 class FunctionComparison(TypedDict):
     """One function across all ranks in one window: peer outliers or collective stragglers."""
 
@@ -184,6 +195,7 @@ class FunctionComparison(TypedDict):
     stragglers: list[Straggler]
     skipped: dict[str, int]
     minor_outliers: list[RankOutlier]  # v2: above peers in all but cost; explain late arrivals only
+    stalls: list[CollectiveStall]  # v3: single calls that kept the other members waiting for steps
 
 
 class Anomaly(TypedDict):

@@ -189,6 +189,8 @@ _FUNCTION_COMPARISON: tuple[Rule, ...] = _WINDOW + (
     Items("stragglers", _PEER + (
         Ints(("late_seqs",), 0, COUNT), Floats(("late_fraction", "p_value"), 0, 1),
         Floats(("caused_ms_per_step",), 0, FLOAT))),
+    Items("stalls", _PEER + (Ints(("seq",), 0, COUNT), Floats(("wait_ms", "seqs_per_step"), 0, FLOAT)),
+          optional=True),  # v3
 )
 
 _ANOMALY: tuple[Rule, ...] = (

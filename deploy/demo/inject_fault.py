@@ -4,9 +4,12 @@ perftracker never imports this module; the demo's training script
 (``train.py``) does, and it reads only these environment variables:
 
     PERFTRACKER_DEMO_FAULT     none | slow-dataloader | cpu-contention | slow-collective | gc-storm
+                               | slow-backward-hook | periodic-stall
     PERFTRACKER_DEMO_RANK      global rank that gets the fault (default 2)
     PERFTRACKER_DEMO_AT_STEP   first step with the fault (default 200)
-    PERFTRACKER_DEMO_DELAY_MS  delay of slow-dataloader / slow-collective (default 15)
+    PERFTRACKER_DEMO_DELAY_MS  delay of slow-dataloader / slow-collective / slow-backward-hook, and
+                               the length of each periodic-stall (default 15)
+    PERFTRACKER_DEMO_PERIOD_S  seconds between two periodic stalls (default 8)
     PERFTRACKER_DEMO_ONSET_FILE  where the faulty rank writes when the fault began (JSON)
 
 What each fault does on the chosen rank from the chosen step on:
@@ -15,6 +18,11 @@ What each fault does on the chosen rank from the chosen step on:
   pinned to the same core (it exits by itself when the rank goes away);
 - slow-collective: the rank sleeps DELAY_MS just before entering the per-step all_reduce,
   in code no collector times, so it simply arrives late;
+- slow-backward-hook: a hook on the loss spins the CPU for DELAY_MS when backward starts, on
+  the training thread (autograd runs CPU work on the caller's thread): its backward is slower;
+- periodic-stall: every PERIOD_S the rank blocks DELAY_MS in ``flush_metrics`` before its step
+  (a synchronous metrics flush or checkpoint write), so its peers wait for it in the next
+  collective;
 - gc-storm: the rank keeps a heap of 30k Python objects, makes cyclic garbage every step and
   runs a full garbage collection each step (as code calling gc.collect() in a loop does).
 """
@@ -29,7 +37,8 @@ from typing import Any
 
 from perftracker_ml.deploy.workloads import inject  # the workloads' shared fault mechanics
 
-FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm")  # names of deploy/workloads/faults.py
+FAULTS = ("none", "slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "slow-backward-hook",
+          "periodic-stall")  # names of deploy/workloads/faults.py
 # competitors on the rank's core: enough that the rank gets clearly less CPU than its peers even
 # on a 2-core machine running 4 ranks (there the other ranks already share a core three ways)
 HOGS = 4
@@ -38,10 +47,13 @@ HOGS = 4
 class Fault:
     """Hooks called by train.py; they do nothing until the fault's step on the fault's rank."""
 
-    def __init__(self, kind: str, active_rank: bool, at_step: int, delay_ms: float, onset_file: str):
+    def __init__(self, kind: str, active_rank: bool, at_step: int, delay_ms: float, onset_file: str,
+                 period_s: float = 8.0):
         self.kind = kind if active_rank else "none"
         self.at_step = at_step
         self.delay_s = delay_ms / 1000.0
+        self.period_s = period_s
+        self._next_stall = 0.0
         self.onset_file = onset_file
         self.active = False
         self._hogs: list[Any] = []
@@ -53,6 +65,19 @@ class Fault:
         if self.active and self.kind == "gc-storm":
             inject.make_cyclic_garbage(5_000)
             gc.collect()
+        if self.active and self.kind == "periodic-stall" and time.monotonic() >= self._next_stall:
+            self._next_stall = time.monotonic() + self.period_s
+            flush_metrics(self.delay_s)
+
+    def in_backward(self, loss: Any) -> Any:
+        """``loss``, with a hook that spins at the start of its backward (slow-backward-hook)."""
+        if self.active and self.kind == "slow-backward-hook":
+            loss.register_hook(self._spin)
+        return loss
+
+    def _spin(self, grad: Any) -> Any:
+        inject.busy(self.delay_s)
+        return grad
 
     def before_collective(self) -> None:
         if self.active and self.kind == "slow-collective":
@@ -79,6 +104,11 @@ class Fault:
               flush=True)
 
 
+def flush_metrics(seconds: float) -> None:
+    """Stands in for a synchronous flush (metrics, logs, a checkpoint shard): a blocking wait."""
+    time.sleep(seconds)  # LF:periodic-stall
+
+
 _current: Fault | None = None
 
 
@@ -92,7 +122,8 @@ def from_env(rank: int, env: dict[str, str] | None = None) -> Fault:
     _current = Fault(kind, rank == int(env.get("PERFTRACKER_DEMO_RANK", "2")),
                      int(env.get("PERFTRACKER_DEMO_AT_STEP", "200")),
                      float(env.get("PERFTRACKER_DEMO_DELAY_MS", "15")),
-                     env.get("PERFTRACKER_DEMO_ONSET_FILE", ""))
+                     env.get("PERFTRACKER_DEMO_ONSET_FILE", ""),
+                     float(env.get("PERFTRACKER_DEMO_PERIOD_S", "8")))
     return _current
 
 

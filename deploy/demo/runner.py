@@ -27,13 +27,15 @@ from ..workloads.faults import cause_of
 TRAIN_SCRIPT = Path(__file__).with_name("train.py")
 # --model: the training script and its arguments. ``transformer``: a GPT-style model, 2-way
 # tensor parallel x FSDP2 over a (dp, tp) DeviceMesh; ``transformer-pp``: two pipeline stages
-# x data parallel (deploy/demo/train_transformer.py)
+# x data parallel; ``transformer-fsdp2``: FSDP2 alone (deploy/demo/train_transformer.py)
 MODELS: dict[str, tuple[Path, tuple[str, ...]]] = {
     "mlp": (TRAIN_SCRIPT, ()),
     "transformer": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "tp-fsdp")),
     "transformer-pp": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "pp")),
+    "transformer-fsdp2": (Path(__file__).with_name("train_transformer.py"), ("--parallel", "fsdp2")),
 }
-FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "none")
+FAULTS = ("slow-dataloader", "cpu-contention", "slow-collective", "gc-storm", "slow-backward-hook",
+          "periodic-stall", "none")
 EXPECTED_CAUSE = {f: cause_of(f) for f in FAULTS}  # from the fault table (deploy/workloads/faults.py)
 # the demo's workers compare 3-second windows and open an incident after two of them (not
 # after 50 steps, the default): its CPU-only gloo ranks share a small machine with the whole

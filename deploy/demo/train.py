@@ -2,8 +2,8 @@
 
 Nothing here knows about perftracker: `perftracker launch` attaches the
 collectors from outside. The demo's fault injection is the separate module
-``inject_fault.py`` next to this file; this script only gives it three hooks
-(``on_step``, the data loader's collate function, ``before_collective``), and
+``inject_fault.py`` next to this file; this script only gives it four hooks
+(``on_step``, the data loader's collate function, ``in_backward``, ``before_collective``), and
 with ``PERFTRACKER_DEMO_FAULT`` unset those hooks do nothing.
 
     torchrun --nproc-per-node 4 train.py --steps 900
@@ -61,7 +61,7 @@ def main() -> None:
             fault.on_step(step)
             x, y = x.to(device), y.to(device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            loss = fault.in_backward(loss_fn(model(x), y))
             loss.backward()
             optimizer.step()
             reported = loss.detach().clone()

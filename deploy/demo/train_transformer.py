@@ -1,8 +1,8 @@
 """A small GPT-style transformer trained the way large models are: tensor parallel x FSDP2.
 
 Nothing here knows about perftracker: `perftracker launch` attaches the collectors from
-outside. Like ``train.py`` it gives the demo's fault injection (``inject_fault.py``) its three
-hooks (``on_step``, the data loader's collate function, ``before_collective``); with
+outside. Like ``train.py`` it gives the demo's fault injection (``inject_fault.py``) its four
+hooks (``on_step``, the data loader's collate function, ``in_backward``, ``before_collective``); with
 ``PERFTRACKER_DEMO_FAULT`` unset they do nothing.
 
 Layouts (``--parallel``):
@@ -11,6 +11,9 @@ Layouts (``--parallel``):
   layer, ``RowwiseParallel`` for the output projections: one all-reduce each in forward and
   backward), then each block and the whole model are sharded with FSDP2 (``fully_shard``)
   over ``dp`` (all-gathers before forward/backward, reduce-scatters after backward);
+- ``fsdp2``: FSDP2 alone: every block and the whole model sharded with ``fully_shard`` over
+  all ranks (a one-dimensional DeviceMesh "dp"): all-gathers before forward and backward,
+  reduce-scatters after backward, nothing else;
 - ``pp``: a DeviceMesh ("pp", "dp") of shape (2, world/2); the blocks are split in two
   pipeline stages (``torch.distributed.pipelining``, GPipe schedule, 4 micro-batches) and the
   gradients of each stage are all-reduced over ``dp`` (stage 0 holds the embeddings, stage 1
@@ -43,7 +46,7 @@ from train_common import init_distributed, write_train_report
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=600, help="optimizer steps to run")
-    p.add_argument("--parallel", choices=("tp-fsdp", "pp"), default="tp-fsdp")
+    p.add_argument("--parallel", choices=("tp-fsdp", "fsdp2", "pp"), default="tp-fsdp")
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (tp-fsdp)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dim", type=int, default=128)
@@ -148,6 +151,16 @@ def tp_fsdp(model: GPT, mesh: DeviceMesh) -> nn.Module:
     return model
 
 
+def fsdp2(model: GPT, mesh: DeviceMesh) -> nn.Module:
+    """FSDP2 alone over mesh["dp"]: each block, then the whole model."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return model
+
+
 class Pipeline:
     """One pipeline stage of the GPT (GPipe over mesh["pp"]) with its gradients all-reduced
     over mesh["dp"]."""
@@ -216,6 +229,11 @@ def main() -> None:
         with torch.device(device):
             runner = Pipeline(GPT(a), mesh, device)
         params = list(runner.parameters())
+    elif a.parallel == "fsdp2":
+        mesh = init_device_mesh(dev_type, (world,), mesh_dim_names=("dp",))
+        with torch.device(device):
+            model = fsdp2(GPT(a), mesh)
+        params = list(model.parameters())
     else:
         if world % a.tp or a.heads % a.tp:
             raise SystemExit(f"--tp {a.tp} must divide the ranks ({world}) and the heads ({a.heads})")
@@ -241,7 +259,7 @@ def main() -> None:
             if a.parallel == "pp":
                 loss = runner.train_step(x, y)
             else:
-                loss = lm_loss(model(x), y)
+                loss = fault.in_backward(lm_loss(model(x), y))
                 loss.backward()
             optimizer.step()
             reported = loss.detach().clone()

@@ -40,6 +40,7 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
     FaultSpec("host-copies", SF, "host-side tensor copies after each step, in untimed code"),
     FaultSpec("checkpoint", SF, "a torch.save of the model after each step"),
     FaultSpec("untimed-sleep", SF, "a sleep after each step, in code no collector times"),
+    FaultSpec("periodic-stall", SF, "a synchronous flush (a blocking wait) every few seconds on one rank"),
     FaultSpec("intermittent-straggler", SF, "one step in four is several times slower"),
     FaultSpec("gil-thread", SF, "a pure-Python thread of the training process holds the GIL"),
     FaultSpec("cpu-contention", Cause.HOST_CPU_CONTENTION, "busy processes pinned to the rank's core"),

@@ -8,6 +8,7 @@ A training script decides *when* and *on which rank* a fault of the fault table
   training or its collector runs in them; each exits by itself once the rank is gone);
 * :func:`make_cyclic_garbage` — work for the garbage collector (the gc-storm fault);
 * :func:`stall` — a rank stuck in plain Python (hangs), its start written to a file;
+* :func:`busy` — CPU work of a given wall length on the calling thread (slow code);
 * :func:`write_onset` — the fault's start, written atomically as JSON for whoever scores the
   diagnosis (the wall time is the onset the recordings' truth counts from).
 
@@ -57,6 +58,15 @@ def stall(seconds: float, mark_file: str | None = None) -> None:
         with open(mark_file, "w") as f:
             f.write(str(time.time()))
     time.sleep(seconds)
+
+
+def busy(seconds: float) -> int:
+    """Spin on the calling thread for ``seconds`` of wall time (CPU work, not a sleep)."""
+    end, x = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        for _ in range(1000):
+            x += 1
+    return x
 
 
 def write_onset(path: str, fault: str, rank: int, step: int, **extra: Any) -> dict[str, Any]:

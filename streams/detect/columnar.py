@@ -102,6 +102,8 @@ class Lateness:
     transfer_ns: np.ndarray  # per seq: the shortest time inside the call (pure transfer)
     wait_ns: np.ndarray  # per member: total extra time over the per-seq minimum (waiting)
     seqs: int
+    last: np.ndarray  # per seq: the index of the member that arrived last
+    caused_seq_ns: np.ndarray  # per seq: the wait the last arriver caused (median of the others')
 
 
 def collective_lateness(durations: np.ndarray) -> Lateness:
@@ -115,7 +117,7 @@ def collective_lateness(durations: np.ndarray) -> Lateness:
     caused = np.median(wait, axis=0) if m > 2 else wait.max(axis=0)
     late = np.bincount(last, minlength=m)
     caused_by = np.bincount(last, weights=caused, minlength=m)
-    return Lateness(late, caused_by, transfer, wait.sum(axis=1), s)
+    return Lateness(late, caused_by, transfer, wait.sum(axis=1), s, last, caused)
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:

@@ -240,4 +240,4 @@ def _empty_record(job: str, function: str, window_id: int, patterns: list[Functi
         median_ms_per_step=0.0, groups=[], outliers=[], members=[], member_max_seq=[],
         mixed_signatures=False, member_wait_ms_per_step=[], seqs_compared=0, transfer_ms_median=0.0,
         transfer_ms_per_step=0.0, wait_ms_per_step=0.0, bytes_per_call=0.0,
-        stragglers=[], skipped={}, minor_outliers=[])
+        stragglers=[], skipped={}, minor_outliers=[], stalls=[])

@@ -57,6 +57,7 @@ from .job_checks import JobChecks
 from .job_clock import Due, JobClock
 from .job_windows import JobWindows, ReadyWindow
 from .policy import DetectionPolicy
+from .stalls import StallHistory, periodic_stalls
 from .window import diagnose_window, step_ms
 
 
@@ -79,6 +80,7 @@ class JobDiagnoser:
         self.end_reason = ""  # set when the job ended ("job finished" / "job died")
         self.ends: Counter[str] = Counter()  # job ends by reason
         self.started: set[int] = set()  # ranks whose first window with data was evaluated
+        self.stalls = StallHistory.for_policy(self.policy)  # collective stalls of the last windows
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job."""
@@ -124,6 +126,8 @@ class JobDiagnoser:
         job_step = step_ms(rws)
         self.checks.observe(cmps)
         findings = diagnose_window(rws, cmps, self.policy)
+        self.stalls.note(wid, cmps, rws, self.policy)
+        findings += periodic_stalls(self.stalls, wid, job_step, {r for f in findings for r in f.ranks}, self.policy)
         if not self._full_progress(rws, job_step):  # a share of the step says nothing of a job that barely ran
             findings = [f for f in findings if f.kind != Kind.EXPECTATION]
         starting = self._starts(rws)

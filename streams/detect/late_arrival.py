@@ -35,7 +35,7 @@ from statistics import median
 
 import numpy as np
 
-from ...schemas.records import FunctionComparison, FunctionPattern, Straggler
+from ...schemas.records import CollectiveStall, FunctionComparison, FunctionPattern, Straggler
 from .columnar import Lateness, binomial_tail, collective_lateness, seq_matrix
 from .policy import DetectionPolicy
 
@@ -67,6 +67,7 @@ def score_collective(rec: FunctionComparison, good: list[FunctionPattern], polic
     rec["wait_ms_per_step"] = float(np.median(waits))
     rec["member_wait_ms_per_step"] = [round(float(w), 3) for w in waits]
     rec["stragglers"].extend(_stragglers(members, late, step_n, policy.late_fraction, min_cost))
+    rec["stalls"] = _stalls(members, late, common, steps, float(rec["window_s"]), policy)
 
 
 def is_late_culprit(s: Straggler, step_ms: float, policy: DetectionPolicy, members: int = 0) -> bool:
@@ -107,6 +108,28 @@ def _stragglers(members: list[FunctionPattern], late: Lateness, step_n: float, l
             rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
             late_seqs=int(late.late_seqs[i]), late_fraction=float(late.late_seqs[i] / late.seqs),
             caused_ms_per_step=caused, p_value=pval))
+    return out
+
+
+def _stalls(members: list[FunctionPattern], late: Lateness, seqs: np.ndarray, steps: float,
+            window_s: float, policy: DetectionPolicy) -> list[CollectiveStall]:
+    """Single calls at which the last arriver kept the others waiting ``stall_steps`` steps or
+    more (and at least ``stall_min_ms``): the largest ``max_stalls`` of them. A step here is the
+    window's length over its steps, so a stall inside the window lengthens the step it is
+    measured against. ``seqs_per_step`` is the group's seq span over the window's steps: a
+    process group numbers all its collectives (FSDP's all-gathers and reduce-scatters share
+    one counter), so seq gaps become steps only through the span, not this op's calls."""
+    if steps <= 0 or window_s <= 0:
+        return []
+    floor_ns = max(policy.stall_min_ms * 1e6, policy.stall_steps * window_s * 1e9 / steps)
+    hits = np.flatnonzero(late.caused_seq_ns >= floor_ns)
+    hits = hits[np.argsort(-late.caused_seq_ns[hits], kind="stable")][:policy.max_stalls]
+    out = []
+    for j in hits:
+        p = members[int(late.last[j])]
+        out.append(CollectiveStall(rank=int(p["rank"]), host=str(p.get("host", "")), gpu=int(p.get("gpu", -1)),
+                                   seq=int(seqs[j]), wait_ms=float(late.caused_seq_ns[j]) / 1e6,
+                                   seqs_per_step=float((seqs[-1] - seqs[0] + 1) / steps)))
     return out
 
 

@@ -110,6 +110,17 @@ class DetectionPolicy:
     cpu_work_share: float = 0.25
     location_min_ms: float = 1.0  # a sampled frame names where a rank's extra time goes from this many ms/step
     location_noise_sigmas: float = 2.0  # frames ranked by excess minus this many sigmas of sampling noise
+    # periodic stalls (streams/detect/stalls.py): one call at which the last arriver kept the other
+    # members waiting this many of the window's steps and this long is a stall (late_arrival.py)
+    stall_steps: float = 2.0
+    stall_min_ms: float = 50.0
+    max_stalls: int = 8  # stalls kept per collective group and window (the largest)
+    stall_horizon_windows: int = 24  # windows over which a rank's stalls are counted
+    stall_min_count: int = 3  # a rank is named after this many stalls of one group in the horizon
+    stall_rank_share: float = 0.5  # ... more than this share of that group's stalls
+    stall_step_share: float = 0.03  # ... costing this share of the step (and min_cost_ms_per_step)
+    stall_period_cv: float = 0.5  # gaps within this spread (std / median) are a regular period
+    stall_recent_periods: float = 2.0  # named while its last stall is at most this many periods (or windows) old
 
     @property
     def window_ms(self) -> int:

@@ -101,6 +101,7 @@ def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
 MINOR = {"rank": 2, "host": "h2", "gpu": 0, "peer_group": "s", "value_ms_per_step": 1.2, "peer_median_ms_per_step": 0.4,
          "ratio": 3.0, "robust_z": 30.0, "cost_ms_per_step": 0.8, "calls_ratio": 4.0, "per_call_ratio": 0.75,
          "intermittent": False}  # FunctionComparison v2: an excess short of the cost a finding needs
+STALL = {"rank": 1, "host": "h1", "gpu": -1, "seq": 480, "wait_ms": 512.5, "seqs_per_step": 2.0}  # v3
 
 
 @pytest.mark.parametrize("name, field, value, default, old_version", [
@@ -110,6 +111,7 @@ MINOR = {"rank": 2, "host": "h2", "gpu": 0, "peer_group": "s", "value_ms_per_ste
     (ANOMALY, "resolved_reason", "job finished", "", 1),
     (FUNCTION_PATTERN, "mesh_coords", {"pp": 1, "tp": 0}, {}, 1),
     (FUNCTION_COMPARISON, "minor_outliers", [MINOR], [], 1),
+    (FUNCTION_COMPARISON, "stalls", [STALL], [], 2),
 ])
 def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, default, old_version):
     from perftracker_ml.deploy.workloads.store_records import (
