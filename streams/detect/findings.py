@@ -56,6 +56,12 @@ class Finding:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     immediate: bool = False  # raise without waiting for persistence (hang)
     extra_windows: int = 0  # persist this many windows longer (intermittent slowdowns)
+    # how the summary is rendered last (:func:`.render.rendered`): the words naming its one rank
+    # that open ``summary`` ("rank 3"; "" when it opens otherwise), the rank's mesh coordinates
+    # and, for a GPU cause, its GPU ("GPU 1 GPU-... on node-2"; "" when none)
+    subject: str = ""
+    mesh_coords: Mapping[str, int] = field(default_factory=dict)
+    gpu_label: str = ""
 
 
 def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock_ratio: float,

@@ -103,5 +103,5 @@ def _join_host(parts: list[Finding], joined: dict[int, CpuVerdict]) -> Finding:
     return dataclasses.replace(top, ranks=ranks, hosts=tuple(sorted({h for p in parts for h in p.hosts})),
                                gpus=tuple(sorted({g for p in parts for g in p.gpus})),
                                score=max(p.score for p in parts), summary=summary, evidence=evidence,
-                               extra_windows=min(p.extra_windows for p in parts))
+                               extra_windows=min(p.extra_windows for p in parts), subject="")
 

@@ -24,6 +24,7 @@ from ...schemas.causes import CAUSES, Cause
 from ...schemas.records import RankWindow
 from ...schemas.vocabulary import Kind
 from .cpu_evidence import CONTENDED, WHERE_KIND, cpu_verdict, frame_location
+from .decisions import Clearance
 from .device_evidence import DEVICE_PREFIX, gpu_side, is_device
 from .findings import Finding, fault_evidence, fault_words, rank_impact, throttle_evidence
 from .policy import DetectionPolicy
@@ -42,13 +43,15 @@ LATE_ENTRY_EXTRA_WINDOWS = 1
 
 def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
                  rank_windows: dict[int, RankWindow], policy: DetectionPolicy,
-                 partial: Mapping[int, list[dict]] | None = None) -> list[Finding]:
+                 partial: Mapping[int, list[dict]] | None = None) -> tuple[list[Finding], list[Clearance]]:
     """Stragglers not explained by abnormal functions of their own and not held up elsewhere;
     the sampled frame where the straggler's extra time goes, when its collector samples stacks.
     ``partial``: late arrivers whose outliers explain only a small part of their delay
-    (:func:`.stragglers.late_beyond_outliers`), named in the summary and the evidence."""
+    (:func:`.stragglers.late_beyond_outliers`), named in the summary and the evidence.
+    Also returned: the late arrivers cleared here, with why."""
     partial = partial or {}
     out = []
+    cleared = []
     for rank, late in stragglers.items():
         if rank in victims or rank in explained:
             continue
@@ -58,7 +61,13 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
         cpu = cpu_verdict(rank, rank_windows, impact, policy)
         own = partial.get(rank, [])
         if not own and not where and cpu.verdict != CONTENDED and _sampled_alike(rank, rank_windows):
-            continue  # its stacks and its CPU say it did nothing its peers did not: not shown late
+            # its stacks and its CPU say it did nothing its peers did not: not shown late
+            cleared.append(Clearance(rank, "", (
+                "its stack samples are alike its peers' and it waited for a CPU no more than they did: "
+                "nothing behind its late arrival but scheduling skew"),
+                {"group": top["function"], "late_fraction": round(float(top["late_fraction"]), 3),
+                 "cpu": cpu.verdict}))
+            continue
         head = (f"rank {rank} on {top['host']} enters {top['function']} late in "
                 f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; ")
         summary = head + f"{_instrumented_share(own)}, so "
@@ -100,8 +109,9 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
                            ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
                            function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
                            summary=summary, evidence=evidence,
-                           extra_windows=LATE_ENTRY_EXTRA_WINDOWS if policy.persist_windows > 1 else 0))
-    return out
+                           extra_windows=LATE_ENTRY_EXTRA_WINDOWS if policy.persist_windows > 1 else 0,
+                           subject=f"rank {rank}"))
+    return out, cleared
 
 
 def _instrumented_share(outliers: list[dict]) -> str:

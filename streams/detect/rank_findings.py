@@ -95,16 +95,17 @@ def _step_times(rank_windows: dict[int, RankWindow], rank: int) -> list[int]:
 
 def _onset(f: Finding, rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> Finding:
     """An intermittent finding whose every rank's steps all turned slow from some step of this
-    window to its end began inside it: it opens like a sustained one (:mod:`.onset`)."""
-    if not f.evidence.get("intermittent") or policy.persist_steps <= 0:
+    window to its end began inside it: it opens like a sustained one (:mod:`.onset`). The
+    summary says which of the two it is."""
+    if not f.evidence.get("intermittent"):
         return f
-    onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps) for r in f.ranks]
+    onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps) for r in f.ranks] \
+        if policy.persist_steps > 0 else []
     if not onsets or any(k is None for k in onsets):
-        return f
+        return dataclasses.replace(f, summary=f.summary + " (intermittent: the slow tail, not every call)")
     evidence = {k: v for k, v in f.evidence.items() if k != "intermittent"}
     evidence["onset_in_window_step"] = min(k for k in onsets if k is not None)
-    summary = f.summary.replace(" (intermittent: the slow tail, not every call)",
-                                " (began inside this window: every step of the rank since is slower)")
+    summary = f.summary + " (began inside this window: every step of the rank since is slower)"
     return dataclasses.replace(f, evidence=evidence, summary=summary, extra_windows=0)
 
 
@@ -146,12 +147,11 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
                + (f" (no {'; no '.join(missing)})" if missing else "") + f"; costs the job ~{impact:.1f} ms per step")
     intermittent = all(o.get("intermittent", False) for o in outs)
     if intermittent:
-        evidence["intermittent"] = True
-        summary += " (intermittent: the slow tail, not every call)"
+        evidence["intermittent"] = True  # the summary says so (:func:`_onset`)
     return Finding(kind=kind, cause=cause, identity=f"{cause.value}|{key[1]}", ranks=ranks, hosts=hosts,
                    gpus=gpus, function=top["function"], score=float(max(o["robust_z"] for o in outs)),
                    impact_ms=float(impact), summary=summary, evidence=evidence,
-                   extra_windows=1 if intermittent else 0)
+                   extra_windows=1 if intermittent else 0, subject=who if len(ranks) == 1 else "")
 
 
 def _times(ratio: float) -> str:

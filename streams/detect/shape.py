@@ -20,6 +20,7 @@ import numpy as np
 from ...schemas.causes import Cause
 from ...schemas.records import FunctionComparison, PeerGroupStat, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
+from .decisions import Clearance
 from .findings import Finding
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
@@ -107,14 +108,16 @@ def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None
 
 
 def drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[FunctionComparison],
-                        rank_windows: dict[int, RankWindow]) -> None:
+                        rank_windows: dict[int, RankWindow]) -> list[Clearance]:
     """Stage imbalance is not a faulty rank: an outlier scored against peers that were not
     grouped by the layout (no coordinates reached the comparator) is dropped when every rank of
     its pipeline stage (``mesh_coords`` of the RankWindows) that ran the function is an outlier
-    of it too, and ranks of other stages ran it: the whole stage is slower, not one rank."""
+    of it too, and ranks of other stages ran it: the whole stage is slower, not one rank.
+    Returns each outlier dropped, with why."""
     stages = {r: stage_of(coords_of(rw)) for r, rw in rank_windows.items()}
+    cleared: list[Clearance] = []
     if not any(s is not None for s in stages.values()):
-        return
+        return cleared
     for c in comparisons:
         if c["kind"] == SpanKind.COLLECTIVE or not c["outliers"]:
             continue
@@ -130,3 +133,8 @@ def drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[Functi
             by_rank[r] = [o for o in by_rank.get(r, []) if o["function"] != c["function"]]
             if not by_rank[r]:
                 del by_rank[r]
+            cleared.append(Clearance(r, "", (f"its outlier in {c['function']} is its pipeline stage's shape: "
+                                             f"every rank of its stage that ran it is slower"),
+                                     {"function": c["function"], "stage": stages.get(r),
+                                      "stage_ranks": sorted(m for m in ran if stages.get(m) == stages.get(r))}))
+    return cleared

@@ -26,6 +26,7 @@ import numpy as np
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import SpanKind
+from .decisions import Clearance, Flag
 from .findings import more_work, phase_sum, rank_impact
 from .late_arrival import is_late_culprit
 from .model import COMM_PREFIX
@@ -34,16 +35,16 @@ from .rank_findings import outliers_by_rank
 
 
 def find_stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
-                    policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int]]:
+                    policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int], list[Clearance]]:
     """Late arrivers of peer collectives (:func:`.late_arrival.is_late_culprit`), and the ranks that only propagate
     someone else's delay: late arrivers that themselves waited, in another collective, at
     least ``propagated_wait_share`` of the wait they caused, and the members other than the
     late arrivers of any collective (pipeline send/recv included) whose late arrivers are not
     all such propagated victims. A group whose only late arriver was itself held up elsewhere
     says nothing of its other members (decisions table, docs/detection.md: "propagated
-    victims")."""
+    victims"). Also returned: why each late arriver that is a victim is one."""
     late: dict[int, list[dict]] = defaultdict(list)
-    groups: list[tuple[set[int], list[int]]] = []
+    groups: list[tuple[set[int], list[int], str]] = []
     for c in comparisons:
         if c["kind"] != SpanKind.COLLECTIVE:
             continue
@@ -52,19 +53,32 @@ def find_stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
             if is_late_culprit(s, job_step_ms, policy, members=len(c["members"])):
                 late[s["rank"]].append({**s, "function": c["function"]})
         if names:
-            groups.append((names, list(c["members"])))
+            groups.append((names, list(c["members"]), str(c["function"])))
     waited = _waits_of(comparisons, set(late))
     propagated = set()
+    cleared: dict[int, Clearance] = {}
     for rank, entries in late.items():
         caused = max(s["caused_ms_per_step"] for s in entries)
         own = {s["function"] for s in entries}
-        if any(w >= policy.propagated_wait_share * caused for fn, w in waited.get(rank, []) if fn not in own):
+        held = [(fn, w) for fn, w in waited.get(rank, []) if fn not in own and w >= policy.propagated_wait_share * caused]
+        if held:
             propagated.add(rank)
+            fn, w = max(held, key=lambda h: h[1])
+            cleared[rank] = Clearance(rank, "", (
+                f"its late arrival only passes on a wait it had in another collective (propagated victim): "
+                f"it waited {w:.1f} ms/step in {fn}, {caused:.1f} ms/step caused"),
+                {"waited_in": fn, "wait_ms_per_step": round(w, 3), "caused_ms_per_step": round(caused, 3)})
     victims = set(propagated)
-    for names, members in groups:
+    for names, members, fn in groups:
         if names - propagated:  # someone there held the others up on its own account
             victims.update(r for r in members if r not in names)
-    return late, victims
+            for r in members:
+                if r in late and r not in names and r not in cleared:
+                    culprits = sorted(names - propagated)
+                    cleared[r] = Clearance(r, "", (
+                        f"it waited in {fn} for rank(s) {','.join(map(str, culprits))}: its late arrival "
+                        f"elsewhere passes their delay on (victim)"), {"group": fn, "held_up_by": culprits})
+    return late, victims, list(cleared.values())
 
 
 def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[int, list[tuple[str, float]]]:
@@ -88,7 +102,7 @@ def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[in
 
 
 def drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
-                  comparisons: list[FunctionComparison], policy: DetectionPolicy) -> None:
+                  comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Clearance]:
     """Drop the outliers of a rank whose extra time the job never waited for: the rank was last
     into no collective of the window (no straggler anywhere), and in a group that another rank,
     a late culprit, held up, its extra time came out of its waiting there: it waited at least its
@@ -99,12 +113,12 @@ def drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
     its wait (the DLRM trace: ranks 4 and 5 slow in backward, after waiting for rank 7 in the
     forward all-to-alls like everyone else) waits no less than the others and stays. A slower
     rank hides a lesser one that its wait absorbs until it is fixed (until then the lesser one
-    costs no step time)."""
+    costs no step time). Returns the ranks dropped, each with why."""
     if not late or not by_rank:
-        return
+        return []
     last_anywhere = {int(s["rank"]) for c in comparisons if c["kind"] == SpanKind.COLLECTIVE
                      for s in c["stragglers"]}
-    absorbed = set()
+    absorbed: dict[int, Clearance] = {}
     for c in comparisons:
         if c["kind"] != SpanKind.COLLECTIVE or not any(int(s["rank"]) in late for s in c["stragglers"]):
             continue
@@ -115,21 +129,29 @@ def drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
                 continue
             others = [w for m, w in waits.items() if m != r and m not in last_anywhere]
             excess = rank_impact(by_rank[r])
-            if others and wait >= excess and float(np.median(others)) - wait >= policy.absorbed_share * excess:
-                absorbed.add(r)
+            if others and wait >= excess and float(np.median(others)) - wait >= policy.absorbed_share * excess \
+                    and r not in absorbed:
+                culprits = sorted(int(s["rank"]) for s in c["stragglers"] if int(s["rank"]) in late)
+                absorbed[r] = Clearance(r, "", (
+                    f"its extra time was absorbed while it waited for rank(s) {','.join(map(str, culprits))} in "
+                    f"{c['function']}: {excess:.1f} ms/step of excess inside a {wait:.1f} ms/step wait"),
+                    {"group": c["function"], "waited_for": culprits, "excess_ms_per_step": round(excess, 3),
+                     "wait_ms_per_step": round(wait, 3)})
     for r in absorbed:
         del by_rank[r]
+    return list(absorbed.values())
 
 
 def explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[dict]], excluded: set[int],
-                          comparisons: list[FunctionComparison], policy: DetectionPolicy) -> None:
+                          comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Flag]:
     """A late arriver with no outlier of its own, whose small excesses (``minor_outliers``: above
     its peers in every way but the cost a finding needs alone) add up to at least
     ``explains_share`` of the wait it causes, is explained by them: they become its outliers,
     classified as any (data imbalance when they are extra calls, a slow phase, ...), at the cost
     of the wait. Several phases each under the cost floor can together be all of a late
     arriver's delay, on a GPU rank (device or host times) as on a CPU rank (decisions table,
-    docs/detection.md: "minor excesses explain a late arrival")."""
+    docs/detection.md: "minor excesses explain a late arrival"). Returns the ranks so explained."""
+    flags = []
     for rank, outs in outliers_by_rank(comparisons, "minor_outliers").items():
         if rank not in late or rank in by_rank or rank in excluded:
             continue
@@ -140,6 +162,11 @@ def explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[d
         explained = phases if phases > 0 else max(float(o["cost_ms_per_step"]) for o in outs)
         if explained >= policy.explains_share * caused:
             by_rank[rank] = outs
+            flags.append(Flag(rank, "", (f"its small excesses add up to {explained:.1f} of the {caused:.1f} ms/step "
+                                         f"the others wait for it: they are its outliers"),
+                              {"functions": sorted({str(o["function"]) for o in outs}),
+                               "explained_ms_per_step": round(explained, 3), "caused_ms_per_step": round(caused, 3)}))
+    return flags
 
 
 def late_beyond_outliers(by_rank: dict[int, list[dict]], late: dict[int, list[dict]], excluded: set[int],
