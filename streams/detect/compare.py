@@ -55,7 +55,7 @@ class FunctionComparator:
         self.evaluated: list[int] = []
         self.last_now = 0
         self.last_input_ms = 0  # caller clock of the latest pattern (idle counts from it)
-        self.rare = RareHorizon()  # the function's recent windows while it is rare (.rare)
+        self.rare = RareHorizon.for_policy(self.policy)  # the function's recent windows while it is rare (.rare)
 
     def add(self, pattern: FunctionPattern, now_wall_ms: int | None = None) -> None:
         """Buffer one FunctionPattern (a re-delivered one replaces the earlier copy)."""
@@ -162,7 +162,7 @@ class FunctionComparator:
         """Keep an outlier resting on a few calls only if the horizon of the function's recent
         windows shows it too (:mod:`.rare`); the others are counted as ``rare_in_phase``. A
         function not rare in this window only clears the horizon (no per-rank rows built)."""
-        if not rare(int(p["count"]) for p in good):  # then every outlier of the window rests on a few calls
+        if not rare((int(p["count"]) for p in good), self.policy.rare_max_calls):  # then every outlier of the window rests on a few calls
             self.rare.windows.clear()
             return
         keys = table.keys[table.peer]  # each pattern's peer key, as scored

@@ -2,7 +2,7 @@
 
 While no rank completes an iteration, each rank is one of:
 
-* **dead**: its batches stopped entirely (no heartbeat for more than ``DEAD_AFTER_HEARTBEATS``
+* **dead**: its batches stopped entirely (no heartbeat for more than ``dead_after_heartbeats``
   x ``HEARTBEAT_S``) while the others keep sending: its process died or stopped reporting;
 * **waiting**: inside a collective: its pending call is in flight (an entry marker,
   ``pending_in_flight``), or it is ahead of a member of its pending group (a call a member
@@ -28,8 +28,6 @@ from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import HEARTBEAT_S
 from .cpu_evidence import top_frames
 from .model import comm_op
-
-DEAD_AFTER_HEARTBEATS = 2  # this many heartbeat intervals without a batch: the process is gone
 
 
 def flight_records(text: str) -> list[dict]:
@@ -91,9 +89,9 @@ class HangState:
             if rw.get("flight_records_json"):
                 seen.flight = flight_records(str(rw["flight_records_json"])) or seen.flight
 
-    def dead(self, window_s: float) -> list[int]:
-        """Ranks silent past the limit while some rank still reports."""
-        limit = DEAD_AFTER_HEARTBEATS * HEARTBEAT_S
+    def dead(self, window_s: float, dead_after_heartbeats: float) -> list[int]:
+        """Ranks silent for more than ``dead_after_heartbeats`` heartbeat intervals while some rank still reports."""
+        limit = dead_after_heartbeats * HEARTBEAT_S
         gone = sorted(r for r, s in self.ranks.items() if s.silent_windows * window_s > limit)
         return gone if len(gone) < len(self.ranks) else []
 
@@ -157,8 +155,8 @@ def waiting_ranks(state: HangState, dead: set[int], members: dict[str, set[int]]
     return out
 
 
-def verdict(state: HangState, window_s: float) -> HangVerdict:
-    dead = state.dead(window_s)
+def verdict(state: HangState, window_s: float, dead_after_heartbeats: float) -> HangVerdict:
+    dead = state.dead(window_s, dead_after_heartbeats)
     members = state.group_members()
     waiting = waiting_ranks(state, set(dead), members)
     by_group: dict[str, list[int]] = {}

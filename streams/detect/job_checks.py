@@ -12,7 +12,7 @@ them (as are its first windows after a root cause cleared, while that incident i
 A regression waits one window longer than other findings (``extra_windows``), so that a
 root cause seen for the first time in the same window can open first and explain it, and so
 that a job's noise must hold a window more to pass for one. When its excess is at least
-:data:`STRONG_REGRESSION` times what a regression needs (the job's noise, ``regression_pct``,
+``strong_regression`` times what a regression needs (the job's noise, ``regression_pct``,
 the min cost) and the window's new candidates could not explain it even once they persist (a
 job-wide slowdown with no culprit), there is nothing to wait for and it does not wait; a
 weaker excess waits the extra window, which a noisy healthy job's jitter does not survive
@@ -38,9 +38,6 @@ from .model import to_ms
 from .policy import DetectionPolicy
 from .shape import stage_groups
 from .window import step_ms
-
-STRONG_REGRESSION = 2.0  # an excess this many times what a regression needs (noise, pct, min cost)
-REGRESSION_STEP_QUANTILE = 25.0  # a window's typical fast step: transient spikes within it do not move it
 
 
 class JobChecks:
@@ -86,7 +83,7 @@ class JobChecks:
         the PROFILE requests it triggers). ``partial``: a rank started or ended inside this
         window, so its iterations per window say nothing of the job's pace."""
         period, n = (0.0, 0) if partial else iteration_period(rank_windows, self.policy.window_ms)
-        reg = regression(self.live, wid, step_ms(rank_windows, quantile=REGRESSION_STEP_QUANTILE), self.policy,
+        reg = regression(self.live, wid, step_ms(rank_windows, quantile=self.policy.regression_step_quantile), self.policy,
                          period_ms=period, period_steps=n,
                          cpu_per_step=job_cpu_per_step(rank_windows, self.policy.window_s * 1000.0))
         if reg is None:
@@ -96,12 +93,12 @@ class JobChecks:
         needed = self.policy.regression_explained_share * reg.impact_ms
         if explained >= needed:
             return None, controls
-        strong_rest = reg.impact_ms - explained >= STRONG_REGRESSION * float(reg.evidence.get("required_ms", math.inf))
+        strong_rest = reg.impact_ms - explained >= self.policy.strong_regression * float(reg.evidence.get("required_ms", math.inf))
         if not strong_rest and rank_cause_open(tracks, findings, self.policy):
             return None, controls  # the open rank-level incident carries the job's slowdown
         coming = sum(float(f.evidence.get("explains_ms", f.impact_ms)) for f in findings
                      if f.identity != reg.identity and not persisting(tracks, f, self.policy))
-        strong = reg.impact_ms >= STRONG_REGRESSION * float(reg.evidence.get("required_ms", math.inf))
+        strong = reg.impact_ms >= self.policy.strong_regression * float(reg.evidence.get("required_ms", math.inf))
         if strong and explained + coming < needed:  # nothing this window could explain it: no window to wait
             reg = dataclasses.replace(reg, extra_windows=0)
         return reg, controls
@@ -109,7 +106,7 @@ class JobChecks:
     def steady(self) -> bool:
         """The job has a steady state to compare against: as many windows of step times as a
         regression needs (persist_windows + 1 recent ones and two before them)."""
-        return len(self.live.history) >= self.policy.persist_windows + 3
+        return len(self.live.history) >= self.policy.persist_windows + 1 + self.policy.regression_min_past
 
     def hang(self, rank_windows: dict[int, RankWindow]) -> Finding | None:
         return hang(self.live, rank_windows, self.policy)
@@ -143,7 +140,7 @@ def rank_cause_open(tracks: dict[str, Track], findings: list[Finding], policy: D
     """A rank-level root cause (one naming ranks, not advice) is open, or persists this
     window: the job's slowdown has a culprit, and its incident carries the cost. A second,
     job-wide incident beside it needs an excess that the culprit's share leaves
-    :data:`STRONG_REGRESSION` times above what a regression needs (decisions table,
+    ``strong_regression`` times above what a regression needs (decisions table,
     docs/detection.md: "a culprit carries the job's slowdown"). On a GPU/NCCL job a straggler
     stretches every rank's collectives and the job's step by more than its own excess (the
     others' kernels queue behind the late collective), on a CPU job a rank that sleeps or

@@ -39,8 +39,6 @@ from .model import COMM_PREFIX
 from .policy import DetectionPolicy
 from .rank_records import pattern_functions
 
-RANK_WINDOW_WAIT_MS = 1000  # a window with RankWindows only waits two graces plus this
-
 
 class ReadyWindow(NamedTuple):
     window_id: int
@@ -166,7 +164,7 @@ class JobWindows:
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         if cmp_t is not None and now > cmp_t + grace // 2:
             return True
-        return rw_t is not None and now > rw_t + 2 * grace + RANK_WINDOW_WAIT_MS
+        return rw_t is not None and now > rw_t + 2 * grace + self.policy.rank_window_wait_ms
 
     def due(self) -> Due:
         """When :meth:`take_ready` may next release a window without new input (job_clock.Due):
@@ -181,7 +179,7 @@ class JobWindows:
         grace = self.policy.grace_ms
         cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
         walls = ([cmp_t + grace // 2 + 1] if cmp_t is not None else []) + \
-            ([rw_t + 2 * grace + RANK_WINDOW_WAIT_MS + 1] if rw_t is not None else [])
+            ([rw_t + 2 * grace + self.policy.rank_window_wait_ms + 1] if rw_t is not None else [])
         return Due(wall=min(walls) if walls else None, data=self._data_point(wid))
 
     def _take(self, wid: int) -> ReadyWindow:

@@ -37,8 +37,8 @@ from .rank_findings import hw_peer_clock
 # (decisions table, docs/detection.md: "late entries persist two windows"). So a late entry
 # opens only after two consecutive windows, however
 # many steps one window holds (``persist_steps``), like an intermittent slowdown. A
-# one-window analysis (trace import, ``persist_windows`` 1) is unchanged.
-LATE_ENTRY_EXTRA_WINDOWS = 1
+# one-window analysis (trace import, ``persist_windows`` 1) is unchanged. The extra windows:
+# ``late_entry_extra_windows``.
 
 
 def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
@@ -104,12 +104,12 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
             if int(top.get("gpu", -1)) >= 0 and not any(is_device(o) for o in own):
                 evidence["missing_evidence"] = ["GPU-side timing (CUDA-event times) to tell a late GPU from late host code"]
         # inferred from arrival order alone: must be seen in two consecutive windows, however
-        # many steps one holds (LATE_ENTRY_EXTRA_WINDOWS)
+        # many steps one holds (late_entry_extra_windows)
         out.append(Finding(kind=Kind.STRAGGLER, cause=cause, identity=identity,
                            ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
                            function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
                            summary=summary, evidence=evidence,
-                           extra_windows=LATE_ENTRY_EXTRA_WINDOWS if policy.persist_windows > 1 else 0,
+                           extra_windows=policy.late_entry_extra_windows if policy.persist_windows > 1 else 0,
                            subject=f"rank {rank}"))
     return out, cleared
 

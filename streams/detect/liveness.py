@@ -119,10 +119,10 @@ def _regressed(values: list[float], quanta: list[float], policy: DetectionPolicy
     largest of the recent windows' plus the largest of the earlier ones'). ``every_window``:
     recent is the minimum of those windows (the pace: see the comment below)."""
     k = policy.persist_windows + 1
-    if len(values) < k + 2:
+    if len(values) < k + policy.regression_min_past:
         return None
     past = np.asarray(values[:-k], dtype=np.float64)
-    best = float(np.percentile(past, 25))
+    best = float(np.percentile(past, policy.regression_best_percentile))
     # the pace (window / iterations) has no robustness inside a window (the step time has its
     # p25): a one-off stall of a second spanning a window edge slows two windows, so every
     # recent window must show a pace regression (their minimum), not most (the median)
@@ -180,7 +180,7 @@ def hang(state: LivenessState, rank_windows: dict[int, RankWindow], policy: Dete
     state.idle_since_alive = 0 if batches else state.idle_since_alive + 1
     state.idle_windows += 1
     stalled_s = state.idle_windows * policy.window_s
-    if not _still_reporting(state, stalled_s, policy.window_s):
+    if not _still_reporting(state, stalled_s, policy):
         return None  # the ranks stopped reporting: the job ended (or died), it is not hung
     typical_s = float(np.median([v for _, v in state.history])) / 1000
     if stalled_s < max(policy.hang_factor * typical_s, policy.hang_floor_s):
@@ -201,17 +201,18 @@ def _communicated(rank_windows: dict[int, RankWindow]) -> bool:
                for rw in rank_windows.values())
 
 
-def _still_reporting(state: LivenessState, stalled_s: float, window_s: float) -> bool:
-    """Heartbeats through the stall (at least half of those expected) and recently: a hung
-    job's collectors keep sending; a finished job's last flush, even a late one, is one batch."""
+def _still_reporting(state: LivenessState, stalled_s: float, policy: DetectionPolicy) -> bool:
+    """Heartbeats through the stall (at least ``hang_heartbeat_share``, half, of those expected)
+    and recently (within ``hang_recent_heartbeats`` intervals): a hung job's collectors keep
+    sending; a finished job's last flush, even a late one, is one batch."""
     expected = stalled_s / HEARTBEAT_S
-    recent = state.idle_since_alive * window_s <= 1.5 * HEARTBEAT_S
-    return recent and state.alive_windows >= max(1.0, expected / 2)
+    recent = state.idle_since_alive * policy.window_s <= policy.hang_recent_heartbeats * HEARTBEAT_S
+    return recent and state.alive_windows >= max(1.0, expected * policy.hang_heartbeat_share)
 
 
 def _hang_finding(state: LivenessState, rank_windows: dict[int, RankWindow], stalled_s: float,
                   policy: DetectionPolicy) -> Finding:
-    v = verdict(state.hang, policy.window_s)
+    v = verdict(state.hang, policy.window_s, policy.dead_after_heartbeats)
     seen = state.hang.ranks
     last_fn = {str(r): seen[r].last_function or "?" for r in v.culprits}
     wait = next((w for w in v.waits if w.missing & set(v.culprits)), v.waits[0] if v.waits else None)

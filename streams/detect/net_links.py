@@ -44,14 +44,12 @@ from .findings import Finding
 from .policy import DetectionPolicy
 from .shape import short_ranks
 
-MIN_HOSTS = 3  # fewer hosts: the two ends of a link look alike from their send queues
-
 
 def net_link_findings(comparisons: list[FunctionComparison], rank_windows: dict[int, RankWindow],
                       policy: DetectionPolicy) -> tuple[list[Finding], set[int]]:
     """(one finding per host whose link is slow or lossy, the ranks on those hosts)."""
     hosts = _hosts(rank_windows)
-    if len(hosts) < MIN_HOSTS:
+    if len(hosts) < policy.link_min_hosts:
         return [], set()
     edges = _backed_up(rank_windows, hosts, policy)
     suspects: dict[str, dict[str, Any]] = defaultdict(dict)

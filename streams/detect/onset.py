@@ -11,8 +11,8 @@ after the onset, where an onset in the first half of a window opened after 3.5-4
 The rank's own step times, in order, tell the two apart: after an onset every step of the
 rank is slower than before it; an intermittent slowdown's slow steps are scattered. So an
 intermittent outlier is taken as an onset when, for some step k, at least
-:data:`SUSTAINED_SHARE` of the rank's steps from k to the window's end are slower than the
-90th percentile of its steps before k, with at least :data:`MIN_BEFORE` steps before and
+``onset_sustained_share`` of the rank's steps from k to the window's end are slower than the
+``onset_usual_percentile`` (90th) of its steps before k, with at least ``onset_min_before`` steps before and
 ``persist_steps`` steps from k (the persistence any finding needs in steps). Then it opens
 like a sustained outlier. Pure: numbers in, a step index out.
 """
@@ -23,22 +23,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SUSTAINED_SHARE = 0.8  # of the steps since the onset slower than the p90 of those before it
-MIN_BEFORE = 10  # steps before the onset to know the rank's usual step time
+from .policy import DetectionPolicy
+
 MAX_CANDIDATES = 64  # onset steps tried per window (evenly spaced): bounded work
-USUAL_PERCENTILE = 90  # a step after the onset is slow when above this percentile of the steps before it
 
 
-def onset_step(step_ns: Sequence[int] | np.ndarray, min_after: int) -> int | None:
+def onset_step(step_ns: Sequence[int] | np.ndarray, min_after: int, policy: DetectionPolicy) -> int | None:
     """The earliest step index from which the rank's steps stay slow to the window's end (see
     the module docstring), or None. ``min_after``: steps needed from the onset (>= 1)."""
     x = np.asarray(step_ns, dtype=np.float64)
-    n, min_after = len(x), max(1, int(min_after))
-    if n < MIN_BEFORE + min_after:
+    n, min_after, before = len(x), max(1, int(min_after)), policy.onset_min_before
+    if n < before + min_after:
         return None
-    stride = max(1, (n - min_after - MIN_BEFORE + 1) // MAX_CANDIDATES)
-    for k in range(MIN_BEFORE, n - min_after + 1, stride):
-        usual = float(np.percentile(x[:k], USUAL_PERCENTILE))
-        if float(np.mean(x[k:] > usual)) >= SUSTAINED_SHARE:
+    stride = max(1, (n - min_after - before + 1) // MAX_CANDIDATES)
+    for k in range(before, n - min_after + 1, stride):
+        usual = float(np.percentile(x[:k], policy.onset_usual_percentile))
+        if float(np.mean(x[k:] > usual)) >= policy.onset_sustained_share:
             return k
     return None

@@ -107,9 +107,11 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
         mc = float(np.median(t.calls[fast]))
         for i in slow[~scored.outlier[0, slow] & ~minor[slow]]:
             sustained = _sustained(p50[i], float(np.median(p50[fast])), t.calls[i], mc, pol.min_excess,
-                                   float(t.values[i] - base), float(np.median(per_call[fast])))
+                                   float(t.values[i] - base), float(np.median(per_call[fast])),
+                                   calls_share=pol.extra_calls_share)
             if sustained:
-                per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
+                with np.errstate(divide="ignore", invalid="ignore"):  # peers of no time: inf (or nan), as before
+                    per_call_ratio = float(per_call[i] / np.median(per_call[fast])) if mc > 0 else 1.0
                 rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False,
                                                       baseline=base))
     rec["outliers"] += _small_stage_outliers(t, good, p50, pol, min_cost)
@@ -117,8 +119,10 @@ def find_outliers(rec: FunctionComparison, t: PeerTable, good: list[FunctionPatt
         g = t.peer == t.peer[i]
         mc = float(np.median(t.calls[g]))
         sustained = _sustained(p50[i], float(np.median(p50[g])), t.calls[i], mc, pol.min_excess,
-                               float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g])))
-        per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
+                               float(t.values[i] - scored.median[0, i]), float(np.median(per_call[g])),
+                               calls_share=pol.extra_calls_share)
+        with np.errstate(divide="ignore", invalid="ignore"):  # peers of no time: inf (or nan), as before
+            per_call_ratio = float(per_call[i] / np.median(per_call[g])) if mc > 0 else 1.0
         if minor[i]:
             if sustained:
                 rec["minor_outliers"].append(_outlier(good[i], t, int(i), scored, mc, per_call_ratio, False))
@@ -164,7 +168,7 @@ def _small_stage_outliers(t: PeerTable, good: list[FunctionPattern], p50: np.nda
             per_call = float(np.median(t.values[mates] / np.maximum(t.calls[mates], 1e-12)))
             if (excess < pol.mad_threshold * scale or excess < pol.min_excess * max(base, 0.0) or excess < min_cost
                     or not _sustained(p50[i], float(np.median(p50[mates])), t.calls[i], mc, pol.min_excess,
-                                      excess, per_call)):
+                                      excess, per_call, calls_share=pol.extra_calls_share)):
                 continue
             out.append(RankOutlier(
                 rank=int(good[i]["rank"]), host=str(good[i].get("host", "")), gpu=int(good[i].get("gpu", -1)),
@@ -213,10 +217,10 @@ def _centre_scale(v: np.ndarray, pol: DetectionPolicy) -> tuple[float, float]:
 
 
 def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min_excess: float,
-               excess_ms: float = 0.0, peer_ms_per_call: float = 0.0) -> bool:
+               excess_ms: float = 0.0, peer_ms_per_call: float = 0.0, *, calls_share: float) -> bool:
     """A real slowdown moves the typical call (p50) or the number of calls per step; one
     slow step spilling into a window moves neither (that is one-window jitter). More calls
-    count only when they account for at least half the rank's ``excess_ms`` per step at the
+    count only when they account for at least ``calls_share`` (``extra_calls_share``, half) of the rank's ``excess_ms`` per step at the
     peers' time per call: a rank with 5 % more garbage collections than its peers whose
     excess is one 350 ms full collection (its peers had theirs in the window before) is not
     slow by its number of calls (decisions table, docs/detection.md: "sustained")."""
@@ -224,7 +228,7 @@ def _sustained(p50: float, peer_p50: float, calls: float, peer_calls: float, min
         return True
     if calls < peer_calls * (1 + min_excess / 2):
         return False
-    return (calls - peer_calls) * peer_ms_per_call >= 0.5 * excess_ms
+    return (calls - peer_calls) * peer_ms_per_call >= calls_share * excess_ms
 
 
 def _tail_only(p90: float, peer_p90: float, count: float, pol: DetectionPolicy) -> bool:

@@ -121,6 +121,23 @@ class DetectionPolicy:
     stall_step_share: float = 0.03  # ... costing this share of the step (and min_cost_ms_per_step)
     stall_period_cv: float = 0.5  # gaps within this spread (std / median) are a regular period
     stall_recent_periods: float = 2.0  # named while its last stall is at most this many periods (or windows) old
+    # rule thresholds that were module constants or bare numbers of the rule modules (same values)
+    extra_calls_share: float = 0.5  # more calls per step than the peers make a rank slow when they are this share of its excess (peers._sustained)
+    rare_max_calls: int = 3  # a rank's calls of a function in one window at most this many: rare (rare.py)
+    rare_horizon_windows: int = 6  # windows a rare function's outlier is judged over, this one included (rare.py)
+    link_min_hosts: int = 3  # fewer hosts: the two ends of a link look alike from their send queues (net_links.py)
+    late_entry_extra_windows: int = 1  # a late entry (arrival order alone) persists this many windows more (late_entries.py)
+    onset_sustained_share: float = 0.8  # an onset: this share of the steps after it above the usual (onset.py)
+    onset_min_before: int = 10  # steps before an onset to know the rank's usual step time (onset.py)
+    onset_usual_percentile: float = 90.0  # a step after the onset is slow above this percentile of those before (onset.py)
+    strong_regression: float = 2.0  # a regression excess this many times what a regression needs is strong (job_checks.py)
+    regression_step_quantile: float = 25.0  # a window's step time: this percentile of each rank's steps, spikes left out (job_checks.py)
+    regression_best_percentile: float = 25.0  # a regression's baseline: this percentile of the windows before the recent ones (liveness.py)
+    regression_min_past: int = 2  # windows before the recent ones a regression needs to compare against (liveness.py)
+    dead_after_heartbeats: float = 2.0  # a rank silent this many heartbeat intervals is gone (hang.py)
+    hang_recent_heartbeats: float = 1.5  # a hung job's collectors sent a batch within this many heartbeat intervals (liveness.py)
+    hang_heartbeat_share: float = 0.5  # ... and at least this share of the heartbeats expected through the stall (liveness.py)
+    rank_window_wait_ms: int = 1000  # a window with RankWindows only (no comparison) waits two graces plus this (job_windows.py)
 
     @property
     def window_ms(self) -> int:

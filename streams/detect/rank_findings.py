@@ -99,7 +99,7 @@ def _onset(f: Finding, rank_windows: dict[int, RankWindow], policy: DetectionPol
     summary says which of the two it is."""
     if not f.evidence.get("intermittent"):
         return f
-    onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps) for r in f.ranks] \
+    onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps, policy) for r in f.ranks] \
         if policy.persist_steps > 0 else []
     if not onsets or any(k is None for k in onsets):
         return dataclasses.replace(f, summary=f.summary + " (intermittent: the slow tail, not every call)")

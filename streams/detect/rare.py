@@ -7,8 +7,8 @@ peers' in the one before, and in this window alone that rank spends 7.8 ms/step 
 they do. Whether a rank is slower in such a function shows only over several windows
 (decisions table, docs/detection.md: "rare functions").
 
-So a peer outlier resting on at most :data:`RARE_MAX_CALLS` calls of the rank is kept only
-if the rank is an outlier over the last :data:`HORIZON_WINDOWS` windows in which the function
+So a peer outlier resting on at most ``rare_max_calls`` calls of the rank is kept only
+if the rank is an outlier over the last ``rare_horizon_windows`` windows in which the function
 ran too: its time in them, per step, above its peers' median by ``min_excess`` and by the
 window's minimum cost. Peers that ran the function in none of those windows leave nothing to
 compare with (a checkpoint on one rank, which its peers never do), and the outlier stands.
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RARE_MAX_CALLS = 3  # a rank's calls of the function in one window at most this many: rare
-HORIZON_WINDOWS = 6  # windows a rare function's outlier is judged over (this one included)
+from .policy import DetectionPolicy
 
 
-def rare(calls: Iterable[int]) -> bool:
-    """Whether a window's calls per rank make the function rare in it (none at all: not)."""
-    return max(calls, default=RARE_MAX_CALLS + 1) <= RARE_MAX_CALLS
+def rare(calls: Iterable[int], max_calls: int) -> bool:
+    """Whether a window's calls per rank make the function rare in it: at most ``max_calls``
+    (``rare_max_calls``) each; none at all: not."""
+    return max(calls, default=max_calls + 1) <= max_calls
 
 
 @dataclass
@@ -45,19 +45,30 @@ class RareWindow:
 
 @dataclass
 class RareHorizon:
-    """The last windows of one function while it stays rare (plain, bounded state)."""
+    """The last windows of one function while it stays rare (plain, bounded state):
+    ``horizon`` windows at most (``rare_horizon_windows``), rare while each rank calls it at most
+    ``max_calls`` times a window (``rare_max_calls``)."""
 
-    windows: deque[RareWindow] = field(default_factory=lambda: deque(maxlen=HORIZON_WINDOWS))
+    horizon: int
+    max_calls: int
+    windows: deque[RareWindow] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.windows = deque(self.windows, maxlen=self.horizon)
+
+    @classmethod
+    def for_policy(cls, policy: DetectionPolicy) -> RareHorizon:
+        return cls(policy.rare_horizon_windows, policy.rare_max_calls)
 
     def note(self, window_id: int, rows: Iterable[tuple[int, str, int, float, int]]) -> None:
         """Window ``window_id``'s ranks as (rank, peer key, calls, time ns, steps); a window in
-        which some rank called the function more than :data:`RARE_MAX_CALLS` times clears the
+        which some rank called the function more than ``max_calls`` times clears the
         horizon (the function is not rare)."""
         rows = list(rows)
-        if not rare(calls for _, _, calls, _, _ in rows):
+        if not rare((calls for _, _, calls, _, _ in rows), self.max_calls):
             self.windows.clear()
             return
-        self.windows = deque((w for w in self.windows if w.window_id != window_id), maxlen=HORIZON_WINDOWS)
+        self.windows = deque((w for w in self.windows if w.window_id != window_id), maxlen=self.horizon)
         self.windows.append(RareWindow(window_id, float(np.median([s for *_, s in rows])),
                                        {r: float(t) for r, _, _, t, _ in rows}, {r: k for r, k, _, _, _ in rows}))
 

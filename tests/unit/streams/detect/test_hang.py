@@ -118,7 +118,7 @@ def test_sub_group_hang_compares_only_the_sub_group_members():
             rws[r] = rank_window(r, pending_group="world", pending_seq=301, pending_in_flight=True,
                                  last_function="comm:all_reduce:world")
     state.note_window(rws)
-    v = verdict(state, 5.0)
+    v = verdict(state, 5.0, POL.dead_after_heartbeats)
     assert v.culprits == [1] and v.dead == [] and not v.everyone_outside
     g0 = next(w for w in v.waits if w.group == "g0")
     assert (g0.seq, g0.waiting, g0.missing) == (51, [0, 2, 3], {1})
@@ -147,7 +147,7 @@ def live_suite_subgroup_hang(stale_rank0_seq: int) -> HangState:
 
 def test_a_rank_whose_calls_completed_is_not_inside_even_ahead_of_a_stale_member():
     for stale in (2224, 2221):  # rank 0's last known pg0 seq: current, or a few calls behind
-        v = verdict(live_suite_subgroup_hang(stale), 5.0)
+        v = verdict(live_suite_subgroup_hang(stale), 5.0, POL.dead_after_heartbeats)
         assert v.culprits == [1] and not v.everyone_outside, (stale, v)
         p01 = next(w for w in v.waits if w.group == "p01")
         assert p01.waiting == [0] and p01.missing == {1}
@@ -160,7 +160,7 @@ def test_without_entry_markers_being_ahead_still_counts_as_inside():
                              "member_max_seq": [200, 200, 200, 200]}])
     state.note_window({r: rank_window(r, pending_group="dp", pending_seq=200 if r == 3 else 201)
                        for r in range(4)})
-    v = verdict(state, 5.0)
+    v = verdict(state, 5.0, POL.dead_after_heartbeats)
     assert v.culprits == [3] and sorted(w for wait in v.waits for w in wait.waiting) == [0, 1, 2]
 
 
@@ -168,10 +168,10 @@ def test_a_rank_silent_one_heartbeat_interval_is_not_dead():
     state = HangState()
     for i in range(3):
         state.note_window({r: rank_window(r, batches=0 if (r == 2 and i == 2) else 1) for r in range(4)})
-    assert state.dead(5.0) == []
+    assert state.dead(5.0, POL.dead_after_heartbeats) == []
     for _ in range(2):
         state.note_window({r: rank_window(r) for r in range(4) if r != 2})
-    assert state.dead(5.0) == [2]
+    assert state.dead(5.0, POL.dead_after_heartbeats) == [2]
 
 
 STALL_ENDS = 12  # the stall's last window: every rank completes its calls and the exit barrier

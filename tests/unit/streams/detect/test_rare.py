@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from perftracker_ml.schemas.vocabulary import SpanKind
 from perftracker_ml.streams.detect import DetectionPolicy, FunctionComparator
-from perftracker_ml.streams.detect.rare import HORIZON_WINDOWS, RareHorizon
+from perftracker_ml.streams.detect.rare import RareHorizon
 
 from .synth import T0_WINDOW, pattern
 
 POL = DetectionPolicy()
+HORIZON_WINDOWS = POL.rare_horizon_windows
 STEPS = 45
 
 
@@ -61,13 +62,13 @@ def test_a_rank_that_starts_a_slow_rare_call_is_named_in_its_first_window() -> N
 
 
 def test_peers_that_never_ran_it_leave_nothing_to_judge_against() -> None:
-    h = RareHorizon()
+    h = RareHorizon.for_policy(POL)
     h.note(7, [(0, "k", 1, 500e6, 45)])
     assert h.stands(0, "k", min_peers=4, min_excess=0.1, min_cost_ms=1.0)
 
 
 def test_a_frequent_call_clears_the_horizon() -> None:
-    h = RareHorizon()
+    h = RareHorizon.for_policy(POL)
     h.note(1, [(r, "k", 1, 350e6 if r else 1e6, 45) for r in range(4)])
     assert not h.stands(0, "k", min_peers=4, min_excess=0.1, min_cost_ms=1.0)
     h.note(2, [(r, "k", 40, 10e6, 45) for r in range(4)])
@@ -75,7 +76,7 @@ def test_a_frequent_call_clears_the_horizon() -> None:
 
 
 def test_the_horizon_is_bounded_and_a_window_noted_twice_counts_once() -> None:
-    h = RareHorizon()
+    h = RareHorizon.for_policy(POL)
     for w in range(3 * HORIZON_WINDOWS):
         h.note(w, [(r, "k", 1, 1e6, 45) for r in range(4)])
         h.note(w, [(r, "k", 1, 1e6, 45) for r in range(4)])
