@@ -192,18 +192,25 @@ def sink(ctx: click.Context, ready_file: Path | None) -> None:
 @cli.command()
 @click.option("--job", required=True, help="Job id.")
 @click.option("--json", "as_json", is_flag=True, help="JSON list, most costly first.")
+@click.option("--explain", "explain", type=int, default=None, metavar="RANK",
+              help="Why RANK was or was not named in the job's incidents (resolved ones included).")
 @click.pass_context
 @needs_server()  # only when it opens chDB itself (no running sink): the import names the extra
-def diagnose(ctx: click.Context, job: str, as_json: bool) -> None:
+def diagnose(ctx: click.Context, job: str, as_json: bool, explain: int | None) -> None:
     """Current root causes of a job, most costly first."""
     from ..sinks.client import diagnose as fetch
     from .lookup import reading_store, require_job
 
     settings = _settings(ctx)
     with reading_store(settings):
-        rows = fetch(settings, job)
+        rows = fetch(settings, job, include_resolved=explain is not None)
         if not rows:
             require_job(settings, job)
+    if explain is not None:
+        from ..sinks.explain import explain_rank
+
+        click.echo(explain_rank(job, explain, rows))
+        return
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return

@@ -59,6 +59,9 @@ class StreamCounters(CounterSet):
                               "evicted, malformed, after a rank's final batch ...), by stage and reason; "
                               "refreshed every few seconds", labels=("stage", "reason"))
     events_in = Counter("events (spans, collectives, iterations) in the EventBatches processed")
+    rule_decisions = Counter("decisions of the diagnosis rules (streams/detect/pipeline.py): ranks a rule "
+                             "flagged, added to a finding or cleared, by rule and outcome; refreshed every "
+                             "few seconds", labels=("rule", "outcome"))
     decode_errors = Counter("messages that could not be decoded (dead-lettered), by where they were read",
                             labels=("source",))
     batches_lost = Counter("EventBatches missing from a rank's sequence numbers (gaps), summed over the "

@@ -215,6 +215,7 @@ class Cores(Generic[C]):
         self._per_clock: dict[ClockKey, int] = {}  # cores holding each clock
         self._clock_of: dict[str, ClockKey] = {}  # key -> its clock's key
         self.retired: collections.Counter[str] = collections.Counter()  # skipped by cores dropped since
+        self.retired_decisions: collections.Counter[tuple[str, str]] = collections.Counter()  # theirs too
         self._order: dict[str, int] = {}  # key -> creation number: the order cores are polled in
         self._created = 0
         self._always: set[str] = set()  # cores that cannot tell when they are due: every tick
@@ -229,6 +230,14 @@ class Cores(Generic[C]):
         total = collections.Counter(self.retired)
         for core in self.by_key.values():
             total.update(core.skipped)
+        return total
+
+    def decisions(self) -> collections.Counter[tuple[str, str]]:
+        """The diagnosis rules' decisions of the stage's cores, by (rule, outcome), since the start
+        (cores without a decision trace: none)."""
+        total = collections.Counter(self.retired_decisions)
+        for core in self.by_key.values():
+            total.update(getattr(core, "decisions", None) or {})
         return total
 
     def for_record(self, record: Record, partition: int | None = None) -> C:
@@ -333,6 +342,7 @@ class Cores(Generic[C]):
             return False
         del self.by_key[key]
         self.retired.update(core.skipped)
+        self.retired_decisions.update(getattr(core, "decisions", None) or {})
         self._order.pop(key, None)
         self._version.pop(key, None)  # its queue entries are void
         self._always.discard(key)

@@ -163,6 +163,8 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
             refreshed[0] = now
             for reason, n in cores.skipped().items():
                 ctx.counters.set(StreamCounters.records_skipped, n, stage.name, reason)
+            for (rule, outcome), n in cores.decisions().items():
+                ctx.counters.set(StreamCounters.rule_decisions, n, rule, outcome)
 
 
 def partition_of(event: Any) -> int | None:

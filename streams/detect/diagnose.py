@@ -29,6 +29,12 @@ too (``persist_windows``; a one-window analysis such as a trace import, persist_
 is unchanged). Start-up garbage collections otherwise open job-wide or one-rank GC findings
 before any fault (docs/detection.md, decisions: "a rank's first and last windows").
 
+Every evaluation keeps its decision trace (:mod:`.decisions`: which rule flagged, added or
+cleared which rank, and why; the periodic-stall rule, the regression and the hang join it):
+each finding carries a bounded copy in ``evidence.decisions`` (what ``perftracker diagnose
+--explain RANK`` reads), and ``decisions`` counts them per (rule, action) for the worker's
+``rule_decisions`` counter.
+
 The job's end ends its incidents: every open one is RESOLVED once, with
 ``resolved_reason``:
 
@@ -45,20 +51,22 @@ new incidents.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
 
 from ...schemas.records import Anomaly, Control, FunctionComparison, RankWindow
 from ...schemas.vocabulary import RESOLVED_JOB_DIED, RESOLVED_JOB_FINISHED, Kind
+from .decisions import DecisionTrace, RuleOutcome
 from .findings import Finding
 from .incidents import Track, end_all, step
 from .job_checks import JobChecks
 from .job_clock import Due, JobClock
 from .job_windows import JobWindows, ReadyWindow
 from .policy import DetectionPolicy
-from .stalls import StallHistory, periodic_stalls
-from .window import diagnose_window, step_ms
+from .stalls import StallHistory, periodic_stalls_traced
+from .window import diagnose_window_traced, step_ms
 
 
 class JobDiagnoser:
@@ -81,6 +89,8 @@ class JobDiagnoser:
         self.ends: Counter[str] = Counter()  # job ends by reason
         self.started: set[int] = set()  # ranks whose first window with data was evaluated
         self.stalls = StallHistory.for_policy(self.policy)  # collective stalls of the last windows
+        self.decisions: Counter[tuple[str, str]] = Counter()  # (rule, action) -> decisions, since the start
+        self.last_trace = DecisionTrace()  # the last evaluated window's
 
     def add(self, record_name: str, record: RankWindow | FunctionComparison, now_wall_ms: int | None = None) -> None:
         """Buffer a RankWindow or FunctionComparison of this job."""
@@ -125,9 +135,12 @@ class JobDiagnoser:
         self._note_ends(rws, now)
         job_step = step_ms(rws)
         self.checks.observe(cmps)
-        findings = diagnose_window(rws, cmps, self.policy)
+        findings, trace = diagnose_window_traced(rws, cmps, self.policy)
         self.stalls.note(wid, cmps, rws, self.policy)
-        findings += periodic_stalls(self.stalls, wid, job_step, {r for f in findings for r in f.ranks}, self.policy)
+        stalls, not_stalls = periodic_stalls_traced(self.stalls, wid, job_step, {r for f in findings for r in f.ranks},
+                                                    self.policy)
+        trace.record("periodic_stalls", RuleOutcome(added=stalls, cleared=not_stalls))
+        findings += stalls
         if not self._full_progress(rws, job_step):  # a share of the step says nothing of a job that barely ran
             findings = [f for f in findings if f.kind != Kind.EXPECTATION]
         starting = self._starts(rws)
@@ -135,9 +148,14 @@ class JobDiagnoser:
         reg, controls = self.checks.regression(wid, now, rws, findings, self.tracks, partial=partial)
         if reg is not None:
             findings.append(reg)
+            trace.add("regression", reg)
         h = self.checks.hang(rws)
         if h is not None:
             findings.append(h)
+            trace.add("hang", h)
+        self.decisions.update(trace.counts())
+        self.last_trace = trace
+        findings = [dataclasses.replace(f, evidence={**f.evidence, "decisions": trace.for_finding(f)}) for f in findings]
         self.last_findings = findings
         wms = self.policy.window_ms
         progress = self._full_progress(rws, job_step)

@@ -50,6 +50,7 @@ from ...schemas.causes import CAUSES, Cause
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import Kind
 from .cpu_evidence import frame_location
+from .decisions import Clearance
 from .findings import Finding
 from .policy import DetectionPolicy
 
@@ -126,41 +127,53 @@ def _held_up(comparisons: list[FunctionComparison]) -> set[int]:
 def periodic_stalls(history: StallHistory, window_id: int, job_step_ms: float, named: Iterable[int],
                     policy: DetectionPolicy) -> list[Finding]:
     """The ranks whose stalls over the horizon make a periodic stall (module docstring)."""
+    return periodic_stalls_traced(history, window_id, job_step_ms, named, policy)[0]
+
+
+def periodic_stalls_traced(history: StallHistory, window_id: int, job_step_ms: float, named: Iterable[int],
+                           policy: DetectionPolicy) -> tuple[list[Finding], list[Clearance]]:
+    """:func:`periodic_stalls`, and each other rank with stalls over the horizon, with why it is
+    no periodic stall."""
     if job_step_ms <= 0:
-        return []
+        return [], []
     by_group: dict[str, list[Stall]] = {}
     for s in history.stalls():
         by_group.setdefault(s.group, []).append(s)
     best: dict[int, Finding] = {}
+    why: dict[int, Clearance] = {}
     taken = set(named)
     for group, stalls in by_group.items():
         for rank in {s.rank for s in stalls} - taken:
             f = _finding(rank, group, stalls, window_id, job_step_ms, policy)
-            if f is not None and (rank not in best or f.impact_ms > best[rank].impact_ms):
+            if isinstance(f, str):
+                why.setdefault(rank, Clearance(rank, "", f"its stalls in {group} are no periodic stall: {f}",
+                                               {"group": group, "stalls": sum(s.rank == rank for s in stalls)}))
+            elif rank not in best or f.impact_ms > best[rank].impact_ms:
                 best[rank] = f
-    return list(best.values())
+    return list(best.values()), [c for r, c in why.items() if r not in best]
 
 
 def _finding(rank: int, group: str, stalls: list[Stall], window_id: int, job_step_ms: float,
-             policy: DetectionPolicy) -> Finding | None:
+             policy: DetectionPolicy) -> Finding | str:
+    """The rank's periodic stall in ``group``, or why there is none (words)."""
     mine = sorted((s for s in stalls if s.rank == rank), key=lambda s: s.seq)
     if len(mine) < policy.stall_min_count or len(mine) <= policy.stall_rank_share * len(stalls):
-        return None
+        return f"{len(mine)} of the group's {len(stalls)} stalls, too few or too small a share"
     per_step = median(s.seqs_per_step for s in mine)
     if per_step <= 0:
-        return None
+        return "no steps to place them in"
     gaps = np.diff([s.seq for s in mine]) / per_step
     if gaps.sum() <= 0:
-        return None
+        return "no steps between them"
     period_steps = float(np.median(gaps))
     wait = [s.wait_ms for s in mine]
     period_s = period_steps * median(s.pace_ms for s in mine) / 1e3
     recent = policy.stall_recent_periods * max(1.0, period_s * 1e3 / policy.window_ms)
     if window_id - mine[-1].window_id > recent:
-        return None
+        return "its last stall is no longer recent"
     cost = sum(wait[1:]) / float(gaps.sum())  # each stall after the first over the steps since the one before
     if cost < max(policy.min_cost_ms_per_step, policy.stall_step_share * job_step_ms):
-        return None
+        return f"they cost {cost:.1f} ms per step, under the cost floor"
     regular = float(np.std(gaps)) <= policy.stall_period_cv * period_steps
     where = next((dict(s.location) for s in reversed(mine) if s.location), {})
     last = mine[-1]

@@ -343,3 +343,38 @@ def test_messages_taken_but_not_processed_and_records_being_sent_count_as_input_
     asyncio.run(wiring.send(ctx, records))
     assert seen == [(0, 4), (0, 4)]  # two keys (two jobs): all four records held until both are sent
     assert ctx.held[TopicRole.FINDINGS] == 0
+
+
+class Decides(Skips):
+    """A core whose diagnosis rules decided something (as JobDiagnoser.decisions counts them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decisions: Counter[tuple[str, str]] = Counter()
+
+
+def test_the_rules_decisions_reach_the_worker_counters_also_after_their_core_is_dropped(ctx, monkeypatch):
+    app = FakeApp()
+    cores: list[Decides] = []
+
+    def create(rec, policy):
+        cores.append(Decides())
+        return cores[-1]
+
+    def feed(core, name, rec, now):
+        core.decisions[("stragglers", "cleared")] += 1
+        core.decisions[("late_entries", "added")] += 2
+
+    probe = Stage(name="probe", topic=TopicRole.PATTERNS, create=create, feed=feed, poll=lambda core, now, flush: [])
+    wiring.register(app, ctx, probe)
+    msgs = [ctx.encode(FUNCTION_PATTERN, pattern(r, f, 1.0)) for r in range(3) for f in ("f", "g")]
+    asyncio.run(app.agents["perftracker.probe"](stream_of(*msgs)))
+    ((_, _, tick),) = app.timers
+    asyncio.run(tick())
+    counted = ctx.counters.snapshot()
+    assert counted["rule_decisions.stragglers.cleared"] == 6 and counted["rule_decisions.late_entries.added"] == 12
+    cores[0].done = True  # dropped on the next tick: its decisions still count
+    asyncio.run(tick())
+    monkeypatch.setattr(wiring, "SKIPPED_REFRESH_MS", 0)
+    asyncio.run(tick())
+    assert ctx.counters.snapshot()["rule_decisions.stragglers.cleared"] == 6

@@ -1,0 +1,118 @@
+"""The window's rules as a pipeline (pipeline.py) and the decision trace (decisions.py): the
+order of the rules, a reason for every clearance, the trace of a cleared and of a named rank,
+the trace kept with the incident, and the per-rule counts the worker exports."""
+
+from __future__ import annotations
+
+from perftracker_ml.schemas.causes import Cause
+from perftracker_ml.schemas.vocabulary import Kind
+from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect.decisions import (
+    ADDED,
+    CLEARED,
+    FLAGGED,
+    NOT_FLAGGED,
+    DecisionTrace,
+)
+from perftracker_ml.streams.detect.findings import Finding
+from perftracker_ml.streams.detect.pipeline import RULES, Diagnosis, WindowFacts, run
+from perftracker_ml.streams.detect.render import placed, summary_of
+from perftracker_ml.streams.detect.window import diagnose_window_traced, step_ms
+
+from .test_host_level import allreduce, job, pair, sampled_job, straggler, world
+
+POL = DetectionPolicy()
+
+
+def test_the_rules_run_in_one_readable_order():
+    assert [name for name, _, _ in RULES] == [
+        "rank_outliers", "stage_shape", "stragglers", "absorbed", "slow_links", "minor_excesses", "uncompared",
+        "partial_outliers", "rank_causes", "late_entries", "host_level", "links", "stage_imbalance",
+        "expectations"]
+    assert all(what for _, _, what in RULES)  # each says what it adds or clears
+
+
+def test_every_rule_returns_an_outcome_and_every_clearance_has_a_rule_and_a_reason():
+    windows = [
+        (sampled_job({}), [allreduce(straggler(3))]),  # late with nothing behind it
+        (job({}), [pair(straggler(2, 0.8, 2.4)), world([1.0, 1.2, 30.0, 29.0])]),  # propagated victim
+        (job({2: 22.0, 3: 17.0}), [allreduce(straggler(3))]),  # named
+    ]
+    for rws, comps in windows:
+        facts = WindowFacts(rws, comps, step_ms(rws), POL)
+        d = Diagnosis()
+        for name, rule, _ in RULES:
+            out = rule(facts, d)
+            assert set(out.state) <= set(Diagnosis.__dataclass_fields__), name
+            d = Diagnosis(**{**d.__dict__, **dict(out.state)})
+        _, trace = run(facts)
+        for dec in trace.decisions:
+            assert dec.rule in {n for n, _, _ in RULES} and dec.reason, dec
+            assert dec.action in (ADDED, CLEARED, FLAGGED)
+
+
+def test_the_trace_says_why_a_late_arriver_with_nothing_behind_it_was_not_named():
+    findings, trace = diagnose_window_traced(sampled_job({}), [allreduce(straggler(3))], POL)
+    assert not [f for f in findings if f.ranks]
+    actions = [(d.rule, d.action) for d in trace.of(3)]
+    assert actions == [("stragglers", FLAGGED), ("late_entries", CLEARED)]
+    (cleared,) = [d for d in trace.of(3) if d.action == CLEARED]
+    assert cleared.evidence["group"] == "comm:all_reduce:pg0-4-abc" and cleared.evidence["cpu"] == "not_contended"
+    assert trace.explain(1, findings) == f"rank 1 was not named: {NOT_FLAGGED}"
+
+
+def test_the_trace_names_a_propagated_victim_and_the_collective_it_waited_in():
+    findings, trace = diagnose_window_traced(job({}), [pair(straggler(2, 0.8, 2.4)),
+                                                       world([1.0, 1.2, 30.0, 29.0])], POL)
+    (cleared,) = [d for d in trace.of(2) if d.action == CLEARED]
+    assert cleared.rule == "stragglers" and cleared.evidence["waited_in"] == "comm:all_reduce:pg0-4-abc"
+    assert cleared.evidence["caused_ms_per_step"] == 2.4 and "propagated victim" in cleared.reason
+
+
+def test_the_trace_of_a_named_rank_gives_the_rule_and_the_finding():
+    findings, trace = diagnose_window_traced(job({2: 22.0, 3: 17.0}), [allreduce(straggler(3))], POL)
+    (f,) = [f for f in findings if f.ranks]
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (2, 3)
+    added = [d for d in trace.of(3) if d.action == ADDED]
+    assert [(d.rule, d.identity) for d in added] == [("late_entries", "host_cpu_contention|node-1")]
+    joined = [d for d in trace.of(2) if d.rule == "host_level"]
+    assert [d.action for d in joined] == [FLAGGED] and joined[0].evidence["verdict"] == "contended"
+    assert trace.explain(3, findings).startswith("rank 3 was named (host_cpu_contention|node-1)")
+
+
+def test_an_incident_keeps_a_bounded_copy_of_the_trace_its_own_ranks_first():
+    trace = DecisionTrace()
+    f = Finding(kind=Kind.STRAGGLER, cause=Cause.SLOW_FUNCTION, identity="late|3", ranks=(3,), hosts=("h",),
+                gpus=(-1,), function="comm:x", score=1.0, impact_ms=2.0, summary="rank 3 on h: late")
+    from perftracker_ml.streams.detect.decisions import Clearance, RuleOutcome
+    trace.record("absorbed", RuleOutcome(cleared=[Clearance(r, "absorbed", "why", {}) for r in range(40)]))
+    trace.add("late_entries", f)
+    kept = trace.for_finding(f, limit=5)
+    assert len(kept) == 5 and kept[0]["rank"] == 3 and kept[1]["rank"] == 3
+    assert {k["action"] for k in kept[:2]} == {ADDED, CLEARED} and kept[0]["rule"] == "absorbed"
+    assert trace.counts()[("absorbed", CLEARED)] == 40 and trace.counts()[("late_entries", ADDED)] == 1
+
+
+def test_a_summary_is_rendered_from_the_findings_fields():
+    f = Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_GPU, identity="slow_gpu|1", ranks=(1,), hosts=("h",),
+                gpus=(0,), function="kind:forward", score=1.0, impact_ms=2.0, summary="rank 1 on h: slow",
+                subject="rank 1")
+    rws = {1: {"mesh_coords": {"pp": 1, "dp": 0}, "gpu_uuid": "GPU-abc", "gpu": 0, "host": "h"}}
+    p = placed(f, rws)  # type: ignore[arg-type]
+    assert p.mesh_coords == {"pp": 1, "dp": 0} and p.gpu_label == "GPU 0 GPU-abc on h"
+    assert p.evidence["gpu_uuids"] == {"1": "GPU-abc"} and p.summary == f.summary  # fields, not words, so far
+    assert summary_of(p) == "rank 1 (pp=1, dp=0) on h: slow [GPU 0 GPU-abc on h]"
+    no_subject = placed(Finding(**{**f.__dict__, "subject": "", "summary": "slow link"}), rws)  # type: ignore[arg-type]
+    assert summary_of(no_subject) == "rank 1 (pp=1, dp=0): slow link [GPU 0 GPU-abc on h]"
+
+
+def test_a_rank_whose_stalls_make_no_periodic_stall_is_cleared_with_why():
+    from perftracker_ml.streams.detect.stalls import StallHistory, periodic_stalls_traced
+
+    from .test_stalls import STEP_MS, STEPS, compare, patterns
+    h = StallHistory.for_policy(POL)
+    rec = compare(patterns({100: (2, 400.0)}))  # one stall: too few to be periodic
+    h.note(0, [rec], {r: {"steps": STEPS} for r in range(4)}, POL)  # type: ignore[dict-item]
+    found, cleared = periodic_stalls_traced(h, 0, STEP_MS, set(), POL)
+    assert found == [] and [(c.rank, c.evidence["stalls"]) for c in cleared] == [(2, 1)]
+    assert "too few" in cleared[0].reason
