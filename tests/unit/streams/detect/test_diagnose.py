@@ -49,7 +49,6 @@ def test_culprit_not_victims_slow_dataloader():
     assert a["ranks"] == [2] and a["cause"] == "slow_dataloader" and a["function"] == "DataLoader.__next__"
     ev = json.loads(a["evidence_json"])
     assert ev["ratio"] > 2 and ev["peer_median_ms"] > 0 and a["impact_ms_per_step"] > 5
-    assert "rank 2" in a["summary"] and "ms" in a["summary"]
 
 
 def test_late_collective_entry_names_the_late_rank():

@@ -52,7 +52,7 @@ def test_a_gpu_timed_late_arrival_with_alike_cpu_samples_is_named_slow_gpu():
     assert f.evidence["gpu_side"]["device_only_excess_ms_per_step"] == 13.4
     assert f.evidence["gpu_side"]["host_only_excess_ms_per_step"] == 12.0
     assert f.evidence["gpu_uuids"] == {"2": "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"}
-    assert f.summary.endswith("[GPU 2 GPU-00000002-aaaa-bbbb-cccc-dddddddddddd on h]")
+    assert f.gpu_label == "GPU 2 GPU-00000002-aaaa-bbbb-cccc-dddddddddddd on h"
 
 
 def test_the_same_late_arrival_without_device_times_is_not_raised_from_alike_samples():

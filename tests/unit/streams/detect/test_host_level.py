@@ -115,12 +115,12 @@ def test_a_late_entry_with_a_frame_of_extra_time_is_raised_with_that_frame():
               ("train.py:48 step `time.sleep(0.02)`", 30)]  # 3 samples/step x 40 ms: 120 ms/step more
     (f,) = blamed(diagnose_window(sampled_job({3: frames}), [allreduce(straggler(3))], POL))
     assert f.ranks == (3,) and f.cause == Cause.SLOW_FUNCTION
-    assert "train.py:48 step `time.sleep(0.02)`" in f.summary
+    assert f.evidence["location"]["frame"] == "train.py:48 step `time.sleep(0.02)`"
 
 
 def test_a_late_entry_without_samples_to_judge_is_still_raised():
     (f,) = blamed(diagnose_window(job({}), [allreduce(straggler(3))], POL))
-    assert f.ranks == (3,) and "no stack samples to say where" in f.summary
+    assert f.ranks == (3,) and f.evidence["location"] == {} and f.identity == "late|3"
 
 
 def test_a_late_entry_with_alike_stacks_that_waited_for_a_cpu_is_contention():
@@ -277,7 +277,6 @@ def test_an_outlier_that_explains_a_small_part_of_the_wait_leaves_the_late_entry
     (f,) = blamed(diagnose_window(job({}), [gc, allreduce(straggler(3, 1.0, 19.8))], POL))
     assert f.cause == Cause.SLOW_FUNCTION and f.kind == Kind.STRAGGLER and f.identity == "late|3"
     assert abs(f.impact_ms - 19.8) < 1e-6
-    assert "its slow instrumented functions explain only 1.7 ms/step of it (kind:gc +1.7 ms/step)" in f.summary
     assert f.evidence["abnormal_functions"] == ["kind:gc"] and f.evidence["explained_ms_per_step"] == 1.7
 
 
