@@ -4,8 +4,9 @@ Rank findings carry ``evidence.cpu`` (per rank: the verdict and the rank's and p
 run-queue wait, context switches, steal, CPU/wall ratio), ``evidence.top_frames`` (the
 most sampled user-code frames per rank) and ``evidence.location`` (the frame with the
 rank's extra time); a hang carries ``evidence.stacks`` (the culprits' current user frames,
-the same shape as ``top_frames``); see docs/detection.md. This module renders them as two small blocks
-and leaves the other evidence keys to the generic lines.
+the same shape as ``top_frames``); see docs/detection.md. This module renders them as two small blocks,
+and ``evidence.decisions`` (the window's decision trace: which rule named or cleared which rank)
+as a third, and leaves the other evidence keys to the generic lines.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-RENDERED_HERE = frozenset({"cpu", "top_frames", "location", "stacks"})
+RENDERED_HERE = frozenset({"cpu", "top_frames", "location", "stacks", "decisions"})
+DECISIONS_SHOWN = 8  # decisions a card lists (the named and cleared ranks; `diagnose --explain` has all)
 VERDICTS = {"contended": "waited for a CPU more than its peers",
             "not_contended": "no sign of waiting for a CPU more than its peers",
             "unavailable": "CPU evidence unavailable (collector without /proc readings)"}
@@ -71,4 +73,16 @@ def evidence_blocks(evidence: Any) -> str:
     if not isinstance(evidence, dict):
         return ""
     frames = evidence.get("top_frames") or evidence.get("stacks")
-    return frames_block(frames, evidence.get("location")) + cpu_block(evidence.get("cpu"))
+    return frames_block(frames, evidence.get("location")) + cpu_block(evidence.get("cpu")) + \
+        decisions_block(evidence.get("decisions"))
+
+
+def decisions_block(decisions: Any) -> str:
+    """Which rule named or cleared which rank, and why (flags left out)."""
+    items = []
+    for d in decisions if isinstance(decisions, list) else []:
+        if isinstance(d, dict) and d.get("action") in ("added", "cleared") and len(items) < DECISIONS_SHOWN:
+            what = "named" if d["action"] == "added" else "cleared"
+            items.append(f"<li>rank {escape(str(d.get('rank')))}: {what} by rule <code>{escape(str(d.get('rule')))}"
+                         f"</code>: {escape(str(d.get('reason', '')))}</li>")
+    return f'<div class="decisions"><h4>Why these ranks</h4><ul>{"".join(items)}</ul></div>' if items else ""

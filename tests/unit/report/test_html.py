@@ -290,3 +290,15 @@ def test_scale_helpers() -> None:
     assert compact_ranks([0, 1, 2, 3, 4, 5, 9, 11, 12]) == "0-5, 9, 11-12 (9 ranks)"
     assert y_range(180.0, 222.0) == (160.0, 240.0, 20.0)  # far above 0: the spread stays visible
     assert y_range(1.0, 38.0) == (0.0, 40.0, 10.0)
+
+
+def test_the_card_says_which_rule_named_or_cleared_which_rank() -> None:
+    decisions = [{"rank": 2, "rule": "stragglers", "action": "flagged", "reason": "last into g"},
+                 {"rank": 2, "rule": "late_entries", "action": "added", "reason": "slow_function on g",
+                  "identity": "late|2"},
+                 {"rank": 0, "rule": "stragglers", "action": "cleared", "reason": "a <propagated> victim"}]
+    inc = incident()
+    card = render_card(dict(inc, evidence={**inc["evidence"], "decisions": decisions}))
+    assert "rank 2: named by rule <code>late_entries</code>: slow_function on g" in card
+    assert "rank 0: cleared by rule <code>stragglers</code>: a &lt;propagated&gt; victim" in card
+    assert "last into g" not in card and "Decisions" not in card  # flags and the raw entries left out
