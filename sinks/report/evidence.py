@@ -79,7 +79,7 @@ def evidence_blocks(evidence: Any) -> str:
 
 def decisions_block(decisions: Any) -> str:
     """Which rule named or cleared which rank, and why (flags left out)."""
-    items = []
+    items: list[str] = []
     for d in decisions if isinstance(decisions, list) else []:
         if isinstance(d, dict) and d.get("action") in ("added", "cleared") and len(items) < DECISIONS_SHOWN:
             what = "named" if d["action"] == "added" else "cleared"
