@@ -104,8 +104,10 @@ class DecisionTrace:
 
     def add(self, rule: str, f: Finding, reason: str = "") -> None:
         why = reason or f"{f.cause.value} ({f.kind.value}) on {f.function}, ~{f.impact_ms:.1f} ms per step"
+        evidence = {"cause": f.cause.value, "kind": f.kind.value, "function": f.function,
+                    "impact_ms_per_step": round(float(f.impact_ms), 3)}
         for r in f.ranks:
-            self.decisions.append(Decision(int(r), rule, ADDED, why, identity=f.identity))
+            self.decisions.append(Decision(int(r), rule, ADDED, why, identity=f.identity, evidence=evidence))
 
     def of(self, rank: int) -> list[Decision]:
         return [d for d in self.decisions if d.rank == rank]

@@ -75,6 +75,8 @@ def test_the_trace_of_a_named_rank_gives_the_rule_and_the_finding():
     assert f.cause == Cause.HOST_CPU_CONTENTION and f.ranks == (2, 3)
     added = [d for d in trace.of(3) if d.action == ADDED]
     assert [(d.rule, d.identity) for d in added] == [("late_entries", "host_cpu_contention|node-1")]
+    assert added[0].evidence == {"cause": "host_cpu_contention", "kind": "straggler",
+                                 "function": "comm:all_reduce:pg0-4-abc", "impact_ms_per_step": 9.0}
     joined = [d for d in trace.of(2) if d.rule == "host_level"]
     assert [d.action for d in joined] == [FLAGGED] and joined[0].evidence["verdict"] == "contended"
     assert trace.explain(3, findings).startswith("rank 3 was named (host_cpu_contention|node-1)")
