@@ -14,8 +14,11 @@ tensor parallel and compiled graphs issue: ``_c10d_functional.all_reduce`` then 
 (``functional_route``: on the ops' Python entry points, the default), against the same
 pair without them (installed and removed between the halves of each round);
 ``functional_dispatcher_event_ns`` the same with the fallback route, a Python kernel of
-the dispatcher per op (docs/collectors.md, "How functional collectives are timed"). The
-routes alternate within each round. ``--breakdown`` adds what the interception alone
+the dispatcher per op (docs/collectors.md, "How functional collectives are timed");
+``functional_sampled_event_ns`` the Python route recording one collective in ``SAMPLE`` (4;
+``PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE``), per collective issued, and
+``functional_sampled_evidence`` the share of the collectives it recorded (events /
+collectives: the evidence it keeps). The variants alternate within each round. ``--breakdown`` adds what the interception alone
 costs on each route, hooks that only call the op with no recording:
 ``functional_floor_ns`` and ``functional_dispatcher_floor_ns`` (the rest of a route's
 figure is the recording).
@@ -28,7 +31,7 @@ three runs on the 2-core VM), the effect pyperf also spreads over worker
 processes.
 
 ``--instructions`` counts instead of timing (valgrind's callgrind, needs ``valgrind``; a few
-minutes): the instructions per call each variant adds to its bare loop, counted over the
+minutes; ``functional_sampled_instructions`` at one in ``SAMPLE``): the instructions per call each variant adds to its bare loop, counted over the
 measured loop only, each variant in a process of its own (the functional pair on torch's
 fake process group: no communication thread). The counts do not move with the machine's
 load, which moves the times above 2x; they do not see cache misses, which the functional
@@ -48,6 +51,9 @@ from collections.abc import Callable
 from typing import Any
 
 GOAL_NS = 1500
+# the sampled variant: one functional collective in SAMPLE recorded (FunctionalTimer's sample,
+# PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE)
+SAMPLE = 4
 
 
 def _per_call_ns(fn: Callable[[], object], n: int) -> float:
@@ -105,8 +111,9 @@ def measure(n: int = 2_000, rounds: int = 101, breakdown: bool = False) -> dict[
     finally:
         dist.destroy_process_group()
     return {"python_event_ns": round(python_ns, 1), "collective_event_ns": round(comm_ns, 1),
-            **{key: round(value, 1) for key, value in functional.items() if key != "functional_route"},
-            "functional_route": functional["functional_route"],
+            **{key: round(value, 4 if key.endswith("_evidence") else 1) for key, value in functional.items()
+               if key != "functional_route"},
+            "functional_route": functional["functional_route"], "functional_sample": SAMPLE,
             "goal_ns": GOAL_NS, "calls_per_round": n, "rounds": rounds}
 
 
@@ -127,9 +134,9 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
 
     registry = GroupRegistry(dist)
 
-    def timer(which: str) -> Callable[[], Callable[[], None]]:
+    def timer(which: str, sample: int = 1) -> Callable[[], Callable[[], None]]:
         def install() -> Callable[[], None]:
-            t = FunctionalTimer(torch, rec, registry, route=which)
+            t = FunctionalTimer(torch, rec, registry, route=which, sample=sample)
             t.install()
             return t.remove
         return install
@@ -158,7 +165,7 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
             lib.impl(op._schema.name.split("::")[1], kernel, "BackendSelect", with_keyset=True)
         return lib._destroy
 
-    variants = {PYTHON: timer(PYTHON), DISPATCHER: timer(DISPATCHER),
+    variants = {PYTHON: timer(PYTHON), DISPATCHER: timer(DISPATCHER), "python_sampled": timer(PYTHON, SAMPLE),
                 "python_floor": python_floor, "dispatcher_floor": dispatcher_floor}
     return pair, FunctionalTimer(torch, rec, registry).route, variants
 
@@ -170,24 +177,30 @@ def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdo
     pair, route, installers = _functional_setup(torch, dist, rec)
     other = "dispatcher" if route == "python" else "python"
     keys = {"functional_event_ns": route, f"functional_{other}_event_ns": other}
+    if route == "python":
+        keys["functional_sampled_event_ns"] = "python_sampled"
     if breakdown:
         keys.update({"functional_floor_ns": f"{route}_floor", f"functional_{other}_floor_ns": f"{other}_floor"})
     diffs: dict[str, list[float]] = {key: [] for key in keys}
+    recorded = {key: 0 for key in keys}  # events the variant recorded (the evidence kept)
     for _ in range(rounds):
         for key, variant in keys.items():
             base = _per_call_ns(pair, n)
+            rec.drain(1 << 30)
             undo = installers[variant]()
             try:
                 diffs[key].append(_per_call_ns(pair, n) - base)
             finally:
                 undo()
-            rec.drain(1 << 30)
-    return {**{key: statistics.median(values) for key, values in diffs.items()}, "functional_route": route}
+            recorded[key] += len(rec.drain(1 << 30))
+    kept = {"functional_sampled_evidence": recorded["functional_sampled_event_ns"] / (n * rounds)} \
+        if "functional_sampled_event_ns" in keys else {}
+    return {**{key: statistics.median(values) for key, values in diffs.items()}, **kept, "functional_route": route}
 
 
 # -- instructions (valgrind's callgrind): the same costs, deterministic -----------------------
 INSTRUCTION_VARIANTS = {  # name: (what runs in the measured loop, how many times)
-    "functional_bare": ("pair", 1000), "functional_python": ("pair", 1000),
+    "functional_bare": ("pair", 1000), "functional_python": ("pair", 1000), "functional_python_sampled": ("pair", 1000),
     "functional_python_floor": ("pair", 1000), "functional_dispatcher": ("pair", 1000),
     "functional_dispatcher_floor": ("pair", 1000),
     "collective_bare": ("stub", 10000), "collective_event": ("stub", 10000),
@@ -218,6 +231,8 @@ def instructions(workdir: str) -> dict:
             totals[variant] = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
     per_call = {v: totals[v] / INSTRUCTION_VARIANTS[v][1] for v in totals}
     return {"functional_instructions": round(per_call["functional_python"] - per_call["functional_bare"]),
+            "functional_sampled_instructions":
+                round(per_call["functional_python_sampled"] - per_call["functional_bare"]),
             "functional_floor_instructions": round(per_call["functional_python_floor"] - per_call["functional_bare"]),
             "functional_dispatcher_instructions": round(per_call["functional_dispatcher"] - per_call["functional_bare"]),
             "functional_dispatcher_floor_instructions":
@@ -290,9 +305,10 @@ def in_processes(processes: int, calls: int, rounds: int, breakdown: bool = Fals
 
 def summarize(runs: list[dict]) -> dict:
     keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns",
-                             "functional_dispatcher_event_ns", "functional_floor_ns",
-                             "functional_dispatcher_floor_ns") if k in runs[0])
-    route = {"functional_route": runs[0]["functional_route"]} if "functional_route" in runs[0] else {}
+                             "functional_sampled_event_ns", "functional_dispatcher_event_ns",
+                             "functional_floor_ns", "functional_dispatcher_floor_ns") if k in runs[0])
+    route = {k: runs[0][k] for k in ("functional_route", "functional_sample", "functional_sampled_evidence")
+             if k in runs[0]}
     return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys}, **route,
             "goal_ns": GOAL_NS, "processes": len(runs),
             **{k.replace("_ns", "_ns_per_process"): [r[k] for r in runs] for k in keys},

@@ -46,14 +46,19 @@ when it runs. A mode active at run time that calls the op again from inside the 
 
 A collective whose output is never waited for stays entered; the table of pending
 outputs is bounded (``MAX_PENDING``), the oldest forgotten and counted as an error
-beyond it. Removing the hooks (:meth:`FunctionalTimer.remove`) restores the op objects
+beyond it.
+
+Sampling (``sample`` n > 1, ``PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE``): only the
+collectives whose seq is a multiple of n are recorded as above, the same ones on every rank
+of the group; the others are numbered (the group's sequence stays whole) and nothing more:
+no event, no entry marker, no size. The default (1) records every one. Removing the hooks (:meth:`FunctionalTimer.remove`) restores the op objects
 and the dispatcher's table.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
+from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
@@ -138,27 +143,33 @@ class FunctionalTimer:
     """Installs the recording hooks; one instance per collector.
 
     ``route``: ``"python"``, ``"dispatcher"`` or None (the Python route where this torch
-    has it, else the dispatcher's)."""
+    has it, else the dispatcher's). ``sample``: record one collective in ``sample`` of each
+    group (seq a multiple of it; the others are only numbered); 1, the default, records all."""
 
     def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry, cuda: CudaCommTimer | None = None,
-                 route: str | None = None):
+                 route: str | None = None, sample: int = 1):
         self.torch = torch
         self.rec = rec
         self.registry = registry
         self.cuda = cuda
+        # 1 = every collective recorded; n = those whose seq is a multiple of n (the same ones
+        # on every rank of the group): the others are numbered only (no event, no entry marker)
+        self.sample = max(int(sample), 1)
         self.route = route or (PYTHON if python_route_available(torch) else DISPATCHER)
         self._lib: Any = None
         self._hooked: list[tuple[Any, Any, _Hook]] = []  # (op object, its original _op, our hook)
         self._builtins: list[int] = []  # ids of hooks registered as TorchScript builtins
         # Pending collectives, until their (first) output is waited for. A new output timed on
-        # the host (the common case): by the output's id, ``(its event less the duration,
-        # (COMM, op, group, seq, bytes, step, t0); the output)``, held (c10d's registry of
-        # functional collectives holds it until the wait too) so that its id stays its own.
-        # The rest (on a GPU; coalesced, in-place and out= forms): by the address of each
-        # output's storage, ``(that event, the CUDA start event or None, the addresses of a
-        # coalesced collective's outputs or None)``. A wait on a view of an output (an
-        # AsyncCollectiveTensor viewed before use waits on the view) finds it by its storage.
-        self._pending: dict[int, tuple] = {}
+        # the host (the common case): in issue order, ``(COMM, op, group, seq, bytes, step,
+        # t0, the output)`` (its event less the duration, then the output, held: c10d's
+        # registry of functional collectives holds it until the wait too); a wait on the oldest
+        # one (the common case: waits come in issue order) is one identity check, any other
+        # is looked for by identity, the newest first. The rest (on a GPU; coalesced, in-place
+        # and out= forms): by the address of each output's storage, ``(that event, the CUDA
+        # start event or None, the addresses of a coalesced collective's outputs or None)``. A
+        # wait on a view of an output (an AsyncCollectiveTensor viewed before use waits on the
+        # view) finds it by its storage.
+        self._pending: deque[tuple] = deque()
         self._special: dict[int, tuple] = {}
         self.installed: list[str] = []
 
@@ -206,7 +217,7 @@ class FunctionalTimer:
     def entered(self, now_ns: int, min_age_ns: int) -> list[tuple]:
         """Entry markers (``dur_ns`` -1) of the collectives issued at least ``min_age_ns`` ago
         and not waited for (sender thread; a marker source of the recorder)."""
-        issued = [entry[0] for entry in list(self._pending.values())]
+        issued = [entry[:7] for entry in list(self._pending)]
         seen = set()
         for entry in list(self._special.values()):
             if id(entry) not in seen:  # a coalesced collective is there once per output
@@ -300,49 +311,66 @@ class FunctionalTimer:
         schema = overload._schema
         listed = str(schema.arguments[0].type).startswith("List")  # coalesced: a list of tensors
         fresh = all(r.alias_info is None for r in schema.returns)  # not an in-place or out= form
+        general = self._issue_general(overload, recorded, orig, listed)
         if listed or not fresh or self.cuda is not None:
-            return self._issue_general(overload, recorded, orig, listed)
-        rec, pending, plain = self.rec, self._pending, self.torch.Tensor
+            return general
+        rec, pending, plain, sample = self.rec, self._pending, self.torch.Tensor, self.sample
+        append, forget = pending.append, self._forget_oldest_pending
         # the registry's cache of group names (cleared in place by its reset): a dict lookup
-        # per call, the registry on a miss
+        # per call, the registry on a miss (a group's first collective); keywords and
+        # tracing's tensors take the general path (which records the same event)
         names, resolve_name = self.registry._names, self.registry.resolve_name
         arg_names = [a.name for a in schema.arguments]
-        first_name = arg_names[0]
         group_idx = arg_names.index("group_name") if "group_name" in arg_names else len(arg_names)
 
+        def miss(args: tuple, kwargs: dict) -> Any:
+            try:
+                if not kwargs and type(args[0]) is plain:
+                    group = args[group_idx]
+                    resolve_name(group)  # now in the cache
+                    if group in names:
+                        return issue(*args)
+            except Exception:  # noqa: BLE001 - the general path counts it
+                pass
+            return general(*args, **kwargs)
+
+        # As little code as the record allows: what runs here runs between two calls into
+        # torch's C++, which leave little of it in the CPU's caches (an instruction not run
+        # costs less than its count: a cache miss it does not take).
         def issue(*args: Any, **kwargs: Any) -> Any:
             try:
+                state = names[args[group_idx]]
                 first = args[0]
-                group = args[group_idx]
-            except IndexError:  # passed by keyword
-                first = args[0] if args else kwargs.get(first_name)
-                group = args[group_idx] if len(args) > group_idx else kwargs.get("group_name")
-            if type(first) is not plain:  # tracing (fake/functional tensors): nothing to time
-                return orig(*args, **kwargs)
-            try:
-                state = names.get(group)
-                if state is None:
-                    state = resolve_name(group)
-                last = state.seq
-                t0 = perf_counter_ns()
-            except Exception as exc:  # noqa: BLE001 - never into the training loop
-                rec.errors.caught(recorded, exc)
-                return orig(*args, **kwargs)
-            out = orig(*args, **kwargs) if kwargs else orig(*args)
+            except Exception:  # noqa: BLE001 - a new group, keywords: the slower paths
+                return miss(args, kwargs)
+            if kwargs or type(first) is not plain:  # tracing (fake/functional tensors) included
+                return general(*args, **kwargs)
+            last = state.seq
+            if (last + 1) % sample:  # not sampled: numbered only
+                out = orig(*args)
+                if state.seq == last:
+                    state.seq = last + 1
+                return out
+            t0 = perf_counter_ns()
+            out = orig(*args)
             try:
                 if state.seq == last:  # else recorded by a re-entered call
                     seq = state.seq = last + 1
                     if len(pending) >= MAX_PENDING:
-                        _forget_oldest(pending, rec)
-                    pending[id(out)] = ((COMM, recorded, state.ref, seq, first.nbytes, rec.step, t0), out)
-            except Exception as exc:  # noqa: BLE001
+                        forget()
+                    append((COMM, recorded, state.ref, seq, first.nbytes, rec.step, t0, out))
+            except Exception as exc:  # noqa: BLE001 - never into the training loop
                 rec.errors.caught(recorded, exc)
             return out
 
         return issue
 
+    def _forget_oldest_pending(self) -> None:
+        self._pending.popleft()
+        self.rec.errors.caught(WAIT, OverflowError(f"more than {MAX_PENDING} functional collectives not waited for"))
+
     def _issue_general(self, overload: Any, recorded: str, orig: Callable[..., Any], listed: bool) -> Callable[..., Any]:
-        rec, special, plain, cuda = self.rec, self._special, self.torch.Tensor, self.cuda
+        rec, special, plain, cuda, sample = self.rec, self._special, self.torch.Tensor, self.cuda, self.sample
         resolve_name = self.registry.resolve_name
         arg_names = [a.name for a in overload._schema.arguments]
         first_name = arg_names[0]
@@ -357,12 +385,17 @@ class FunctionalTimer:
                 group = args[group_idx] if len(args) > group_idx else kwargs.get("group_name")
                 state = resolve_name(group)
                 last = state.seq
-                t0 = perf_counter_ns()
-                start = cuda.begin(probe) if cuda is not None else None
+                skip = (last + 1) % sample  # not sampled: numbered only
+                t0 = 0 if skip else perf_counter_ns()
+                start = cuda.begin(probe) if cuda is not None and not skip else None
             except Exception as exc:  # noqa: BLE001
                 rec.errors.caught(recorded, exc)
                 return orig(*args, **kwargs)
             out = orig(*args, **kwargs)
+            if skip:
+                if state.seq == last:
+                    state.seq = last + 1
+                return out
             try:
                 if state.seq != last:  # recorded by a re-entered call
                     return out
@@ -385,47 +418,63 @@ class FunctionalTimer:
 
     def _wait_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         rec, pending, special, rest = self.rec, self._pending, self._special, self._wait_rest
+        popleft = pending.popleft
 
         def wait_tensor(*args: Any, **kwargs: Any) -> Any:
             out = orig(*args, **kwargs) if kwargs else orig(*args)
-            if pending or special:
+            if pending:
+                end_ns = perf_counter_ns()
                 try:
                     tensor = args[0] if args else kwargs["tensor"]
-                    # the output itself, held in the table: the same object
-                    entry = pending.pop(id(tensor), None)
-                    if entry is None:
-                        rest(tensor)
+                    entry = pending[0]
+                    if entry[7] is not tensor:  # not the oldest output itself
+                        rest(tensor, end_ns)
                         return out
-                    ev = entry[0]
+                    popleft()
+                    _, op, ref, seq, nbytes, step, t0, _ = entry
                     events = rec.events
                     if len(events) >= rec.capacity:
                         rec.overflow.value += 1
-                    events.append(ev + (perf_counter_ns() - ev[6],))
+                    events.append((COMM, op, ref, seq, nbytes, step, t0, end_ns - t0))
+                except Exception as exc:  # noqa: BLE001
+                    rec.errors.caught(WAIT, exc)
+            elif special:
+                try:
+                    rest(args[0] if args else kwargs["tensor"], perf_counter_ns())
                 except Exception as exc:  # noqa: BLE001
                     rec.errors.caught(WAIT, exc)
             return out
 
         return wait_tensor
 
-    def _wait_rest(self, tensor: Any) -> None:
-        """The waits the common case does not end: on a view of an output, on a GPU, of a
-        coalesced, in-place or out= form (or of no collective of ours)."""
+    def _wait_rest(self, tensor: Any, end_ns: int) -> None:
+        """The waits the common case does not end: on another pending output than the oldest,
+        on a view of an output, on a GPU, of a coalesced, in-place or out= form (or of no
+        collective of ours)."""
         if type(tensor) is not self.torch.Tensor:  # tracing's fake and functional tensors
             return
         rec, pending, special = self.rec, self._pending, self._special
-        end_ns = perf_counter_ns()
+        for index in range(len(pending) - 1, -1, -1):  # the output itself, the newest first
+            if pending[index][7] is tensor:
+                entry = pending[index]
+                del pending[index]
+                _record(rec, entry, end_ns)
+                return
         ptr = tensor.untyped_storage().data_ptr()
-        entry = special.pop(ptr, None)
-        if entry is None:  # a view of an output (an AsyncCollectiveTensor viewed before use)
-            for key in itertools.islice(reversed(pending), VIEW_SCAN):  # the newest first
-                if pending[key][1].untyped_storage().data_ptr() == ptr:
-                    _record(rec, pending.pop(key)[0], end_ns)
+        special_entry = special.pop(ptr, None)
+        if special_entry is None:  # a view of an output (an AsyncCollectiveTensor viewed before use)
+            newest = len(pending) - 1
+            for index in range(newest, max(newest - VIEW_SCAN, -1), -1):
+                if pending[index][7].untyped_storage().data_ptr() == ptr:
+                    entry = pending[index]
+                    del pending[index]
+                    _record(rec, entry, end_ns)
                     return
             return
-        ev, start, ptrs = entry
+        ev, start, ptrs = special_entry
         if ptrs is not None:  # a coalesced collective: its later outputs' waits record nothing
             for other in ptrs:
-                if special.get(other) is entry:
+                if special.get(other) is special_entry:
                     del special[other]
         if start is not None and self.cuda is not None:
             # the current stream now waits for the collective: its stop event
@@ -435,15 +484,15 @@ class FunctionalTimer:
 
 
 def _record(rec: Recorder, ev: tuple, end_ns: int) -> None:
-    _, op, ref, seq, nbytes, step, t0 = ev
+    """Records a pending collective's event (``ev``: its first seven fields) ended at ``end_ns``."""
+    _, op, ref, seq, nbytes, step, t0 = ev[:7]
     rec.comm(op, ref, seq, nbytes, step, t0, end_ns - t0)
 
 
 def _forget_oldest(table: dict[int, tuple], rec: Recorder) -> None:
     oldest = next(iter(table))
     entry = table.pop(oldest)
-    ptrs = entry[2] if len(entry) == 3 else None
-    for ptr in ptrs or ():
+    for ptr in entry[2] or ():  # a coalesced collective's other outputs
         if table.get(ptr) is entry:
             del table[ptr]
     rec.errors.caught(WAIT, OverflowError(f"more than {MAX_PENDING} functional collectives not waited for"))

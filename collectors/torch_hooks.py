@@ -81,7 +81,8 @@ def _install_functional(collector: Collector, torch: ModuleType, timer: object) 
     from .comm import CommTimer
     from .functional import FunctionalTimer
     assert isinstance(timer, CommTimer)
-    functional = FunctionalTimer(torch, collector.recorder, timer.registry, timer.cuda)
+    functional = FunctionalTimer(torch, collector.recorder, timer.registry, timer.cuda,
+                                 sample=collector.settings.collector.functional_sample)
     collector.add_remover(functional.remove)
     functional.install()
 

@@ -231,7 +231,10 @@ class CollectorSettings:
     comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})
     functional: bool = field(default=True, metadata={
-        "doc": "time functional collectives (DTensor, tensor parallel, compiled graphs; ~10 us each)"})
+        "doc": "time functional collectives (DTensor, tensor parallel, compiled graphs; ~3 us each)"})
+    functional_sample: int = field(default=1, metadata={"ge": 1, "doc": "record one functional collective in n "
+                                                                       "of each group (seq a multiple of n, the same "
+                                                                       "on every rank); the rest only numbered"})
     forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
     gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
     gc_min_us: float = field(default=50.0, metadata={"ge": 0, "doc": "GC pauses shorter than this are counted in stats, not sent"})

@@ -75,6 +75,34 @@ def test_functional_collective_recorded_at_its_wait_in_the_group_sequence(world_
 
 
 @pytest.mark.parametrize("route", ROUTES)
+def test_sampled_one_in_n_of_each_group_by_seq_the_rest_numbered(world_of_one, route):
+    """``sample=3``: the collectives whose seq is a multiple of 3 recorded (the same ones on
+    every rank), whatever their form; the others numbered only (no event, no entry marker);
+    the c10d collectives between them all recorded, in the same sequence."""
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    patches = Patches()
+    comm = CommTimer(dist, rec, None)
+    comm.install(patches)
+    functional = FunctionalTimer(torch, rec, comm.registry, route=route, sample=3)
+    functional.install()
+    try:
+        dist.all_reduce(torch.ones(2))  # seq 0 (eager: always recorded)
+        outs = [funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD) for _ in range(5)]  # 1..5
+        assert _entered(rec) == [("all_reduce", 3)]
+        for out in outs:
+            funcol.wait_tensor(out)
+        funcol.wait_tensor(funcol.all_reduce_coalesced([torch.ones(2), torch.ones(3)], "sum",
+                                                       dist.group.WORLD)[0])  # 6: the general path
+        dist.all_reduce(torch.ones(2))  # 7
+        assert [(e[1], e[3]) for e in _comms(rec)] == [
+            ("all_reduce", 0), ("all_reduce", 3), ("all_reduce_coalesced", 6), ("all_reduce", 7)]
+        assert _entered(rec) == [] and rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+
+
+@pytest.mark.parametrize("route", ROUTES)
 def test_every_form_of_the_ops_is_recorded_once(world_of_one, route):
     """In-place, out=, coalesced, keyword calls, a wait on a view inside the output, the
     autograd formula's collective in the backward: one event each, in the group's sequence."""
