@@ -32,11 +32,12 @@ shows both times grown in the same phases.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.vocabulary import SpanKind
+from .facts import Outlier
 
 DEVICE_PREFIX = "cuda:"  # collectors.cuda_timing.DEVICE_PREFIX (the stream side does not import collectors)
 
@@ -94,8 +95,8 @@ DEVICE_AGGREGATES = {int(SpanKind.FORWARD): "kind:device.forward", int(SpanKind.
                      int(SpanKind.OPTIMIZER): "kind:device.optimizer"}
 
 
-def is_device(outlier: Mapping[str, Any]) -> bool:
-    return int(outlier.get("kind", -1)) == SpanKind.DEVICE or str(outlier.get("function", "")).startswith(DEVICE_PREFIX)
+def is_device(outlier: Outlier) -> bool:
+    return int(outlier.kind) == SpanKind.DEVICE or str(outlier.function).startswith(DEVICE_PREFIX)
 
 
 def phase_kind(name: str) -> int:
@@ -118,46 +119,45 @@ def device_phase(name: str) -> int:
 COMPUTE_HOST = (int(SpanKind.FORWARD), int(SpanKind.BACKWARD), int(SpanKind.OPTIMIZER))
 
 
-def _host_by_phase(outs: list[Mapping[str, Any]]) -> dict[int, float]:
+def _host_by_phase(outs: list[Outlier]) -> dict[int, float]:
     """Host excess per compute phase (ms/step): its largest outlier, aggregate or named (they
     measure the same time)."""
     out: dict[int, float] = {}
     for o in outs:
-        k = int(o.get("kind", -1))
+        k = int(o.kind)
         if k in COMPUTE_HOST and not is_device(o):
-            out[k] = max(out.get(k, 0.0), float(o["cost_ms_per_step"]))
+            out[k] = max(out.get(k, 0.0), float(o.cost_ms_per_step))
     return out
 
 
-def phases(outliers: Iterable[Mapping[str, Any]]) -> list[PhaseExcess]:
+def phases(outliers: Iterable[Outlier]) -> list[PhaseExcess]:
     """Per phase with a device-timed outlier: its device excess (the largest of its named
     device spans and its device aggregate: the same time) beside the host excess of that phase."""
     outs = list(outliers)
     host = _host_by_phase(outs)
-    best: dict[Any, Mapping[str, Any]] = {}
+    best: dict[Any, Outlier] = {}
     for o in outs:
         if not is_device(o):
             continue
-        name = str(o["function"])
+        name = str(o.function)
         phase = device_phase(name)
         key: Any = phase if phase >= 0 else name  # a device span of no known phase: on its own
         kept = best.get(key)
         named = name.startswith(DEVICE_PREFIX)
-        if kept is None or float(o["cost_ms_per_step"]) > float(kept["cost_ms_per_step"]) or \
-                (named and float(o["cost_ms_per_step"]) == float(kept["cost_ms_per_step"])):
+        if kept is None or float(o.cost_ms_per_step) > float(kept.cost_ms_per_step) or \
+                (named and float(o.cost_ms_per_step) == float(kept.cost_ms_per_step)):
             best[key] = o
     out = []
     for key, o in best.items():
-        name = str(o["function"])
+        name = str(o.function)
         label = name[len(DEVICE_PREFIX):] if name.startswith(DEVICE_PREFIX) else name.rpartition(".")[2]
         phase = key if isinstance(key, int) else -1
-        out.append(PhaseExcess(label, phase, float(o["cost_ms_per_step"]), host.get(phase, 0.0),
-                               float(o.get("value_ms_per_step", 0.0)), float(o.get("peer_median_ms_per_step", 0.0)),
-                               float(o.get("ratio", 0.0))))
+        out.append(PhaseExcess(label, phase, float(o.cost_ms_per_step), host.get(phase, 0.0),
+                               float(o.value_ms_per_step), float(o.peer_median_ms_per_step), float(o.ratio)))
     return out
 
 
-def host_only_excess(outliers: Iterable[Mapping[str, Any]], per_phase: list[PhaseExcess] | None = None) -> float:
+def host_only_excess(outliers: Iterable[Outlier], per_phase: list[PhaseExcess] | None = None) -> float:
     """Host excess of the compute phases beyond the device excess of the same phase (ms/step);
     ``per_phase``: :func:`phases` of the same outliers, when already computed."""
     outs = list(outliers)
@@ -167,7 +167,7 @@ def host_only_excess(outliers: Iterable[Mapping[str, Any]], per_phase: list[Phas
     return sum(max(0.0, h - device.get(k, 0.0)) for k, h in _host_by_phase(outs).items())
 
 
-def gpu_side(outliers: Iterable[Mapping[str, Any]], min_cost_ms: float, share: float) -> GpuSide | None:
+def gpu_side(outliers: Iterable[Outlier], min_cost_ms: float, share: float) -> GpuSide | None:
     """The rank's GPU-side evidence, or None: its device-only excess reaches ``min_cost_ms``, and
     its host's excess over all compute phases is no more than its device's over ``share`` (the
     host can wait for its device only as long as the device is behind; ``share`` < 1 leaves

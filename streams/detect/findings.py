@@ -30,6 +30,7 @@ from ...schemas.vocabulary import Kind, SpanKind
 from .accumulate import THERMAL_POWER_BITS
 from .cpu_evidence import CONTENDED, UNAVAILABLE
 from .device_evidence import gpu_side, is_device
+from .facts import Outlier
 from .model import KIND_PREFIX
 from .peers import INF_RATIO
 from .policy import DetectionPolicy
@@ -110,24 +111,24 @@ def fault_words(ev: Mapping[str, Any]) -> str:
     return f" (NVML: {', '.join(parts)})" if parts else ""
 
 
-def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy,
+def classify(outliers: list[Outlier], gpu: int, hw_evidence: Mapping[str, Any], policy: DetectionPolicy,
              cpu: str = UNAVAILABLE) -> Cause:
-    """Cause of a rank's outliers (each a RankOutlier dict plus its ``kind``); ``cpu``: the
+    """Cause of a rank's outliers (:class:`.facts.Outlier`); ``cpu``: the
     rank's :func:`.cpu_evidence.cpu_verdict` (contended, not_contended, unavailable)."""
     if more_work(outliers, policy.min_excess, policy.explains_share):
         return Cause.DATA_IMBALANCE
     host = [o for o in outliers if not is_device(o)]
     side = gpu_side(outliers, policy.min_cost_ms_per_step, policy.explains_share)
     if side is not None:
-        other = max((o["cost_ms_per_step"] for o in host if o["kind"] not in COMPUTE), default=0.0)
+        other = max((o.cost_ms_per_step for o in host if o.kind not in COMPUTE), default=0.0)
         if side.device_only_ms >= policy.explains_share * other:
             # its GPU runs its phases longer than its host explains: device evidence
             return Cause.GPU_THROTTLE if hw_evidence else Cause.SLOW_GPU
-    kinds = {SpanKind(o["kind"]) for o in host if o["kind"] in SpanKind._value2member_map_}
+    kinds = {SpanKind(o.kind) for o in host if o.kind in SpanKind._value2member_map_}
     if not kinds:  # device phases slow alike with the host's: no side to name
         return Cause.SLOW_FUNCTION
     # per kind, the largest excess (a named span and its kind: aggregate are the same time)
-    cost = {k: max(o["cost_ms_per_step"] for o in host if o["kind"] == k) for k in kinds}
+    cost = {k: max(o.cost_ms_per_step for o in host if o.kind == k) for k in kinds}
     others = max((c for k, c in cost.items() if k != SpanKind.GC), default=0.0)
     if SpanKind.GC in cost and cost[SpanKind.GC] >= policy.explains_share * others:
         return Cause.GC_PAUSE  # GC pauses nest inside other spans and inflate them
@@ -146,10 +147,10 @@ def classify(outliers: list[dict], gpu: int, hw_evidence: Mapping[str, Any], pol
     return Cause.SLOW_FUNCTION
 
 
-def missing_evidence(outliers: list[dict], gpu: int, cause: Cause, cpu: str) -> list[str]:
+def missing_evidence(outliers: list[Outlier], gpu: int, cause: Cause, cpu: str) -> list[str]:
     """What would have told a cause apart, and was not there (said in the finding)."""
     missing = []
-    kinds = {int(o["kind"]) for o in outliers}
+    kinds = {int(o.kind) for o in outliers}
     if cause == Cause.SLOW_FUNCTION and gpu >= 0 and kinds & {int(k) for k in COMPUTE} \
             and not any(is_device(o) for o in outliers):
         missing.append("GPU-side timing (CUDA-event or kernel times) to tell its GPU from its host")
@@ -158,15 +159,15 @@ def missing_evidence(outliers: list[dict], gpu: int, cause: Cause, cpu: str) -> 
     return missing
 
 
-def more_work(outliers: list[dict], min_excess: float, explains_share: float) -> bool:
+def more_work(outliers: list[Outlier], min_excess: float, explains_share: float) -> bool:
     """Data/MoE imbalance: a function called more often per step than on peers at the same
     per-call time explains (>= ``explains_share`` of) the rank's largest excess. GC excluded."""
-    work = [o for o in outliers if o["kind"] != SpanKind.GC and finite_ratio(o["calls_ratio"])
-            and o["calls_ratio"] >= 1 + min_excess / 2 and o["per_call_ratio"] < 1 + min_excess]
+    work = [o for o in outliers if o.kind != SpanKind.GC and finite_ratio(o.calls_ratio)
+            and o.calls_ratio >= 1 + min_excess / 2 and o.per_call_ratio < 1 + min_excess]
     if not work:
         return False
-    top = max(o["cost_ms_per_step"] for o in outliers)
-    return max(o["cost_ms_per_step"] for o in work) >= explains_share * top
+    top = max(o.cost_ms_per_step for o in outliers)
+    return max(o.cost_ms_per_step for o in work) >= explains_share * top
 
 
 def finite_ratio(ratio: float) -> bool:
@@ -179,43 +180,43 @@ CAUSE_KINDS = {Cause.GC_PAUSE: SpanKind.GC, Cause.SLOW_DATALOADER: SpanKind.DATA
                Cause.SLOW_GPU: SpanKind.DEVICE, Cause.GPU_THROTTLE: SpanKind.DEVICE}
 
 
-def top_function(outliers: list[dict], cause: Cause | None = None) -> dict:
+def top_function(outliers: list[Outlier], cause: Cause | None = None) -> Outlier:
     """The most specific costly outlier: of the cause's own kind when it has one (GC for
     gc_pause), and a named function rather than a ``kind:`` aggregate."""
     if cause == Cause.DATA_IMBALANCE:  # the function doing the extra calls
-        return max(outliers, key=lambda o: (o["calls_ratio"] if finite_ratio(o["calls_ratio"]) else 0.0,
-                                            o["cost_ms_per_step"]))
+        return max(outliers, key=lambda o: (o.calls_ratio if finite_ratio(o.calls_ratio) else 0.0,
+                                            o.cost_ms_per_step))
     own_kind = CAUSE_KINDS.get(cause) if cause is not None else None
-    pool = [o for o in outliers if o["kind"] == own_kind] or outliers
-    named = [o for o in pool if not o["function"].startswith(KIND_PREFIX)]
-    return max(named or pool, key=lambda o: o["cost_ms_per_step"])
+    pool = [o for o in outliers if o.kind == own_kind] or outliers
+    named = [o for o in pool if not o.function.startswith(KIND_PREFIX)]
+    return max(named or pool, key=lambda o: o.cost_ms_per_step)
 
 
-def rank_impact(outliers: list[dict]) -> float:
+def rank_impact(outliers: list[Outlier]) -> float:
     """Step time recovered (ms) if the rank were as fast as its peers: the summed excess of
     the disjoint per-kind aggregates (:func:`phase_sum`; GC nests inside them, so it counts as
     an alternative, not an addition), or the largest named function when no aggregate flagged."""
-    gc = max((o["cost_ms_per_step"] for o in outliers
-              if o["function"].startswith(KIND_PREFIX) and o["kind"] == SpanKind.GC), default=0.0)
-    named = max((o["cost_ms_per_step"] for o in outliers), default=0.0)
+    gc = max((o.cost_ms_per_step for o in outliers
+              if o.function.startswith(KIND_PREFIX) and o.kind == SpanKind.GC), default=0.0)
+    named = max((o.cost_ms_per_step for o in outliers), default=0.0)
     return float(max(phase_sum(outliers), gc, named))
 
 
-def phase_sum(outliers: list[dict]) -> float:
+def phase_sum(outliers: list[Outlier]) -> float:
     """The excess of the rank's disjoint phases (the per-kind aggregates, GC left out): the host's
     phases, or their device times (the same steps seen from the GPU, never added to the host's),
     whichever is larger."""
-    agg = [o for o in outliers if o["function"].startswith(KIND_PREFIX) and o["kind"] != SpanKind.GC]
-    host = sum(o["cost_ms_per_step"] for o in agg if not is_device(o))
-    device = sum(o["cost_ms_per_step"] for o in agg if is_device(o))
+    agg = [o for o in outliers if o.function.startswith(KIND_PREFIX) and o.kind != SpanKind.GC]
+    host = sum(o.cost_ms_per_step for o in agg if not is_device(o))
+    device = sum(o.cost_ms_per_step for o in agg if is_device(o))
     return float(max(host, device))
 
 
-def phase_of(outlier: Mapping[str, Any]) -> str:
+def phase_of(outlier: Outlier) -> str:
     """The phase an outlier belongs to in plain words: 'optimizer step', 'backward', ..."""
     try:
-        kind = SpanKind(outlier["kind"])
-    except (ValueError, KeyError):
+        kind = SpanKind(outlier.kind)
+    except ValueError:
         return "function"
     return PHASES.get(kind, "function")
 

@@ -26,6 +26,7 @@ from ...schemas.vocabulary import Kind
 from .cpu_evidence import CONTENDED, WHERE_KIND, cpu_verdict, frame_location
 from .decisions import Clearance
 from .device_evidence import DEVICE_PREFIX, gpu_side, is_device
+from .facts import LateArrivals, Outlier, Outliers
 from .findings import Finding, fault_evidence, fault_words, rank_impact, throttle_evidence
 from .policy import DetectionPolicy
 from .rank_cpu import late_entry_words
@@ -41,9 +42,9 @@ from .rank_findings import hw_peer_clock
 # ``late_entry_extra_windows``.
 
 
-def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained: set[int],
+def late_entries(stragglers: LateArrivals, victims: set[int], explained: set[int],
                  rank_windows: dict[int, RankWindow], policy: DetectionPolicy,
-                 partial: Mapping[int, list[dict]] | None = None) -> tuple[list[Finding], list[Clearance]]:
+                 partial: Outliers | None = None) -> tuple[list[Finding], list[Clearance]]:
     """Stragglers not explained by abnormal functions of their own and not held up elsewhere;
     the sampled frame where the straggler's extra time goes, when its collector samples stacks.
     ``partial``: late arrivers whose outliers explain only a small part of their delay
@@ -55,8 +56,8 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
     for rank, late in stragglers.items():
         if rank in victims or rank in explained:
             continue
-        top = max(late, key=lambda s: s["caused_ms_per_step"])
-        impact = float(top["caused_ms_per_step"])
+        top = max(late, key=lambda s: s.caused_ms_per_step)
+        impact = float(top.caused_ms_per_step)
         where = frame_location(rank, rank_windows, policy)
         cpu = cpu_verdict(rank, rank_windows, impact, policy)
         own = partial.get(rank, [])
@@ -65,18 +66,18 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
             cleared.append(Clearance(rank, "", (
                 "its stack samples are alike its peers' and it waited for a CPU no more than they did: "
                 "nothing behind its late arrival but scheduling skew"),
-                {"group": top["function"], "late_fraction": round(float(top["late_fraction"]), 3),
+                {"group": top.function, "late_fraction": round(float(top.late_fraction), 3),
                  "cpu": cpu.verdict}))
             continue
-        head = (f"rank {rank} on {top['host']} enters {top['function']} late in "
-                f"{top['late_fraction']:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; ")
+        head = (f"rank {rank} on {top.host} enters {top.function} late in "
+                f"{top.late_fraction:.0%} of calls; the others wait ~{impact:.1f} ms per step for it; ")
         summary = head + f"{_instrumented_share(own)}, so "
-        evidence = {"late_seqs": top["late_seqs"], "late_fraction": round(top["late_fraction"], 3),
-                    "caused_ms_per_step": round(impact, 3), "p_value": top["p_value"],
-                    "groups": sorted(s["function"] for s in late), "location": where,
+        evidence = {"late_seqs": top.late_seqs, "late_fraction": round(top.late_fraction, 3),
+                    "caused_ms_per_step": round(impact, 3), "p_value": top.p_value,
+                    "groups": sorted(s.function for s in late), "location": where,
                     "cpu": {str(rank): {"verdict": cpu.verdict, **cpu.evidence}}}
         if own:
-            evidence["abnormal_functions"] = sorted({o["function"] for o in own})
+            evidence["abnormal_functions"] = sorted({o.function for o in own})
             evidence["explained_ms_per_step"] = round(rank_impact(own), 3)
         cause, identity = Cause.SLOW_FUNCTION, f"late|{rank}"
         side = gpu_side(own, policy.min_cost_ms_per_step, policy.explains_share)
@@ -93,7 +94,7 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
             summary = head + f"{side.words()} - {CAUSES[cause].reason}{fault_words(hw)}"
         elif cpu.verdict == CONTENDED:
             # direct evidence it waited for a CPU: the late entry is its starved host, not its code
-            cause, identity = Cause.HOST_CPU_CONTENTION, f"{Cause.HOST_CPU_CONTENTION.value}|{top['host']}"
+            cause, identity = Cause.HOST_CPU_CONTENTION, f"{Cause.HOST_CPU_CONTENTION.value}|{top.host}"
             evidence["cpu_basis"] = "scheduler evidence"
             summary += f"{CAUSES[cause].reason} [{cpu.note}]"
         elif not where and _device_timed(rank_windows.get(rank, {})) and _sampled_alike_cpu(rank, rank_windows):
@@ -101,25 +102,25 @@ def late_entries(stragglers: dict[int, list[dict]], victims: set[int], explained
                         "are no slower on its GPU: the delay is in GPU or host work outside them")
         else:
             summary += late_entry_words(rank, where)
-            if int(top.get("gpu", -1)) >= 0 and not any(is_device(o) for o in own):
+            if int(top.gpu) >= 0 and not any(is_device(o) for o in own):
                 evidence["missing_evidence"] = ["GPU-side timing (CUDA-event times) to tell a late GPU from late host code"]
         # inferred from arrival order alone: must be seen in two consecutive windows, however
         # many steps one holds (late_entry_extra_windows)
         out.append(Finding(kind=Kind.STRAGGLER, cause=cause, identity=identity,
-                           ranks=(rank,), hosts=(top["host"],), gpus=(int(top["gpu"]),),
-                           function=top["function"], score=float(top["late_fraction"] * 10), impact_ms=impact,
+                           ranks=(rank,), hosts=(top.host,), gpus=(int(top.gpu),),
+                           function=top.function, score=float(top.late_fraction * 10), impact_ms=impact,
                            summary=summary, evidence=evidence,
                            extra_windows=policy.late_entry_extra_windows if policy.persist_windows > 1 else 0,
                            subject=f"rank {rank}"))
     return out, cleared
 
 
-def _instrumented_share(outliers: list[dict]) -> str:
+def _instrumented_share(outliers: list[Outlier]) -> str:
     """What a late arriver's own slow functions account for, in words."""
     if not outliers:
         return "none of its instrumented functions is slow"
-    top = sorted(outliers, key=lambda o: -float(o["cost_ms_per_step"]))[:2]
-    named = ", ".join(f"{o['function']} +{float(o['cost_ms_per_step']):.1f} ms/step" for o in top)
+    top = sorted(outliers, key=lambda o: -float(o.cost_ms_per_step))[:2]
+    named = ", ".join(f"{o.function} +{float(o.cost_ms_per_step):.1f} ms/step" for o in top)
     return f"its slow instrumented functions explain only {rank_impact(outliers):.1f} ms/step of it ({named})"
 
 

@@ -21,13 +21,14 @@ from typing import Any
 
 from ...schemas.records import FunctionComparison, RankWindow
 from .decisions import Clearance, DecisionTrace, Flag, RuleOutcome
+from .facts import LateArrivals, Outliers, outliers_by_rank
 from .findings import Finding, rank_impact
 from .group_links import slow_links
 from .host_level import merge_host_level
 from .late_entries import late_entries
 from .net_links import net_link_findings
 from .policy import DetectionPolicy
-from .rank_findings import outliers_by_rank, rank_findings
+from .rank_findings import rank_findings
 from .render import placed, rendered
 from .shape import drop_stage_outliers, expectations, stage_imbalance
 from .stragglers import (
@@ -37,9 +38,6 @@ from .stragglers import (
     late_beyond_outliers,
     uncompared_collectives,
 )
-
-Outliers = dict[int, list[dict]]  # rank -> its outlier entries (a RankOutlier with its function and kind)
-LateArrivals = dict[int, list[dict]]  # rank -> its late arrivals (a Straggler with its collective)
 
 
 @dataclass(frozen=True)
@@ -75,8 +73,8 @@ def _rws(facts: WindowFacts) -> dict[int, RankWindow]:
 
 def rank_outliers(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
     by_rank = outliers_by_rank(facts.comparisons, "outliers")
-    flags = [Flag(r, "", f"its own functions are above its peers': {', '.join(sorted({o['function'] for o in outs}))}",
-                  {"functions": sorted({str(o["function"]) for o in outs}),
+    flags = [Flag(r, "", f"its own functions are above its peers': {', '.join(sorted({o.function for o in outs}))}",
+                  {"functions": sorted({str(o.function) for o in outs}),
                    "excess_ms_per_step": round(rank_impact(outs), 3)}) for r, outs in sorted(by_rank.items())]
     return RuleOutcome(flagged=flags, state={"outliers": by_rank})
 
@@ -89,9 +87,9 @@ def stage_shape(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
 
 def stragglers(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
     late, victims, cleared = find_stragglers(facts.comparisons, facts.job_step_ms, facts.policy)
-    flags = [Flag(r, "", f"last into {', '.join(sorted({s['function'] for s in ss}))} more often than chance",
-                  {"groups": sorted({str(s["function"]) for s in ss}),
-                   "caused_ms_per_step": round(max(float(s["caused_ms_per_step"]) for s in ss), 3)})
+    flags = [Flag(r, "", f"last into {', '.join(sorted({s.function for s in ss}))} more often than chance",
+                  {"groups": sorted({str(s.function) for s in ss}),
+                   "caused_ms_per_step": round(max(float(s.caused_ms_per_step) for s in ss), 3)})
              for r, ss in sorted(late.items())]
     return RuleOutcome(flagged=flags, cleared=cleared, state={"late": dict(late), "victims": frozenset(victims)})
 
@@ -131,10 +129,10 @@ def partial_outliers(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
     partial = late_beyond_outliers(by_rank, d.late, set(d.victims | d.link_ranks | d.unjudged), facts.policy)
     cleared = []
     for r, outs in sorted(partial.items()):
-        caused = max(float(s["caused_ms_per_step"]) for s in d.late[r])
+        caused = max(float(s.caused_ms_per_step) for s in d.late[r])
         cleared.append(Clearance(r, "", (f"its outliers explain only {rank_impact(outs):.1f} of the {caused:.1f} "
                                          f"ms/step the others wait for it: evidence of a late entry, not its cause"),
-                                 {"functions": sorted({str(o["function"]) for o in outs}),
+                                 {"functions": sorted({str(o.function) for o in outs}),
                                   "explained_ms_per_step": round(rank_impact(outs), 3),
                                   "caused_ms_per_step": round(caused, 3)}))
     return RuleOutcome(cleared=cleared, state={"outliers": by_rank, "partial": partial})

@@ -20,7 +20,7 @@ from .policy import DetectionPolicy
 
 def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: Mapping[int, Mapping[str, Any]],
                       policy: DetectionPolicy) -> Finding:
-    """``members``: (rank, cause, outliers, hardware, CpuVerdict) of the finding's ranks."""
+    """``members``: (rank, cause, outliers (:class:`.facts.Outlier`), hardware, CpuVerdict) of the finding's ranks."""
     verdicts: dict[int, CpuVerdict] = {m[0]: m[4] for m in members}
     ev: dict[str, Any] = dict(f.evidence)
     ev["cpu"] = {str(r): {"verdict": v.verdict, **v.evidence} for r, v in verdicts.items()}

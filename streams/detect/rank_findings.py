@@ -2,7 +2,7 @@
 one finding per rank and cause (:func:`rank_findings`), host-level causes keyed by host and
 data imbalance by function (:func:`.findings.classify` names the cause).
 
-Evidence: the non-collective comparisons' outliers of each rank (:func:`outliers_by_rank`),
+Evidence: the non-collective comparisons' outliers of each rank (:func:`.facts.outliers_by_rank`),
 the late arrivals the rank caused (the cost of the finding is the larger of its own excess
 and the wait it caused), its CPU verdict, and for a GPU rank its GPU clock, temperature and
 fault readings against its peers'; its step times tell a slowdown that began inside the
@@ -19,15 +19,16 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ...schemas.causes import CAUSES, Cause
-from ...schemas.records import FunctionComparison, RankWindow
-from ...schemas.vocabulary import Kind, SpanKind
+from ...schemas.records import RankWindow
+from ...schemas.vocabulary import Kind
 from .cpu_evidence import CpuVerdict, cpu_verdict
 from .device_evidence import gpu_side
+from .facts import LateArrivals, Outlier, Outliers
 from .findings import (
     Finding,
     classify,
@@ -48,39 +49,27 @@ from .shape import short_ranks
 GPU_CAUSES = frozenset({Cause.SLOW_GPU, Cause.GPU_THROTTLE})
 
 
-def outliers_by_rank(comparisons: list[FunctionComparison],
-                     field: Literal["outliers", "minor_outliers"]) -> dict[int, list[dict]]:
-    """Rank -> its ``field`` entries (``outliers`` or ``minor_outliers``) of the non-collective
-    comparisons, each with its function and kind."""
-    out: dict[int, list[dict]] = defaultdict(list)
-    for c in comparisons:
-        if c["kind"] != SpanKind.COLLECTIVE:
-            for o in c.get(field) or []:
-                out[int(o["rank"])].append({**o, "function": c["function"], "kind": c["kind"]})
-    return out
-
-
 def hw_peer_clock(rank_windows: dict[int, RankWindow]) -> float:
     clocks = [rw["sm_clock_mhz"] for rw in rank_windows.values() if rw.get("sm_clock_mhz", -1) > 0]
     return float(np.median(clocks)) if clocks else -1.0
 
 
-def rank_findings(by_rank: dict[int, list[dict]], stragglers: dict[int, list[dict]],
+def rank_findings(by_rank: Outliers, stragglers: LateArrivals,
                   rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> list[Finding]:
     peer_clock = hw_peer_clock(rank_windows)
-    groups: dict[tuple, list[tuple[int, Cause, list[dict], dict, CpuVerdict]]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[int, Cause, list[Outlier], dict, CpuVerdict]]] = defaultdict(list)
     for rank, outs in by_rank.items():
         rw: Mapping[str, Any] = rank_windows.get(rank, {})
-        gpu = int(outs[0].get("gpu", rw.get("gpu", -1)))
+        gpu = int(outs[0].gpu)
         hw = throttle_evidence(rw, peer_clock, policy.clock_ratio, policy.hot_temp_c) if gpu >= 0 else {}
         cpu = cpu_verdict(rank, rank_windows, rank_impact(outs), policy)
         cause = classify(outs, gpu, hw, policy, cpu.verdict)
         if cause in GPU_CAUSES:
             hw = {**hw, **fault_evidence(rw, rank_windows)}
         if cause in HOST_LEVEL:
-            key: tuple = (cause, outs[0]["host"])
+            key: tuple = (cause, outs[0].host)
         elif cause == Cause.DATA_IMBALANCE:
-            key = (cause, top_function(outs, cause)["function"])
+            key = (cause, top_function(outs, cause).function)
         else:
             key = (cause, rank)
         groups[key].append((rank, cause, outs, hw, cpu))
@@ -109,7 +98,7 @@ def _onset(f: Finding, rank_windows: dict[int, RankWindow], policy: DetectionPol
     return dataclasses.replace(f, evidence=evidence, summary=summary, extra_windows=0)
 
 
-def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict]]) -> Finding:
+def _merge_rank_group(key: tuple, members: list, stragglers: LateArrivals) -> Finding:
     cause = key[0]
     ranks = tuple(sorted(m[0] for m in members))
     outs = [o for m in members for o in m[2]]
@@ -117,39 +106,39 @@ def _merge_rank_group(key: tuple, members: list, stragglers: dict[int, list[dict
     impact = max(rank_impact(m[2]) for m in members)
     late = [s for r in ranks for s in stragglers.get(r, [])]
     if late:
-        impact = max(impact, max(s["caused_ms_per_step"] for s in late))
-    hosts = tuple(sorted({o["host"] for o in outs}))
-    gpus = tuple(sorted({int(o["gpu"]) for o in outs}))
+        impact = max(impact, max(s.caused_ms_per_step for s in late))
+    hosts = tuple(sorted({o.host for o in outs}))
+    gpus = tuple(sorted({int(o.gpu) for o in outs}))
     evidence = {
-        "function": top["function"], "peer_median_ms": round(top["peer_median_ms_per_step"], 3),
-        "rank_value_ms": round(top["value_ms_per_step"], 3), "ratio": round(top["ratio"], 3),
-        "robust_z": round(top["robust_z"], 1), "calls_ratio": round(top["calls_ratio"], 3),
-        "abnormal_functions": sorted({o["function"] for o in outs}),
+        "function": top.function, "peer_median_ms": round(top.peer_median_ms_per_step, 3),
+        "rank_value_ms": round(top.value_ms_per_step, 3), "ratio": round(top.ratio, 3),
+        "robust_z": round(top.robust_z, 1), "calls_ratio": round(top.calls_ratio, 3),
+        "abnormal_functions": sorted({o.function for o in outs}),
         "hardware": {str(m[0]): m[3] for m in members if m[3]},
-        "late_arrivals": [{k: s[k] for k in ("function", "late_seqs", "late_fraction", "caused_ms_per_step")}
-                          for s in late[:5]],
+        "late_arrivals": [{"function": s.function, "late_seqs": s.late_seqs, "late_fraction": s.late_fraction,
+                           "caused_ms_per_step": s.caused_ms_per_step} for s in late[:5]],
     }
     kind = Kind.IMBALANCE if cause == Cause.DATA_IMBALANCE else Kind.OUTLIER
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {short_ranks(ranks)}"
     side = gpu_side(members[0][2], 0.0, 0.0) if cause in GPU_CAUSES else None
-    missing = sorted({w for m in members for w in missing_evidence(m[2], int(m[2][0].get("gpu", -1)), cause,
+    missing = sorted({w for m in members for w in missing_evidence(m[2], int(m[2][0].gpu), cause,
                                                                    m[4].verdict)})
     if side is not None:
         evidence["gpu_side"] = side.evidence()
         what = side.words()
     else:
-        what = (f"{top['function']} takes {top['value_ms_per_step']:.1f} ms/step vs "
-                f"{top['peer_median_ms_per_step']:.1f} ms on its peers ({_times(top['ratio'])})")
+        what = (f"{top.function} takes {top.value_ms_per_step:.1f} ms/step vs "
+                f"{top.peer_median_ms_per_step:.1f} ms on its peers ({_times(top.ratio)})")
     if missing:
         evidence["missing_evidence"] = missing
     faults = next((fault_words(m[3]) for m in members if fault_words(m[3])), "")
     summary = (f"{who} on {', '.join(hosts[:3])}: {what} - {CAUSES[cause].reason}{faults}"
                + (f" (no {'; no '.join(missing)})" if missing else "") + f"; costs the job ~{impact:.1f} ms per step")
-    intermittent = all(o.get("intermittent", False) for o in outs)
+    intermittent = all(o.intermittent for o in outs)
     if intermittent:
         evidence["intermittent"] = True  # the summary says so (:func:`_onset`)
     return Finding(kind=kind, cause=cause, identity=f"{cause.value}|{key[1]}", ranks=ranks, hosts=hosts,
-                   gpus=gpus, function=top["function"], score=float(max(o["robust_z"] for o in outs)),
+                   gpus=gpus, function=top.function, score=float(max(o.robust_z for o in outs)),
                    impact_ms=float(impact), summary=summary, evidence=evidence,
                    extra_windows=1 if intermittent else 0, subject=who if len(ranks) == 1 else "")
 

@@ -21,6 +21,7 @@ from ...schemas.causes import Cause
 from ...schemas.records import FunctionComparison, PeerGroupStat, RankWindow
 from ...schemas.vocabulary import Kind, SpanKind
 from .decisions import Clearance
+from .facts import Outliers
 from .findings import Finding
 from .layout import PREFIX as LAYOUT_PREFIX
 from .layout import coords_of, stage_of
@@ -107,7 +108,7 @@ def _share_limit(c: FunctionComparison, policy: DetectionPolicy) -> float | None
     return None
 
 
-def drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[FunctionComparison],
+def drop_stage_outliers(by_rank: Outliers, comparisons: list[FunctionComparison],
                         rank_windows: dict[int, RankWindow]) -> list[Clearance]:
     """Stage imbalance is not a faulty rank: an outlier scored against peers that were not
     grouped by the layout (no coordinates reached the comparator) is dropped when every rank of
@@ -130,7 +131,7 @@ def drop_stage_outliers(by_rank: dict[int, list[dict]], comparisons: list[Functi
             if stage is not None and members <= flagged and ran - members:
                 drop |= members
         for r in drop:
-            by_rank[r] = [o for o in by_rank.get(r, []) if o["function"] != c["function"]]
+            by_rank[r] = [o for o in by_rank.get(r, []) if o.function != c["function"]]
             if not by_rank[r]:
                 del by_rank[r]
             cleared.append(Clearance(r, "", (f"its outlier in {c['function']} is its pipeline stage's shape: "

@@ -27,15 +27,15 @@ import numpy as np
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import SpanKind
 from .decisions import Clearance, Flag
+from .facts import LateArrival, LateArrivals, Outliers, outliers_by_rank
 from .findings import more_work, phase_sum, rank_impact
 from .late_arrival import is_late_culprit
 from .model import COMM_PREFIX
 from .policy import DetectionPolicy
-from .rank_findings import outliers_by_rank
 
 
 def find_stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
-                    policy: DetectionPolicy) -> tuple[dict[int, list[dict]], set[int], list[Clearance]]:
+                    policy: DetectionPolicy) -> tuple[LateArrivals, set[int], list[Clearance]]:
     """Late arrivers of peer collectives (:func:`.late_arrival.is_late_culprit`), and the ranks that only propagate
     someone else's delay: late arrivers that themselves waited, in another collective, at
     least ``propagated_wait_share`` of the wait they caused, and the members other than the
@@ -43,7 +43,7 @@ def find_stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
     all such propagated victims. A group whose only late arriver was itself held up elsewhere
     says nothing of its other members (decisions table, docs/detection.md: "propagated
     victims"). Also returned: why each late arriver that is a victim is one."""
-    late: dict[int, list[dict]] = defaultdict(list)
+    late: LateArrivals = defaultdict(list)
     groups: list[tuple[set[int], list[int], str]] = []
     for c in comparisons:
         if c["kind"] != SpanKind.COLLECTIVE:
@@ -51,15 +51,15 @@ def find_stragglers(comparisons: list[FunctionComparison], job_step_ms: float,
         names = {s["rank"] for s in c["stragglers"]}
         for s in c["stragglers"] if not c["mixed_signatures"] else []:
             if is_late_culprit(s, job_step_ms, policy, members=len(c["members"])):
-                late[s["rank"]].append({**s, "function": c["function"]})
+                late[s["rank"]].append(LateArrival.of(s, c["function"]))
         if names:
             groups.append((names, list(c["members"]), str(c["function"])))
     waited = _waits_of(comparisons, set(late))
     propagated = set()
     cleared: dict[int, Clearance] = {}
     for rank, entries in late.items():
-        caused = max(s["caused_ms_per_step"] for s in entries)
-        own = {s["function"] for s in entries}
+        caused = max(s.caused_ms_per_step for s in entries)
+        own = {s.function for s in entries}
         held = [(fn, w) for fn, w in waited.get(rank, []) if fn not in own and w >= policy.propagated_wait_share * caused]
         if held:
             propagated.add(rank)
@@ -101,7 +101,7 @@ def _waits_of(comparisons: list[FunctionComparison], ranks: set[int]) -> dict[in
     return out
 
 
-def drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
+def drop_absorbed(by_rank: Outliers, late: LateArrivals,
                   comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Clearance]:
     """Drop the outliers of a rank whose extra time the job never waited for: the rank was last
     into no collective of the window (no straggler anywhere), and in a group that another rank,
@@ -142,7 +142,7 @@ def drop_absorbed(by_rank: dict[int, list[dict]], late: dict[int, list[dict]],
     return list(absorbed.values())
 
 
-def explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[dict]], excluded: set[int],
+def explain_late_by_minor(by_rank: Outliers, late: LateArrivals, excluded: set[int],
                           comparisons: list[FunctionComparison], policy: DetectionPolicy) -> list[Flag]:
     """A late arriver with no outlier of its own, whose small excesses (``minor_outliers``: above
     its peers in every way but the cost a finding needs alone) add up to at least
@@ -155,22 +155,22 @@ def explain_late_by_minor(by_rank: dict[int, list[dict]], late: dict[int, list[d
     for rank, outs in outliers_by_rank(comparisons, "minor_outliers").items():
         if rank not in late or rank in by_rank or rank in excluded:
             continue
-        caused = max(float(s["caused_ms_per_step"]) for s in late[rank])
+        caused = max(float(s.caused_ms_per_step) for s in late[rank])
         # the per-kind aggregates are disjoint phases (data loading, forward, backward, ...) and
         # add up; named functions may nest (a module inside the forward): the largest one alone
         phases = phase_sum(outs)
-        explained = phases if phases > 0 else max(float(o["cost_ms_per_step"]) for o in outs)
+        explained = phases if phases > 0 else max(float(o.cost_ms_per_step) for o in outs)
         if explained >= policy.explains_share * caused:
             by_rank[rank] = outs
             flags.append(Flag(rank, "", (f"its small excesses add up to {explained:.1f} of the {caused:.1f} ms/step "
                                          f"the others wait for it: they are its outliers"),
-                              {"functions": sorted({str(o["function"]) for o in outs}),
+                              {"functions": sorted({str(o.function) for o in outs}),
                                "explained_ms_per_step": round(explained, 3), "caused_ms_per_step": round(caused, 3)}))
     return flags
 
 
-def late_beyond_outliers(by_rank: dict[int, list[dict]], late: dict[int, list[dict]], excluded: set[int],
-                         policy: DetectionPolicy) -> dict[int, list[dict]]:
+def late_beyond_outliers(by_rank: Outliers, late: LateArrivals, excluded: set[int],
+                         policy: DetectionPolicy) -> Outliers:
     """Take out of ``by_rank`` (and return) the outliers of each late arriver that explain less
     than ``explains_share`` of the wait it causes: the step time they would give back
     (:func:`.findings.rank_impact`) is a small part of what the others wait for it, so the rest
@@ -183,11 +183,11 @@ def late_beyond_outliers(by_rank: dict[int, list[dict]], late: dict[int, list[di
     is the explanation of the whole wait. A GPU rank's outliers count their device and host
     times as alternatives (:func:`.findings.phase_sum`), never added (decisions table,
     docs/detection.md: "outliers that explain little of a late arrival")."""
-    out: dict[int, list[dict]] = {}
+    out: Outliers = {}
     for rank, outs in list(by_rank.items()):
         if rank not in late or rank in excluded or more_work(outs, policy.min_excess, policy.explains_share):
             continue
-        caused = max(float(s["caused_ms_per_step"]) for s in late[rank])
+        caused = max(float(s.caused_ms_per_step) for s in late[rank])
         if rank_impact(outs) < policy.explains_share * caused:
             out[rank] = by_rank.pop(rank)
     return out

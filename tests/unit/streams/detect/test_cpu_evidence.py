@@ -15,6 +15,7 @@ from perftracker_ml.streams.detect.cpu_evidence import (
     cpu_verdict,
     frame_location,
 )
+from perftracker_ml.streams.detect.facts import Outlier
 from perftracker_ml.streams.detect.findings import classify, missing_evidence
 from perftracker_ml.streams.detect.window import diagnose_window
 
@@ -123,8 +124,7 @@ def test_cpu_verdict_unavailable_without_readings_or_peers():
 
 
 def outlier(kind, fn="f", cost=10.0):
-    return {"kind": int(kind), "function": fn, "cost_ms_per_step": cost, "calls_ratio": 1.0,
-            "per_call_ratio": 1.5}
+    return Outlier(rank=2, kind=int(kind), function=fn, cost_ms_per_step=cost, calls_ratio=1.0, per_call_ratio=1.5)
 
 
 ONE_PHASE = [outlier(SpanKind.OPTIMIZER, "torch.optim.SGD.step"), outlier(SpanKind.OPTIMIZER, "kind:optimizer")]

@@ -4,10 +4,13 @@ only named with device times (or NVML evidence) behind it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from perftracker_ml.schemas.causes import Cause
 from perftracker_ml.schemas.vocabulary import SpanKind
 from perftracker_ml.streams.detect import DetectionPolicy
 from perftracker_ml.streams.detect.device_evidence import gpu_side, phase_kind
+from perftracker_ml.streams.detect.facts import Outlier
 from perftracker_ml.streams.detect.window import diagnose_window
 
 from .test_cpu_evidence import cpu_rw
@@ -67,17 +70,17 @@ def test_a_device_timed_rank_is_not_cleared_by_alike_cpu_samples():
 
 
 def test_device_and_host_slow_alike_is_no_gpu_evidence():
-    outs = [{"kind": int(SpanKind.DEVICE), "function": "cuda:" + FWD, "cost_ms_per_step": 10.0},
-            {"kind": int(SpanKind.FORWARD), "function": FWD, "cost_ms_per_step": 10.0}]
+    outs = [Outlier(rank=2, kind=int(SpanKind.DEVICE), function="cuda:" + FWD, cost_ms_per_step=10.0),
+            Outlier(rank=2, kind=int(SpanKind.FORWARD), function=FWD, cost_ms_per_step=10.0)]
     assert gpu_side(outs, 1.0, 0.7) is None
-    outs[1]["cost_ms_per_step"] = 2.0
+    outs[1] = dataclasses.replace(outs[1], cost_ms_per_step=2.0)
     side = gpu_side(outs, 1.0, 0.7)
     assert side is not None and side.device_only_ms == 8.0 and side.host_only_ms == 0.0
 
 
 def test_host_only_excess_larger_than_the_devices_is_the_host():
-    outs = [{"kind": int(SpanKind.DEVICE), "function": "cuda:" + FWD, "cost_ms_per_step": 5.0},
-            {"kind": int(SpanKind.OPTIMIZER), "function": "torch.optim.sgd.SGD.step", "cost_ms_per_step": 9.0}]
+    outs = [Outlier(rank=2, kind=int(SpanKind.DEVICE), function="cuda:" + FWD, cost_ms_per_step=5.0),
+            Outlier(rank=2, kind=int(SpanKind.OPTIMIZER), function="torch.optim.sgd.SGD.step", cost_ms_per_step=9.0)]
     assert gpu_side(outs, 1.0, 0.7) is None
 
 
