@@ -63,6 +63,28 @@ class Finding:
     subject: str = ""
     mesh_coords: Mapping[str, int] = field(default_factory=dict)
     gpu_label: str = ""
+    # what the later steps of the rule that wrote ``summary`` know of it, rendered after its words
+    # (:func:`words_of`), never appended to them: how the rank's slowdown runs (a key of
+    # :data:`ONSET_WORDS`), what its cause rests on (its CPU verdict's note, said in brackets) and
+    # the sampled frame its extra time goes to (rank, extra ms/step, frame)
+    onset: str = ""
+    cpu_note: str = ""
+    hot_frame: tuple[int, float, str] | None = None
+
+
+INTERMITTENT, IN_WINDOW = "intermittent", "in_window"
+ONSET_WORDS = {INTERMITTENT: "intermittent: the slow tail, not every call",
+               IN_WINDOW: "began inside this window: every step of the rank since is slower"}
+
+
+def words_of(f: Finding) -> str:
+    """The words of ``f``: its rule's ``summary``, then its onset, CPU note and hot frame (where
+    it is, its mesh coordinates and GPU, is added last: :mod:`.render`)."""
+    text = f.summary + (f" ({ONSET_WORDS[f.onset]})" if f.onset else "") + (f" [{f.cpu_note}]" if f.cpu_note else "")
+    if f.hot_frame is not None:
+        rank, extra, frame = f.hot_frame
+        text += f" - rank {rank} spends {extra:.1f} ms/step more than its peers in {frame}"
+    return text
 
 
 def throttle_evidence(rw: Mapping[str, Any] | None, peer_clock_mhz: float, clock_ratio: float,

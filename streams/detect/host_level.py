@@ -23,7 +23,7 @@ from typing import Any
 from ...schemas.causes import CAUSES, Cause
 from ...schemas.records import RankWindow
 from .cpu_evidence import CONTENDED, CpuVerdict, cpu_verdict
-from .findings import Finding
+from .findings import Finding, words_of
 from .policy import DetectionPolicy
 from .shape import short_ranks
 
@@ -98,10 +98,11 @@ def _join_host(parts: list[Finding], joined: dict[int, CpuVerdict]) -> Finding:
         evidence["joined_ranks"] = list(joined)
     host = ", ".join(sorted({h for p in parts for h in p.hosts}))
     summary = (f"ranks {short_ranks(ranks)} on {host}: {CAUSES[top.cause].title} - "
-               + "; ".join(p.summary for p in sorted(parts, key=lambda p: -p.impact_ms))
+               + "; ".join(words_of(p) for p in sorted(parts, key=lambda p: -p.impact_ms))
                + "".join(f"; {n}" for n in notes))
     return dataclasses.replace(top, ranks=ranks, hosts=tuple(sorted({h for p in parts for h in p.hosts})),
                                gpus=tuple(sorted({g for p in parts for g in p.gpus})),
                                score=max(p.score for p in parts), summary=summary, evidence=evidence,
-                               extra_windows=min(p.extra_windows for p in parts), subject="")
+                               extra_windows=min(p.extra_windows for p in parts), subject="",
+                               onset="", cpu_note="", hot_frame=None)  # each part's are in its words
 

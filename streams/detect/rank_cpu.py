@@ -2,9 +2,10 @@
 
 :func:`with_cpu_evidence` adds to a rank finding (built by :mod:`.rank_findings`) each rank's CPU
 verdict (:func:`.cpu_evidence.cpu_verdict`), its most sampled user-code frames, the phase a
-``slow_function`` is confined to, and says in the summary what the cause rests on:
-scheduler evidence (contention is only ever named with it), or "CPU evidence unavailable".
-"""
+``slow_function`` is confined to, and what the cause rests on: scheduler evidence (contention is
+only ever named with it), or "CPU evidence unavailable" (``cpu_note``), and the frame its
+extra time goes to (``hot_frame``); the summary says them when it is rendered
+(:func:`.findings.words_of`)."""
 
 from __future__ import annotations
 
@@ -30,22 +31,23 @@ def with_cpu_evidence(f: Finding, members: list[tuple], rank_windows: Mapping[in
     if where:
         ev["location"] = where
     first = verdicts[min(verdicts)]
-    summary = f.summary
+    note = ""
     if f.cause == Cause.HOST_CPU_CONTENTION:  # classify names it only on a contended verdict
         ev["cpu_basis"] = "scheduler evidence"
-        summary += f" [{first.note}]"
+        note = first.note
     elif f.cause == Cause.SLOW_FUNCTION:
         outs = [o for m in members for o in m[2]]
         phase = phase_of(top_function(outs, f.cause))
         ev["phase"] = phase
         if phase != "function":
-            summary += f" [slow in its {phase} only; {first.note}]"
+            note = f"slow in its {phase} only; {first.note}"
     elif first.verdict == UNAVAILABLE:
-        summary += f" [{first.note}]"
+        note = first.note
+    hot = None
     if where:
         r, loc = next(iter(where.items()))
-        summary += f" - rank {r} spends {loc['extra_ms_per_step']:.1f} ms/step more than its peers in {loc['frame']}"
-    return dataclasses.replace(f, summary=summary, evidence=ev)
+        hot = (int(r), float(loc["extra_ms_per_step"]), str(loc["frame"]))
+    return dataclasses.replace(f, evidence=ev, cpu_note=note, hot_frame=hot)
 
 
 def late_entry_words(rank: int, where: dict[str, Any]) -> str:

@@ -30,6 +30,8 @@ from .cpu_evidence import CpuVerdict, cpu_verdict
 from .device_evidence import gpu_side
 from .facts import LateArrivals, Outlier, Outliers
 from .findings import (
+    IN_WINDOW,
+    INTERMITTENT,
     Finding,
     classify,
     fault_evidence,
@@ -85,17 +87,16 @@ def _step_times(rank_windows: dict[int, RankWindow], rank: int) -> list[int]:
 def _onset(f: Finding, rank_windows: dict[int, RankWindow], policy: DetectionPolicy) -> Finding:
     """An intermittent finding whose every rank's steps all turned slow from some step of this
     window to its end began inside it: it opens like a sustained one (:mod:`.onset`). The
-    summary says which of the two it is."""
+    summary says which of the two it is (``onset``, rendered by :func:`.findings.words_of`)."""
     if not f.evidence.get("intermittent"):
         return f
     onsets = [onset_step(_step_times(rank_windows, r), policy.persist_steps, policy) for r in f.ranks] \
         if policy.persist_steps > 0 else []
     if not onsets or any(k is None for k in onsets):
-        return dataclasses.replace(f, summary=f.summary + " (intermittent: the slow tail, not every call)")
+        return dataclasses.replace(f, onset=INTERMITTENT)
     evidence = {k: v for k, v in f.evidence.items() if k != "intermittent"}
     evidence["onset_in_window_step"] = min(k for k in onsets if k is not None)
-    summary = f.summary + " (began inside this window: every step of the rank since is slower)"
-    return dataclasses.replace(f, evidence=evidence, summary=summary, extra_windows=0)
+    return dataclasses.replace(f, evidence=evidence, onset=IN_WINDOW, extra_windows=0)
 
 
 def _merge_rank_group(key: tuple, members: list, stragglers: LateArrivals) -> Finding:

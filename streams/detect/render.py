@@ -4,9 +4,10 @@
 (``mesh_coords``, also ``evidence.mesh_coords``), every named GPU's NVML UUID
 (``evidence.gpu_uuids``: an index is unique only on its host) and, for a GPU cause about one
 rank, the label of its GPU (``gpu_label``). :func:`rendered` then writes the final summary from
-the finding's fields: the rank's coordinates after the words that name it (``subject``), or
-before the summary when it does not open with them, and the GPU label at the end. No rule
-edits text another rule wrote.
+the finding's fields: its words (:func:`.findings.words_of`: the rule's ``summary``, then its
+``onset``, ``cpu_note`` and ``hot_frame``), the rank's coordinates after the words that name it
+(``subject``), or before them when they do not open with it, and the GPU label at the end. No
+rule edits text another rule, or an earlier step of its own, wrote.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...schemas.records import RankWindow
-from .findings import Finding
+from .findings import Finding, words_of
 from .layout import coords_of
 from .rank_findings import GPU_CAUSES
 
@@ -43,12 +44,12 @@ def placed(f: Finding, rank_windows: Mapping[int, RankWindow]) -> Finding:
 
 def summary_of(f: Finding) -> str:
     """The final summary of ``f`` from its fields (module docstring)."""
-    text = f.summary
+    text = words_of(f)
     if f.mesh_coords and len(f.ranks) == 1:
         where = ", ".join(f"{d}={i}" for d, i in f.mesh_coords.items())
-        subject = f.subject if f.subject and f.summary.startswith(f.subject) else ""
-        rest = f.summary[len(subject):]
-        text = f"{subject} ({where}){rest}" if subject else f"rank {f.ranks[0]} ({where}): {f.summary}"
+        subject = f.subject if f.subject and text.startswith(f.subject) else ""
+        rest = text[len(subject):]
+        text = f"{subject} ({where}){rest}" if subject else f"rank {f.ranks[0]} ({where}): {text}"
     return text + (f" [{f.gpu_label}]" if f.gpu_label else "")
 
 

@@ -12,6 +12,7 @@ from perftracker_ml.streams.detect.cpu_evidence import (
     CONTENDED,
     NOT_CONTENDED,
     UNAVAILABLE,
+    UNAVAILABLE_NOTE,
     cpu_verdict,
     frame_location,
 )
@@ -205,19 +206,19 @@ def test_one_phase_slowdown_is_slow_function_naming_the_phase():
     comps = [comparison(SpanKind.BACKWARD, "torch.autograd.backward"), comparison(SpanKind.BACKWARD, "kind:backward")]
     (f,) = [x for x in diagnose_window(job(), comps, POL) if x.ranks == (2,)]
     assert f.cause == Cause.SLOW_FUNCTION and f.evidence["phase"] == "backward"
-    assert "backward only" in f.summary and f.evidence["cpu"]["2"]["verdict"] == NOT_CONTENDED
+    assert f.cpu_note.startswith("slow in its backward only;") and f.evidence["cpu"]["2"]["verdict"] == NOT_CONTENDED
 
 
 def test_contention_only_with_run_queue_evidence_and_without_it_the_finding_says_what_is_missing():
     comps = [comparison(k, f"kind:{k.name.lower()}") for k in (SpanKind.FORWARD, SpanKind.BACKWARD)]
     (f,) = [x for x in diagnose_window(job(wait=12.0), comps, POL) if x.ranks == (2,)]
-    assert f.cause == Cause.HOST_CPU_CONTENTION and "run-queue wait 12.0 ms/step" in f.summary
-    assert f.evidence["cpu_basis"] == "scheduler evidence"
+    assert f.cause == Cause.HOST_CPU_CONTENTION and f.evidence["cpu"]["2"]["runqueue_wait_ms_per_step"] == 12.0
+    assert f.evidence["cpu_basis"] == "scheduler evidence" and f.cpu_note  # what it rests on, rendered in brackets
     old = {r: {"rank": r, "steps": 10} for r in range(4)}
     (g,) = [x for x in diagnose_window(old, comps, POL) if x.ranks == (2,)]
     assert g.cause == Cause.SLOW_FUNCTION and "cpu_basis" not in g.evidence
     assert g.evidence["missing_evidence"] == ["scheduler evidence (run-queue wait) to tell a starved CPU from slow code"]
-    assert "no scheduler evidence" in g.summary and "CPU evidence unavailable" in g.summary
+    assert g.evidence["cpu"]["2"]["verdict"] == UNAVAILABLE and g.cpu_note.endswith(UNAVAILABLE_NOTE)
 
 
 def test_summarizer_folds_cpu_samples_and_stack_rows_into_the_rank_window():

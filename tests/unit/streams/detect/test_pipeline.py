@@ -4,8 +4,10 @@ the trace kept with the incident, and the per-rule counts the worker exports."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from perftracker_ml.schemas.causes import Cause
-from perftracker_ml.schemas.vocabulary import Kind
+from perftracker_ml.schemas.vocabulary import Kind, SpanKind
 from perftracker_ml.streams.detect import DetectionPolicy
 from perftracker_ml.streams.detect.decisions import (
     ADDED,
@@ -14,7 +16,7 @@ from perftracker_ml.streams.detect.decisions import (
     NOT_FLAGGED,
     DecisionTrace,
 )
-from perftracker_ml.streams.detect.findings import Finding
+from perftracker_ml.streams.detect.findings import IN_WINDOW, INTERMITTENT, Finding, words_of
 from perftracker_ml.streams.detect.pipeline import RULES, Diagnosis, WindowFacts, run
 from perftracker_ml.streams.detect.render import placed, summary_of
 from perftracker_ml.streams.detect.window import diagnose_window_traced, step_ms
@@ -106,6 +108,45 @@ def test_a_summary_is_rendered_from_the_findings_fields():
     assert summary_of(p) == "rank 1 (pp=1, dp=0) on h: slow [GPU 0 GPU-abc on h]"
     no_subject = placed(Finding(**{**f.__dict__, "subject": "", "summary": "slow link"}), rws)  # type: ignore[arg-type]
     assert summary_of(no_subject) == "rank 1 (pp=1, dp=0): slow link [GPU 0 GPU-abc on h]"
+
+
+def test_a_findings_qualifiers_are_rendered_after_its_rules_words_in_order():
+    f = Finding(kind=Kind.OUTLIER, cause=Cause.SLOW_FUNCTION, identity="slow_function|1", ranks=(1,), hosts=("h",),
+                gpus=(-1,), function="f", score=1.0, impact_ms=2.0, summary="rank 1 on h: f is slow", subject="rank 1",
+                onset=INTERMITTENT, cpu_note="slow in its backward only; no CPU wait", hot_frame=(1, 4.25, "t.py:3"))
+    assert words_of(f) == ("rank 1 on h: f is slow (intermittent: the slow tail, not every call) "
+                           "[slow in its backward only; no CPU wait] - rank 1 spends 4.2 ms/step more than its peers "
+                           "in t.py:3")
+    placed_f = dataclasses.replace(f, mesh_coords={"dp": 1}, onset=IN_WINDOW, cpu_note="", hot_frame=None)
+    assert summary_of(placed_f) == ("rank 1 (dp=1) on h: f is slow (began inside this window: every step of the "
+                                    "rank since is slower)")
+    assert f.summary == "rank 1 on h: f is slow"  # the rule's words are never edited
+
+
+def test_the_rules_set_qualifiers_as_fields_and_a_host_merge_says_each_parts_words_once():
+    from .test_cpu_evidence import comparison, cpu_rw
+
+    hot, other = "train.py:88 step `x.clone()`", "train.py:40 step `loss.backward()`"
+    rws = {r: cpu_rw(r, frames=[(hot, 20 if r == 2 else 10), (other, 100)]) for r in range(4)}
+    comps = [comparison(SpanKind.BACKWARD, "torch.autograd.backward"), comparison(SpanKind.BACKWARD, "kind:backward")]
+    (f,) = [x for x in diagnose_window_traced(rws, comps, POL)[0] if x.ranks == (2,)]
+    assert f.hot_frame == (2, 40.0, hot) and f.cpu_note.startswith("slow in its backward only")
+    assert f.summary.endswith(f"[{f.cpu_note}] - rank 2 spends 40.0 ms/step more than its peers in {hot}")
+
+    cpu_phases = [comparison(k, f"kind:{k.name.lower()}", rank=3) for k in (SpanKind.FORWARD, SpanKind.BACKWARD)]
+    for c in cpu_phases:
+        c["outliers"][0]["host"] = "node-1"
+    rws = job({2: 22.0, 3: 30.0})
+    facts = WindowFacts(rws, [*cpu_phases, allreduce(straggler(2))], step_ms(rws), POL)
+    d = Diagnosis()
+    for name, rule, _ in RULES:
+        if name == "host_level":
+            parts = d.findings
+        d = dataclasses.replace(d, **dict(rule(facts, d).state))
+    assert any(p.cpu_note for p in parts)  # the rank finding's, a field until rendered
+    (m,) = [x for x in d.findings if x.ranks]
+    assert m.cause == Cause.HOST_CPU_CONTENTION and (m.onset, m.cpu_note, m.hot_frame) == ("", "", None)
+    assert all(m.summary.count(words_of(p)) == 1 for p in parts)
 
 
 def test_a_rank_whose_stalls_make_no_periodic_stall_is_cleared_with_why():
