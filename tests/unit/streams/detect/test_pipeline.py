@@ -147,6 +147,10 @@ def test_the_rules_set_qualifiers_as_fields_and_a_host_merge_says_each_parts_wor
     (m,) = [x for x in d.findings if x.ranks]
     assert m.cause == Cause.HOST_CPU_CONTENTION and (m.onset, m.cpu_note, m.hot_frame) == ("", "", None)
     assert all(m.summary.count(words_of(p)) == 1 for p in parts)
+    assert m.summary.startswith("ranks 2,3 on node-1: CPU contention on the host - ")
+    (joined,) = [x for x in diagnose_window_traced(job({2: 22.0, 3: 17.0}), [allreduce(straggler(3))], POL)[0]
+                 if x.ranks]
+    assert "run-queue wait 17.0 ms/step" in joined.summary and "; rank 2: it waited for a CPU" in joined.summary
 
 
 def test_a_rank_whose_stalls_make_no_periodic_stall_is_cleared_with_why():
