@@ -29,6 +29,10 @@ too (``persist_windows``; a one-window analysis such as a trace import, persist_
 is unchanged). Start-up garbage collections otherwise open job-wide or one-rank GC findings
 before any fault (docs/detection.md, decisions: "a rank's first and last windows").
 
+A window of a job larger than ``diagnose_shard_ranks`` (or of ``shards`` given) is diagnosed in
+shards of ranks and merged (:mod:`.shards`: the same findings and trace; ``mapper`` runs the
+shards, in process or in a pool).
+
 Every evaluation keeps its decision trace (:mod:`.decisions`: which rule flagged, added or
 cleared which rank, and why; the periodic-stall rule, the regression and the hang join it):
 each finding carries a bounded copy in ``evidence.decisions`` (what ``perftracker diagnose
@@ -65,6 +69,7 @@ from .job_checks import JobChecks
 from .job_clock import Due, JobClock
 from .job_windows import JobWindows, ReadyWindow
 from .policy import DetectionPolicy
+from .shards import Mapper, diagnose_sharded, shard_count
 from .stalls import StallHistory, periodic_stalls_traced
 from .window import diagnose_window_traced, step_ms
 
@@ -72,9 +77,12 @@ from .window import diagnose_window_traced, step_ms
 class JobDiagnoser:
     """Per-job root-cause engine; see the module docstring."""
 
-    def __init__(self, job: str, policy: DetectionPolicy | None = None, clock: JobClock | None = None):
+    def __init__(self, job: str, policy: DetectionPolicy | None = None, clock: JobClock | None = None,
+                 shards: int | None = None, mapper: Mapper = map):
         self.job = job
         self.policy = policy or DetectionPolicy()
+        self.shards = shards  # shards per window (None: by the job's size, shards.shard_count)
+        self.mapper = mapper  # runs a window's shards: ``map`` (in process) or a process pool's
         self.skipped: Counter[str] = Counter()
         self.windows = JobWindows(job, self.policy, self.skipped, clock)
         self.checks = JobChecks(job, self.policy)
@@ -133,9 +141,14 @@ class JobDiagnoser:
         wid, rws, cmps = ready.window_id, ready.rank_windows, ready.comparisons
         self._count_silent(rws)
         self._note_ends(rws, now)
-        job_step = step_ms(rws)
         self.checks.observe(cmps)
-        findings, trace = diagnose_window_traced(rws, cmps, self.policy)
+        shards = self.shards if self.shards is not None else shard_count(len(rws), self.policy)
+        if shards > 1 or self.shards is not None:  # in shards of ranks, merged (shards.py): the same findings
+            merged = diagnose_sharded(rws, cmps, self.policy, shards, self.mapper)
+            job_step, findings, trace = merged.job_step_ms, merged.findings, merged.trace
+        else:
+            job_step = step_ms(rws)
+            findings, trace = diagnose_window_traced(rws, cmps, self.policy)
         self.stalls.note(wid, cmps, rws, self.policy)
         stalls, not_stalls = periodic_stalls_traced(self.stalls, wid, job_step, {r for f in findings for r in f.ranks},
                                                     self.policy)

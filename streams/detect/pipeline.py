@@ -72,7 +72,11 @@ def _rws(facts: WindowFacts) -> dict[int, RankWindow]:
 
 
 def rank_outliers(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
-    by_rank = outliers_by_rank(facts.comparisons, "outliers")
+    return outliers_outcome(outliers_by_rank(facts.comparisons, "outliers"))
+
+
+def outliers_outcome(by_rank: Outliers) -> RuleOutcome:
+    """Rule ``rank_outliers`` given each rank's outliers (found here, or by the shards: :mod:`.shards`)."""
     flags = [Flag(r, "", f"its own functions are above its peers': {', '.join(sorted({o.function for o in outs}))}",
                   {"functions": sorted({str(o.function) for o in outs}),
                    "excess_ms_per_step": round(rank_impact(outs), 3)}) for r, outs in sorted(by_rank.items())]
@@ -117,7 +121,11 @@ def minor_excesses(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
 
 
 def uncompared(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
-    unjudged = uncompared_collectives(_rws(facts), facts.comparisons)
+    return uncompared_outcome(uncompared_collectives(_rws(facts), facts.comparisons), d)
+
+
+def uncompared_outcome(unjudged: set[int] | frozenset[int], d: Diagnosis) -> RuleOutcome:
+    """Rule ``uncompared`` given the ranks in a group with no comparison (found here, or by the shards)."""
     cleared = [Clearance(r, "", ("a collective group it belongs to has no comparison this window: whether it "
                                  "waited there for someone else cannot be told"), {})
                for r in sorted(unjudged) if r in d.late and r not in d.victims]

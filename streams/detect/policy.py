@@ -138,6 +138,10 @@ class DetectionPolicy:
     hang_recent_heartbeats: float = 1.5  # a hung job's collectors sent a batch within this many heartbeat intervals (liveness.py)
     hang_heartbeat_share: float = 0.5  # ... and at least this share of the heartbeats expected through the stall (liveness.py)
     rank_window_wait_ms: int = 1000  # a window with RankWindows only (no comparison) waits two graces plus this (job_windows.py)
+    # sharded diagnosis (shards.py): a window of more ranks than this is diagnosed in shards of about
+    # this many ranks, then merged (the same findings); 0: never sharded
+    diagnose_shard_ranks: int = 16384
+    diagnose_processes: int = 0  # processes the worker runs a window's shards in (0: one after another, in process)
 
     @property
     def window_ms(self) -> int:

@@ -43,13 +43,22 @@ from .policy import DetectionPolicy
 def step_ms(rank_windows: dict[int, RankWindow], quantile: float = 50.0) -> float:
     """Job's step time (ms): median over ranks of each rank's ``quantile`` step time
     (nearest rank; plain Python: a rank has a handful of steps per window)."""
-    per_rank = []
-    for rw in rank_windows.values():
-        steps = rw.get("step_time_ns")
-        if steps:
-            ordered = sorted(steps)
-            per_rank.append(ordered[int(round(quantile / 100 * (len(ordered) - 1)))])
-    return float(np.median(per_rank)) / 1e6 if per_rank else 0.0
+    return median_step_ms([s for rw in rank_windows.values() if (s := rank_step_ns(rw, quantile)) is not None])
+
+
+def rank_step_ns(rw: RankWindow, quantile: float = 50.0) -> int | None:
+    """One rank's ``quantile`` step time (ns, nearest rank), None without steps: what
+    :func:`step_ms` takes of each rank (a shard computes it for its ranks: :mod:`.shards`)."""
+    steps = rw.get("step_time_ns")
+    if not steps:
+        return None
+    ordered = sorted(steps)
+    return ordered[int(round(quantile / 100 * (len(ordered) - 1)))]  # as the record carries it
+
+
+def median_step_ms(per_rank_ns: list[int]) -> float:
+    """The job's step time (ms) from each rank's (:func:`rank_step_ns`): their median."""
+    return float(np.median(per_rank_ns)) / 1e6 if per_rank_ns else 0.0
 
 
 def diagnose_window_traced(rank_windows: dict[int, RankWindow], comparisons: list[FunctionComparison],
