@@ -76,6 +76,10 @@ class StreamCounters(CounterSet):
     batches_folded = Counter("EventBatches the summarizers folded, by how: 'columnar' (a chunk's batches "
                              "at once, detect/chunk_fold.py) or 'one_at_a_time' (a rank's first batch, "
                              "calls out of order, values beyond the chunk fold's range)", labels=("how",))
+    jobs_shed = Counter("keys a stage dropped whole under overload (the diagnose stage: jobs, the largest "
+                        "backlog first, when its cores held more than shed_backlog_records records waiting)",
+                        labels=("stage",))
+    records_shed = Counter("records waiting in the keys shed under overload, lost with them", labels=("stage",))
     ranks_ended = Counter("ranks whose collector's final batch (clean exit) came")
     windows_closed_at_end = Counter("windows closed by a rank's final batch instead of by later data "
                                     "or the clock (a finished job's last, partial windows)")

@@ -130,6 +130,9 @@ class Stage(Generic[C]):
     # the cores of one job share a JobClock (streams/detect/job_clock.py) whose caught-up bound is
     # ``job_clock(policy)`` ms; ``create`` then takes it as a third argument
     job_clock: Callable[[DetectionPolicy], int] | None = None
+    # optional: the records a core holds waiting (its backlog): past ``shed_backlog_records`` over the
+    # stage's cores, whole keys are shed (:meth:`Cores.shed`)
+    backlog: Callable[[C], int] | None = None
 
     def key(self, record: Record) -> str:
         return TOPIC_KEY[self.topic](record)
@@ -182,7 +185,8 @@ COMPARE: Stage[FunctionComparator] = Stage(
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
     create=lambda r, policy, clock: JobDiagnoser(r["job"], policy, clock),
-    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True, job_clock=caught_up_ms)
+    feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True, job_clock=caught_up_ms,
+    backlog=lambda d: d.windows.held())
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 
@@ -340,6 +344,29 @@ class Cores(Generic[C]):
         """Drop the core of ``key`` when it reports idle; whether it was dropped."""
         if not core.idle(now_ms):
             return False
+        self._drop(key, core)
+        return True
+
+    def shed(self) -> list[tuple[str, int]]:
+        """Overload: while the records the stage's cores hold waiting (``Stage.backlog``) exceed the
+        policy's ``shed_backlog_records``, drop the core holding the most, whole (a job of the diagnose
+        stage: its windows and incidents; records of it that come later start it afresh). The largest
+        goes first: one giant job behind is shed before the many it would starve. Returns (key,
+        records dropped) of each, for the caller to count."""
+        bound = self.policy.shed_backlog_records
+        if self.stage.backlog is None or bound <= 0:
+            return []
+        held = {key: int(self.stage.backlog(core)) for key, core in self.by_key.items()}
+        total, out = sum(held.values()), []
+        for key in sorted(held, key=lambda k: (-held[k], self._order[k])):
+            if total <= bound:
+                break
+            out.append((key, held[key]))
+            total -= held[key]
+            self._drop(key, self.by_key[key])
+        return out
+
+    def _drop(self, key: str, core: C) -> None:
         del self.by_key[key]
         self.retired.update(core.skipped)
         self.retired_decisions.update(getattr(core, "decisions", None) or {})
@@ -354,7 +381,6 @@ class Cores(Generic[C]):
                 self.clocks.by_job.pop(clock_key, None)
                 self._wall.pop(clock_key, None)
                 self._data.pop(clock_key, None)
-        return True
 
 
 class LocalRunner:
@@ -371,6 +397,7 @@ class LocalRunner:
         self.cores: dict[str, Cores[Any]] = {s.name: Cores(s, policy) for s in stages}
         self._by_topic = {c.stage.topic: c for c in self.cores.values()}
         self.wire = wire
+        self.shed: collections.Counter[str] = collections.Counter()  # keys shed under overload, by stage
 
     def feed(self, name: str, record: Record, now_ms: int) -> list[Routed]:
         cores = self._by_topic.get(TOPIC_OF[name])
@@ -384,6 +411,7 @@ class LocalRunner:
             return []
         out = cores.stage.poll(core, now_ms, False)
         cores.schedule(key, core)
+        self.shed[cores.stage.name] += len(cores.shed())
         return self._route(out, now_ms)
 
     def feed_chunk(self, records: list[tuple[str, Record]], now_ms: int) -> list[Routed]:

@@ -137,6 +137,9 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                         out += feed(name, record, partition)
             finally:
                 ctx.held[stage.topic] -= len(events)
+            for _key, lost in cores.shed():  # overload: whole jobs dropped, counted (topology.Cores.shed)
+                ctx.counters.inc(StreamCounters.jobs_shed, stage.name)
+                ctx.counters.inc(StreamCounters.records_shed, stage.name, by=lost)
             try:
                 await send(ctx, out)
             except Exception as exc:

@@ -193,3 +193,8 @@ class JobWindows:
 
     def empty(self) -> bool:
         return not self.first_rw
+
+    def held(self) -> int:
+        """Records waiting (RankWindows and comparisons of the windows not evaluated yet): the job's
+        diagnosis backlog, what the stage sheds by under overload (``topology.Cores.shed``)."""
+        return sum(map(len, self.rank_windows.values())) + sum(map(len, self.comparisons.values()))

@@ -141,7 +141,10 @@ class DetectionPolicy:
     # sharded diagnosis (shards.py): a window of more ranks than this is diagnosed in shards of about
     # this many ranks, then merged (the same findings); 0: never sharded
     diagnose_shard_ranks: int = 16384
-    diagnose_processes: int = 0  # processes the worker runs a window's shards in (0: one after another, in process)
+    # overload: records a stage's cores may hold waiting (the diagnosers' buffered windows: a 100k-rank
+    # job's window is ~125,000); past it the stage sheds whole jobs, the one holding the most first,
+    # counted (topology.Cores.shed); 0: never
+    shed_backlog_records: int = 2_000_000
 
     @property
     def window_ms(self) -> int:

@@ -378,3 +378,34 @@ def test_the_rules_decisions_reach_the_worker_counters_also_after_their_core_is_
     monkeypatch.setattr(wiring, "SKIPPED_REFRESH_MS", 0)
     asyncio.run(tick())
     assert ctx.counters.snapshot()["rule_decisions.stragglers.cleared"] == 6
+
+
+def test_overload_sheds_the_job_holding_the_most_records_whole_and_counts_the_loss(ctx, monkeypatch):
+    """Past ``shed_backlog_records`` records waiting over the diagnose stage's jobs, the job holding
+    the most is dropped whole; ``jobs_shed`` and ``records_shed`` count it (topology.Cores.shed)."""
+    from perftracker_ml.streams.topology import DIAGNOSE
+
+    ctx.policy = DetectionPolicy(window_s=5.0, shed_backlog_records=10)
+    app = FakeApp()
+    wiring.register(app, ctx, DIAGNOSE)
+    monkeypatch.setattr(wiring, "now_ms", lambda: T0_WINDOW * W_MS)
+    small = [ctx.encode(RANK_WINDOW, dict(rank_window(r, world=64), job="small")) for r in range(4)]
+    giant = [ctx.encode(RANK_WINDOW, dict(rank_window(r, world=64), job="giant")) for r in range(8)]
+    asyncio.run(app.agents["perftracker.diagnose"](stream_of(*small, *giant, chunk=12)))
+    counted = ctx.counters.snapshot()
+    assert counted["records_in.RankWindow"] == 12  # every window waits for its 64 ranks
+    assert counted["jobs_shed.diagnose"] == 1 and counted["records_shed.diagnose"] == 8
+
+
+def test_no_shedding_under_the_bound_or_when_off():
+    from perftracker_ml.streams.topology import DIAGNOSE, Cores
+
+    for bound in (12, 0):
+        cores = Cores(DIAGNOSE, DetectionPolicy(window_s=5.0, shed_backlog_records=bound))
+        for job, n in (("a", 4), ("b", 8)):
+            for r in range(n):
+                rec = dict(rank_window(r, world=64), job=job)
+                DIAGNOSE.feed(cores.for_record(rec), RANK_WINDOW, rec, 0)
+        assert cores.shed() == [] and set(cores.by_key) == {"a", "b"}
+    cores.policy = DetectionPolicy(window_s=5.0, shed_backlog_records=11)
+    assert cores.shed() == [("b", 8)] and set(cores.by_key) == {"a"}
