@@ -18,7 +18,11 @@ the dispatcher per op (docs/collectors.md, "How functional collectives are timed
 ``functional_sampled_event_ns`` the Python route recording one collective in ``SAMPLE`` (4;
 ``PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE``), per collective issued, and
 ``functional_sampled_evidence`` the share of the collectives it recorded (events /
-collectives: the evidence it keeps). The variants alternate within each round. ``--breakdown`` adds what the interception alone
+collectives: the evidence it keeps); ``functional_step_gated_event_ns`` the Python route with
+its hooks in during one step in ``STEPS`` (4; ``PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS``), per
+collective issued over steps of ``PER_STEP`` (16) collectives, the step marks and the hooks'
+switches included (both halves mark the same steps), and ``functional_step_gated_evidence``
+its share of the collectives recorded. The variants alternate within each round. ``--breakdown`` adds what the interception alone
 costs on each route, hooks that only call the op with no recording:
 ``functional_floor_ns`` and ``functional_dispatcher_floor_ns`` (the rest of a route's
 figure is the recording).
@@ -31,7 +35,8 @@ three runs on the 2-core VM), the effect pyperf also spreads over worker
 processes.
 
 ``--instructions`` counts instead of timing (valgrind's callgrind, needs ``valgrind``; a few
-minutes; ``functional_sampled_instructions`` at one in ``SAMPLE``): the instructions per call each variant adds to its bare loop, counted over the
+minutes; ``functional_sampled_instructions`` at one in ``SAMPLE``,
+``functional_step_gated_instructions`` with hooks in one step in ``STEPS``): the instructions per call each variant adds to its bare loop, counted over the
 measured loop only, each variant in a process of its own (the functional pair on torch's
 fake process group: no communication thread). The counts do not move with the machine's
 load, which moves the times above 2x; they do not see cache misses, which the functional
@@ -54,6 +59,12 @@ GOAL_NS = 1500
 # the sampled variant: one functional collective in SAMPLE recorded (FunctionalTimer's sample,
 # PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE)
 SAMPLE = 4
+# the step-gated variant: hooks in during one step in STEPS (FunctionalTimer's steps,
+# PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS), steps of PER_STEP functional collectives (a
+# transformer layer under tensor parallelism issues ~4 per layer and pass: a few dozen to
+# hundreds per step; fewer per step weigh the switch more)
+STEPS = 4
+PER_STEP = 16
 
 
 def _per_call_ns(fn: Callable[[], object], n: int) -> float:
@@ -114,13 +125,16 @@ def measure(n: int = 2_000, rounds: int = 101, breakdown: bool = False) -> dict[
             **{key: round(value, 4 if key.endswith("_evidence") else 1) for key, value in functional.items()
                if key != "functional_route"},
             "functional_route": functional["functional_route"], "functional_sample": SAMPLE,
+            "functional_steps": STEPS, "functional_per_step": PER_STEP,
             "goal_ns": GOAL_NS, "calls_per_round": n, "rounds": rounds}
 
 
 def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], None], str, dict]:
     """The measured pair (a functional all_reduce, then its wait_tensor), the default route's
     name and the variants' installers (each returns its undo): the two routes, and each
-    route's interception alone (its hooks calling the op with no recording)."""
+    route's interception alone (its hooks calling the op with no recording). Every
+    ``PER_STEP`` pairs the recorder marks a step (explicit steps, the same in every variant:
+    what the step-gated variant switches on)."""
     import torch.distributed._functional_collectives  # noqa: F401 - the ops' Python parts, bare pair included
     from perftracker_ml.collectors.functional import DISPATCHER, PYTHON, FunctionalTimer, _Hook
     from perftracker_ml.collectors.groups import GroupRegistry
@@ -129,14 +143,19 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
     name = dist.group.WORLD.group_name
     tensor = torch.ones(1024)
 
+    calls = [0]
+
     def pair() -> None:
         ops.wait_tensor(ops.all_reduce(tensor, "sum", name))
+        calls[0] += 1
+        if calls[0] % PER_STEP == 0:
+            rec.mark_step(time.perf_counter_ns())
 
     registry = GroupRegistry(dist)
 
-    def timer(which: str, sample: int = 1) -> Callable[[], Callable[[], None]]:
+    def timer(which: str, sample: int = 1, steps: int = 1) -> Callable[[], Callable[[], None]]:
         def install() -> Callable[[], None]:
-            t = FunctionalTimer(torch, rec, registry, route=which, sample=sample)
+            t = FunctionalTimer(torch, rec, registry, route=which, sample=sample, steps=steps)
             t.install()
             return t.remove
         return install
@@ -166,6 +185,7 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
         return lib._destroy
 
     variants = {PYTHON: timer(PYTHON), DISPATCHER: timer(DISPATCHER), "python_sampled": timer(PYTHON, SAMPLE),
+                "python_step_gated": timer(PYTHON, steps=STEPS),
                 "python_floor": python_floor, "dispatcher_floor": dispatcher_floor}
     return pair, FunctionalTimer(torch, rec, registry).route, variants
 
@@ -174,11 +194,13 @@ def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdo
     """Median over rounds of (with the hooks - without) per functional all_reduce + wait, for
     each variant (the routes; with ``breakdown`` their interception alone), alternating
     within each round."""
+    from perftracker_ml.collectors.events import COMM
     pair, route, installers = _functional_setup(torch, dist, rec)
     other = "dispatcher" if route == "python" else "python"
     keys = {"functional_event_ns": route, f"functional_{other}_event_ns": other}
     if route == "python":
         keys["functional_sampled_event_ns"] = "python_sampled"
+        keys["functional_step_gated_event_ns"] = "python_step_gated"
     if breakdown:
         keys.update({"functional_floor_ns": f"{route}_floor", f"functional_{other}_floor_ns": f"{other}_floor"})
     diffs: dict[str, list[float]] = {key: [] for key in keys}
@@ -192,15 +214,16 @@ def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdo
                 diffs[key].append(_per_call_ns(pair, n) - base)
             finally:
                 undo()
-            recorded[key] += len(rec.drain(1 << 30))
-    kept = {"functional_sampled_evidence": recorded["functional_sampled_event_ns"] / (n * rounds)} \
-        if "functional_sampled_event_ns" in keys else {}
+            recorded[key] += sum(1 for ev in rec.drain(1 << 30) if ev[0] == COMM)
+    kept = {key.replace("_event_ns", "_evidence"): recorded[key] / (n * rounds)
+            for key in ("functional_sampled_event_ns", "functional_step_gated_event_ns") if key in keys}
     return {**{key: statistics.median(values) for key, values in diffs.items()}, **kept, "functional_route": route}
 
 
 # -- instructions (valgrind's callgrind): the same costs, deterministic -----------------------
 INSTRUCTION_VARIANTS = {  # name: (what runs in the measured loop, how many times)
     "functional_bare": ("pair", 1000), "functional_python": ("pair", 1000), "functional_python_sampled": ("pair", 1000),
+    "functional_python_step_gated": ("pair", 1000),
     "functional_python_floor": ("pair", 1000), "functional_dispatcher": ("pair", 1000),
     "functional_dispatcher_floor": ("pair", 1000),
     "collective_bare": ("stub", 10000), "collective_event": ("stub", 10000),
@@ -233,6 +256,8 @@ def instructions(workdir: str) -> dict:
     return {"functional_instructions": round(per_call["functional_python"] - per_call["functional_bare"]),
             "functional_sampled_instructions":
                 round(per_call["functional_python_sampled"] - per_call["functional_bare"]),
+            "functional_step_gated_instructions":
+                round(per_call["functional_python_step_gated"] - per_call["functional_bare"]),
             "functional_floor_instructions": round(per_call["functional_python_floor"] - per_call["functional_bare"]),
             "functional_dispatcher_instructions": round(per_call["functional_dispatcher"] - per_call["functional_bare"]),
             "functional_dispatcher_floor_instructions":
@@ -305,9 +330,11 @@ def in_processes(processes: int, calls: int, rounds: int, breakdown: bool = Fals
 
 def summarize(runs: list[dict]) -> dict:
     keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns",
-                             "functional_sampled_event_ns", "functional_dispatcher_event_ns",
+                             "functional_sampled_event_ns", "functional_step_gated_event_ns",
+                             "functional_dispatcher_event_ns",
                              "functional_floor_ns", "functional_dispatcher_floor_ns") if k in runs[0])
-    route = {k: runs[0][k] for k in ("functional_route", "functional_sample", "functional_sampled_evidence")
+    route = {k: runs[0][k] for k in ("functional_route", "functional_sample", "functional_sampled_evidence",
+                                     "functional_steps", "functional_per_step", "functional_step_gated_evidence")
              if k in runs[0]}
     return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys}, **route,
             "goal_ns": GOAL_NS, "processes": len(runs),

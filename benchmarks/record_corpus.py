@@ -48,7 +48,7 @@ class Run:
     model: str = "mlp"  # demo only
     load: bool = False  # a busy process on one core throughout
     layout: str = "ddp"
-    env: tuple[tuple[str, str], ...] = ()  # demo only: PERFTRACKER_DEMO_* settings of the fault
+    env: tuple[tuple[str, str], ...] = ()  # demo only: the ranks' environment (the fault's PERFTRACKER_DEMO_*, collector settings)
     location: str | None = None  # demo only: the fault's ``# LF:`` marker in deploy/demo/inject_fault.py
     steps: int = 900  # demo only: the fault starts a third of the way in
 
@@ -83,6 +83,12 @@ PLAN: dict[str, Run] = {r.name: r for r in (
         env=(("PERFTRACKER_DEMO_DELAY_MS", "800"), ("PERFTRACKER_DEMO_PERIOD_S", "8"))),
     Run("demo-fsdp2-periodic-stall", "demo", fault="periodic-stall", model="transformer-fsdp2", layout="fsdp2",
         location="periodic-stall", env=(("PERFTRACKER_DEMO_DELAY_MS", "600"), ("PERFTRACKER_DEMO_PERIOD_S", "12"))),
+    # tensor parallel's functional collectives recorded every step, then during one step in 4 only
+    # (PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS): the evidence step gating keeps
+    Run("demo-tp-fsdp2-slow-backward", "demo", fault="slow-backward-hook", model="transformer", layout="tp-fsdp2",
+        env=(("PERFTRACKER_DEMO_DELAY_MS", "40"),)),
+    Run("demo-tp-fsdp2-slow-backward-gated", "demo", fault="slow-backward-hook", model="transformer",
+        layout="tp-fsdp2", env=(("PERFTRACKER_DEMO_DELAY_MS", "40"), ("PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS", "4"))),
 )}
 # the frozen evaluation set: every cause family and both healthy and faulty layouts on each side
 EVALUATION = frozenset({

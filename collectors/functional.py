@@ -51,8 +51,24 @@ beyond it.
 Sampling (``sample`` n > 1, ``PERFTRACKER_COLLECTOR_FUNCTIONAL_SAMPLE``): only the
 collectives whose seq is a multiple of n are recorded as above, the same ones on every rank
 of the group; the others are numbered (the group's sequence stays whole) and nothing more:
-no event, no entry marker, no size. The default (1) records every one. Removing the hooks (:meth:`FunctionalTimer.remove`) restores the op objects
-and the dispatcher's table.
+no event, no entry marker, no size. The default (1) records every one.
+
+Step gating (``steps`` n > 1, ``PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS``; the Python route):
+the hooks are in the op objects only during the steps whose number is a multiple of n
+(iteration numbers are the same on every rank: :mod:`.iteration`), and during the steps
+before the loop's pattern is known; on the other steps the op objects hold their original
+``_op`` and a collective costs nothing at all. The switch is made by a step listener on the
+training thread (a few dozen attribute writes per switch). The wait's hook stays in until
+the collectives still pending have been waited for. When the hooks go back in, each
+group's counter is brought up to the process group's own sequence number
+(``_get_sequence_number_for_group``, which c10d advances for every collective of the group,
+functional ones included), so the numbers stay those of the same collectives on every
+member, whatever each rank's counters missed while the hooks were out. Evidence lost: the
+collectives of the steps left out (no events, no entry markers: a hang that starts in such a
+step is seen from the stalled step, the stack samples and the Flight Recorder, not from a
+pending functional collective), and a collective's time per step counts the recorded steps
+only (docs/collectors.md, "Cost"). Removing the hooks (:meth:`FunctionalTimer.remove`)
+restores the op objects and the dispatcher's table.
 """
 
 from __future__ import annotations
@@ -124,6 +140,7 @@ class _Hook(functools.partial):
     and sets torch keys by op keep finding it) and forwards every other attribute to it."""
 
     orig: Callable[..., Any]  # the original ``_op`` (in the instance's dict)
+    is_wait: bool  # the hook of ``wait_tensor`` (step gating keeps it in while outputs are pending)
 
     def __hash__(self) -> int:
         return hash(self.__dict__["orig"])
@@ -144,10 +161,12 @@ class FunctionalTimer:
 
     ``route``: ``"python"``, ``"dispatcher"`` or None (the Python route where this torch
     has it, else the dispatcher's). ``sample``: record one collective in ``sample`` of each
-    group (seq a multiple of it; the others are only numbered); 1, the default, records all."""
+    group (seq a multiple of it; the others are only numbered); 1, the default, records all.
+    ``steps``: on the Python route, hooks in only during one step in ``steps`` (module
+    docstring, "Step gating"); 1, the default, every step."""
 
     def __init__(self, torch: Any, rec: Recorder, registry: GroupRegistry, cuda: CudaCommTimer | None = None,
-                 route: str | None = None, sample: int = 1):
+                 route: str | None = None, sample: int = 1, steps: int = 1):
         self.torch = torch
         self.rec = rec
         self.registry = registry
@@ -156,6 +175,9 @@ class FunctionalTimer:
         # on every rank of the group): the others are numbered only (no event, no entry marker)
         self.sample = max(int(sample), 1)
         self.route = route or (PYTHON if python_route_available(torch) else DISPATCHER)
+        self.steps = max(int(steps), 1) if self.route == PYTHON else 1
+        self._issue_hooks_in = True  # the issue hooks are in the op objects (step gating)
+        self._wait_hooks_in = True
         self._lib: Any = None
         self._hooked: list[tuple[Any, Any, _Hook]] = []  # (op object, its original _op, our hook)
         self._builtins: list[int] = []  # ids of hooks registered as TorchScript builtins
@@ -190,7 +212,47 @@ class FunctionalTimer:
             self._install_python(wanted, wait)
         else:
             self._install_dispatcher(wanted, wait)
+        if self.steps > 1:
+            self.rec.add_step_listener(self.on_step)
         return self.installed
+
+    # -- step gating (the Python route) -------------------------------------------------------
+    def on_step(self, step: int) -> None:
+        """At each new iteration (training thread): hooks in for a recorded step (a multiple of
+        ``steps``, or not yet known), out for the others."""
+        try:
+            if step < 0 or step % self.steps == 0:
+                if not self._issue_hooks_in:
+                    self._switch(issue=True, wait=True)
+                    self._resync_counters()
+            elif self._issue_hooks_in or self._wait_hooks_in:
+                # the wait's hook stays while collectives of a recorded step are still pending
+                self._switch(issue=False, wait=bool(self._pending or self._special))
+        except Exception as exc:  # noqa: BLE001 - never into the training loop
+            self.rec.errors.caught("functional steps", exc)
+
+    def _switch(self, issue: bool, wait: bool) -> None:
+        """Each hook in or out (unless torch replaced the op object's ``_op`` since): a plain
+        attribute read and write per op object, a few dozen per switch."""
+        for obj, orig, hook in self._hooked:
+            if wait if hook.is_wait else issue:
+                if obj._op is orig:
+                    obj._op = hook
+            elif obj._op is hook:
+                obj._op = orig
+        self._issue_hooks_in, self._wait_hooks_in = issue, wait
+
+    def _resync_counters(self) -> None:
+        """Each group's counter up to its process group's own count of collectives (the
+        same on every member), so that numbers skipped while the hooks were out stay skipped
+        alike on every rank. A group without that count keeps its counter."""
+        for group, state in list(self.registry._groups.items()):
+            try:
+                issued = int(group._get_sequence_number_for_group())
+            except Exception:  # noqa: BLE001 - a process group without the count
+                continue
+            if issued - 1 > state.seq:
+                state.seq = issued - 1
 
     def remove(self) -> None:
         hooked, self._hooked = self._hooked, []
@@ -211,6 +273,7 @@ class FunctionalTimer:
             lib._destroy()
         if self.entered in self.rec.marker_sources:
             self.rec.marker_sources.remove(self.entered)
+        self.rec.remove_step_listener(self.on_step)
         self._pending.clear()
         self._special.clear()
 
@@ -238,9 +301,10 @@ class FunctionalTimer:
                 self.installed.append(f"{AUTOGRAD_NAMESPACE}.{op_name}")
         except (AttributeError, RuntimeError):
             pass  # no autograd variants in this torch
-        self._hook_op(wait, self._wait_call)
+        self._hook_op(wait, self._wait_call, is_wait=True)
 
-    def _hook_op(self, overload: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def _hook_op(self, overload: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]],
+                 is_wait: bool = False) -> None:
         """Hooks the overload's object and, where it has no other overload, its packet's
         (whose call then resolves to this overload)."""
         objects = [overload]
@@ -251,6 +315,7 @@ class FunctionalTimer:
             orig = obj._op
             hook = _Hook(make(orig))
             hook.orig = orig
+            hook.is_wait = is_wait
             for name in ("__module__", "__name__", "__qualname__", "__doc__"):  # else the class's
                 if hasattr(orig, name):
                     setattr(hook, name, getattr(orig, name))

@@ -82,7 +82,8 @@ def _install_functional(collector: Collector, torch: ModuleType, timer: object) 
     from .functional import FunctionalTimer
     assert isinstance(timer, CommTimer)
     functional = FunctionalTimer(torch, collector.recorder, timer.registry, timer.cuda,
-                                 sample=collector.settings.collector.functional_sample)
+                                 sample=collector.settings.collector.functional_sample,
+                                 steps=collector.settings.collector.functional_steps)
     collector.add_remover(functional.remove)
     functional.install()
 

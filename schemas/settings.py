@@ -235,6 +235,9 @@ class CollectorSettings:
     functional_sample: int = field(default=1, metadata={"ge": 1, "doc": "record one functional collective in n "
                                                                        "of each group (seq a multiple of n, the same "
                                                                        "on every rank); the rest only numbered"})
+    functional_steps: int = field(default=1, metadata={"ge": 1, "doc": "record functional collectives during one "
+                                                                      "step in n only (step a multiple of n, the same "
+                                                                      "on every rank); the hooks are out on the others"})
     forward: bool = field(default=True, metadata={"doc": "time the root module's forward"})
     gc: bool = field(default=True, metadata={"doc": "time garbage-collector pauses"})
     gc_min_us: float = field(default=50.0, metadata={"ge": 0, "doc": "GC pauses shorter than this are counted in stats, not sent"})

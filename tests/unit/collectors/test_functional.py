@@ -102,6 +102,50 @@ def test_sampled_one_in_n_of_each_group_by_seq_the_rest_numbered(world_of_one, r
         patches.undo()
 
 
+def test_step_gated_hooks_in_only_on_recorded_steps_numbers_kept_by_the_group(world_of_one):
+    """``steps=2``: recorded while the step is unknown and on even steps; on odd steps the op
+    objects hold their original ``_op`` (nothing of ours runs), the wait's hook staying until
+    a recorded step's pending output is waited for. Back on a recorded step, the group's
+    counter is brought up to c10d's own count, so the skipped collectives keep their numbers
+    (the same on every rank)."""
+    ops = torch.ops._c10d_functional
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    patches = Patches()
+    comm = CommTimer(dist, rec, None)
+    comm.install(patches)
+    functional = FunctionalTimer(torch, rec, comm.registry, route="python", steps=2)
+    functional.install()
+    world = dist.group.WORLD
+    hooked, wait_hooked = ops.all_reduce.default._op, ops.wait_tensor.default._op
+    try:
+        funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", world))  # step unknown: seq 0
+        rec.mark_step(time.perf_counter_ns())  # step 0: recorded
+        funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", world))  # 1
+        pending = funcol.all_reduce(torch.ones(4), "sum", world)  # 2, waited in the next step
+        rec.mark_step(time.perf_counter_ns())  # step 1: hooks out but the wait's
+        assert ops.all_reduce.default._op is not hooked and ops.wait_tensor.default._op is wait_hooked
+        for _ in range(2):  # 3, 4: not seen at all
+            funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", world))
+        funcol.wait_tensor(pending)  # seq 2 ends
+        dist.all_reduce(torch.ones(2))  # eager, always recorded: c10d's sixth collective
+        rec.mark_step(time.perf_counter_ns())  # step 2: hooks in, the counter brought up to c10d's
+        assert ops.all_reduce.default._op is hooked
+        funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", world))  # 6
+        rec.mark_step(time.perf_counter_ns())  # step 3: nothing pending, every hook out
+        assert ops.wait_tensor.default._op is not wait_hooked
+        funcol.wait_tensor(funcol.all_reduce(torch.ones(4), "sum", world))  # 7: not seen
+        assert [(e[1], e[3], e[5]) for e in _comms(rec)] == [
+            ("all_reduce", 0, -1), ("all_reduce", 1, 0), ("all_reduce", 2, 0), ("all_reduce", 3, 1),
+            ("all_reduce", 6, 2)]
+        assert _entered(rec) == [] and rec.errors.count == 0
+    finally:
+        functional.remove()
+        patches.undo()
+    assert not isinstance(ops.all_reduce.default._op, functional_module._Hook)  # the originals back
+    assert not isinstance(ops.wait_tensor.default._op, functional_module._Hook)
+    assert rec._step_listeners == []
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_form_of_the_ops_is_recorded_once(world_of_one, route):
     """In-place, out=, coalesced, keyword calls, a wait on a view inside the output, the
