@@ -23,6 +23,10 @@ and the transient arrays; VmHWM - VmRSS). The last line fits log-log slopes of
 is fixed overheads) and, for sizes above ``--measure-max``, prints the fit's extrapolation
 (``"extrapolated": true``) instead of running them.
 
+``--sharded RANKS`` measures the diagnose stage alone, unsharded and in shards of ranks
+(``--shard-counts``, default 1,4,16): per shard, the merge, and whether the findings are the same
+(:mod:`benchmarks.scale_shards`).
+
 ``--footprint RANKS`` sizes the rest of the pipeline instead: the records the stages route
 for RANKS ranks (count and Avro bytes per record name), the store rows they become per
 table and their bytes on disk in a fresh chDB store (docs/scaling.md).
@@ -265,7 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size in this process
     ap.add_argument("--footprint", type=int, metavar="RANKS",
                     help="instead: topic bytes and store rows/bytes of RANKS ranks' windows (sizing)")
+    ap.add_argument("--sharded", type=int, metavar="RANKS",
+                    help="instead: the diagnose stage of RANKS ranks unsharded and in shards (benchmarks/scale_shards.py)")
+    ap.add_argument("--shard-counts", default="1,4,16", help="with --sharded: the shard counts, comma-separated")
     args = ap.parse_args(argv)
+    if args.sharded:
+        from .scale_shards import run_sharded
+        counts = tuple(int(c) for c in args.shard_counts.split(",") if c.strip())
+        out = run_sharded(args.sharded, args.windows or 2, args.functions, counts)
+        print(json.dumps({**out, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+                          "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}))
+        return 0
     if args.footprint:
         print(json.dumps(footprint(args.footprint, args.windows or 2, args.functions)))
         return 0

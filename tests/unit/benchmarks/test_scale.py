@@ -53,3 +53,15 @@ def test_fit_slopes_and_extrapolation() -> None:
     assert abs(e["cpu_s_per_window_by_stage"]["diagnose"] - 1e-6 * 100_000**2) < 0.01
     assert sizes_up_to(4096) == [8, 64, 512, 4096]
     assert sizes_up_to(100_000) == [8, 64, 512, 4096, 32768, 100_000]
+
+
+def test_sharded_diagnose_stage_json_splits_shard_and_merge_and_keeps_the_findings() -> None:
+    from benchmarks.scale_shards import run_sharded
+
+    out = run_sharded(64, 2, shard_counts=(1, 3))
+    assert out["same_findings"] and out["anomalies_opened"] >= 1
+    assert [r["shards"] for r in out["sharded"]] == [1, 3]
+    for r in out["sharded"]:
+        assert set(r["ranks_per_window"]) == {64}  # whole windows, not released early
+        assert r["shard_side_cpu_s"] > 0 and r["merge_side_cpu_s"] > 0
+        assert r["merge_side_cpu_s"] >= r["merge_cpu_s"]
