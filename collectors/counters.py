@@ -22,6 +22,8 @@ class CollectorCounters(CounterSet):
                              "batch header", labels=("reason",))
     events_sent = Counter("events in batches the brokers acknowledged")
     batches_sent = Counter("batches the brokers acknowledged")
+    cycles_held = Counter("send cycles that kept their events for a larger message (batch_min_events, "
+                          "batch_max_delay_s)")
     batches_failed = Counter("batches (and other records, e.g. HardwareBatch) not delivered: "
                              "producer queue full, broker away past message.timeout.ms, or no broker")
     sent_bytes = Counter("encoded bytes of the batches the brokers acknowledged")

@@ -319,10 +319,23 @@ class Sender(threading.Thread):
             finally:
                 self._ended = self._ended or final
 
+    def _holding(self, now: float) -> bool:
+        """Whether this cycle keeps the buffered events for a larger message: fewer than
+        ``batch_min_events`` of them, and the last send less than ``batch_max_delay_s`` ago
+        (to the nearest cycle). Entry markers, profile summaries and the exit flush never
+        wait (checked by the caller)."""
+        cfg = self.config
+        if cfg.batch_min_events <= 0 or len(self.recorder.events) >= cfg.batch_min_events:
+            return False
+        return now - self._last_send < cfg.batch_max_delay_s - cfg.flush_interval_s / 2
+
     def _send_available(self, final: bool) -> None:
         limit = self.config.max_batch_events
         now_ns = time.perf_counter_ns()
         markers = self.recorder.in_flight_markers(now_ns, IN_FLIGHT_MARKER_AGE_NS)
+        if not (final or markers or self._kernels) and self._holding(time.monotonic()):
+            self.recorder.counters.inc(CollectorCounters.cycles_held)
+            return
         flight = self.flight.read(markers, now_ns) if self.flight is not None and markers else []
         closing = final
         while True:

@@ -227,6 +227,11 @@ class CollectorSettings:
     flush_interval_s: float = field(default=1.0, metadata={"gt": 0, "doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"ge": 0, "doc": "longest wait for delivery at process exit"})
     max_batch_events: int = field(default=20_000, metadata={"ge": 1, "doc": "events per Kafka message at most"})
+    batch_min_events: int = field(default=0, metadata={"ge": 0, "doc": "a send cycle with fewer events than this "
+                                                                   "keeps them for a larger message, at most "
+                                                                   "batch_max_delay_s (0 = send every cycle)"})
+    batch_max_delay_s: float = field(default=1.0, metadata={"gt": 0, "le": 5.0, "doc": "longest an event waits for a "
+                                                                               "larger message (at most the 5 s heartbeat)"})
     functions: str = field(default="", metadata={"doc": "extra functions to time, 'module:qualname' comma-separated"})
     comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})

@@ -1,0 +1,94 @@
+"""Fewer, larger messages: a send cycle with fewer than ``batch_min_events`` events keeps them
+for a later one, at most ``batch_max_delay_s`` after the last send; entry markers, profile
+summaries and the exit flush never wait."""
+
+import time
+
+from perftracker_ml.collectors.batch import BatchBuilder, event_count
+from perftracker_ml.collectors.events import OpSummary
+from perftracker_ml.collectors.identity import RankIdentity
+from perftracker_ml.collectors.iteration import IterationDetector
+from perftracker_ml.collectors.recorder import Recorder
+from perftracker_ml.collectors.safety import ErrorBudget
+from perftracker_ml.collectors.transport import NullSink, Sender
+from perftracker_ml.schemas.settings import CollectorSettings
+from perftracker_ml.schemas.vocabulary import OpKind, SpanKind
+
+IDENT = RankIdentity("j", 1, 1, 2, "h", -1, "", 7)
+
+
+class Kept(NullSink):
+    def __init__(self, counters):
+        super().__init__(counters, lambda n: None)
+        self.batches: list[int] = []  # events per message
+
+    def send(self, key, payload, n_events):
+        self.batches.append(n_events)
+
+
+def _sender(**settings):
+    rec = Recorder(1000, IterationDetector(), ErrorBudget())
+    sink = Kept(rec.counters)
+    sender = Sender(rec, BatchBuilder(IDENT), lambda record: b"x" * event_count(record), sink,
+                    CollectorSettings(flush_interval_s=1.0, **settings), b"k")
+    return rec, sink, sender
+
+
+def _spans(rec, n):
+    for i in range(n):
+        rec.span(SpanKind.USER, "f", i, 1)
+
+
+def test_small_cycles_are_held_until_the_size_or_the_delay_is_reached():
+    rec, sink, sender = _sender(batch_min_events=5, batch_max_delay_s=3.0)
+    _spans(rec, 2)
+    sender.flush_once()  # nothing sent yet: the first batch goes at once
+    assert sink.batches == [2]
+    _spans(rec, 2)
+    sender.flush_once()  # 2 < 5 and just sent: kept
+    assert sink.batches == [2] and rec.counters.cycles_held == 1
+    _spans(rec, 3)
+    sender.flush_once()  # 5 buffered: one larger message
+    assert sink.batches == [2, 5]
+    _spans(rec, 1)
+    sender.flush_once()
+    assert sink.batches == [2, 5]
+    sender._last_send = time.monotonic() - 2.6  # the delay reached at this cycle
+    sender.flush_once()
+    assert sink.batches == [2, 5, 1] and rec.counters.cycles_held == 2
+
+
+def test_profile_summaries_and_the_exit_flush_never_wait():
+    rec, sink, sender = _sender(batch_min_events=100, batch_max_delay_s=5.0)
+    sender.flush_once()  # the first (empty) heartbeat
+    _spans(rec, 1)
+    sender.add_kernels([OpSummary(OpKind.CUDA_KERNEL, "k", "p", 1, 1, 1, 1, 1)])
+    sender.flush_once()
+    assert sink.batches[-1] == 1
+    _spans(rec, 2)
+    sender.flush_once()
+    assert sink.batches[-1] == 1  # held
+    sender.close(0.5)
+    assert sink.batches[-1] == 2
+
+
+def test_a_collective_still_entered_goes_out_at_once():
+    """An entry marker (the evidence of a hang) is never held for a larger message."""
+    from perftracker_ml.collectors.events import GroupRef
+
+    rec, sink, sender = _sender(batch_min_events=100, batch_max_delay_s=5.0)
+    sender.flush_once()
+    _spans(rec, 1)
+    sender.flush_once()
+    assert sink.batches == [0]  # held
+    rec.blocking = ("all_reduce", GroupRef("pg0-2-x", (0, 1)), 3, 8, 0, time.perf_counter_ns() - 2_000_000_000)
+    sender.flush_once()
+    assert sink.batches == [0, 2]  # the held span and the marker
+
+
+def test_the_default_sends_every_cycle():
+    rec, sink, sender = _sender()
+    for n in (1, 2, 3):
+        _spans(rec, n)
+        sender.flush_once()
+    assert sink.batches == [1, 2, 3] and rec.counters.cycles_held == 0
