@@ -5,7 +5,9 @@ anyway (the worker's ``MultiCodec``, the sink's fast ``RecordDecoder``) and
 :func:`perftracker_ml.schemas.validate.validate` on the decoded record, in CPU microseconds
 (best of 7 rounds of ``process_time``, so a busy machine inflates them less), per record
 and per event for EventBatches: one rank's batch of one second of a synthetic 8-rank job
-(~150 events) and one of 20 seconds (~3,000 events, a collector with a long flush interval).
+(~150 events) and one of 20 seconds (~3,000 events, a collector with a long flush interval), each written as EventBatch v7
+(list columns) and v8 (packed columns): bytes on the wire (and lz4-compressed, as the collectors'
+producer sends them), encode, decode and validate per event.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 
 from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker_ml.schemas import Codec, MultiCodec
+from perftracker_ml.schemas import Codec, MultiCodec, bundled_schemas
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.sinks.decode import RecordDecoder
 
@@ -44,19 +46,37 @@ def event_batches() -> dict[str, dict]:
     return {"EventBatch 1 s": one, "EventBatch 20 s": long}
 
 
+def _lz4_size(data: bytes) -> int | None:
+    """The batch lz4-compressed (the collectors' producer ``compression.type``); None without lz4."""
+    try:
+        import lz4.frame
+    except ImportError:
+        return None
+    return len(lz4.frame.compress(data))
+
+
 def run() -> list[dict]:
     worker = MultiCodec(["EventBatch", "HardwareBatch"])
+    writers = {7: Codec("EventBatch", bundled_schemas().restricted("EventBatch", 7)),  # list columns
+               8: Codec("EventBatch")}  # packed columns (schemas/columns.py)
     out = []
     for label, rec in event_batches().items():
-        data = Codec("EventBatch").encode(rec)
-        name, decoded = worker.decode(data)
-        assert validate(name, decoded) is None
-        events = sum(len(decoded[b][c]) for b, c in (("spans", "kind"), ("comms", "op"), ("iterations", "step")))
-        calls = max(20, 20_000 // events)
-        dec, val = cpu_us(worker.decode, (data,), calls), cpu_us(validate, (name, decoded), calls)
-        out.append({"record": label, "events": events, "bytes": len(data), "decode_us": round(dec, 1),
-                    "validate_us": round(val, 1), "decode_ns_per_event": round(dec * 1e3 / events),
-                    "validate_ns_per_event": round(val * 1e3 / events), "ratio": round(val / dec, 3)})
+        for version, writer in writers.items():
+            data = writer.encode(rec)
+            name, decoded = worker.decode(data)
+            assert validate(name, decoded) is None
+            events = sum(len(decoded[b][c]) for b, c in (("spans", "kind"), ("comms", "op"), ("iterations", "step")))
+            calls = max(20, 20_000 // events)
+            dec, val = cpu_us(worker.decode, (data,), calls), cpu_us(validate, (name, decoded), calls)
+            enc = cpu_us(writer.encode, (rec,), calls)
+            out.append({"record": f"{label} v{version}", "schema_version": version, "events": events,
+                        "bytes": len(data), "lz4_bytes": _lz4_size(data),
+                        "encode_us": round(enc, 1), "decode_us": round(dec, 1), "validate_us": round(val, 1),
+                        "encode_ns_per_event": round(enc * 1e3 / events),
+                        "decode_ns_per_event": round(dec * 1e3 / events),
+                        "validate_ns_per_event": round(val * 1e3 / events),
+                        "decode_validate_us_per_event": round((dec + val) / events, 3),
+                        "ratio": round(val / dec, 3)})
     sink, codec = RecordDecoder(SINK_NAMES), MultiCodec(SINK_NAMES)
     seen = set()
     for name, rec in samples.job_records("bench", world=8, windows=1):

@@ -1,4 +1,9 @@
-"""Builds the columnar EventBatch record from drained event tuples (off the hot path)."""
+"""Builds the columnar EventBatch record from drained event tuples (off the hot path).
+
+The record's columns are lists; the sender thread's ``Codec.encode`` writes EventBatch v8,
+packing each numeric column into little-endian bytes with one ``array.array`` conversion
+(:mod:`perftracker_ml.schemas.columns`), so the training thread never pays for it and a
+value that cannot be packed fails that encode (the batch's events counted as lost)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,14 @@ meets an unknown fingerprint whose ``schema_version`` (always the first field)
 is newer than its own decodes the body with its own latest schema, which reads
 exactly the prefix the old schema describes and ignores the appended fields
 (old reader, new data).
+
+One step breaks the append-only rule on purpose: EventBatch v8 retypes the numeric columns
+to packed bytes (:mod:`.columns`, :data:`LAYOUT_BREAKS`). A writer older than such a step
+is resolved against the last version before it (a v1..v7 EventBatch reads as a v7 one, its
+columns lists); a v8 body's columns are unpacked into arrays after Avro decoding, and a
+record encoded as v8 has its columns packed first (lists, ``array.array`` or numpy arrays).
+A reader older than the step cannot read a newer writer's columns: readers are upgraded
+before writers (docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -29,8 +37,13 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
+from . import columns
 from .errors import SchemaError
 from .vocabulary import CONFLUENT_MAGIC, SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_MAGIC
+
+# record name -> the versions that retyped fields (not appended): a writer older than one
+# is read with the last version before it, never resolved across it
+LAYOUT_BREAKS: dict[str, tuple[int, ...]] = {columns.EVENT_BATCH: (columns.PACKED_FROM,)}
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,14 @@ class SchemaSet:
     def by_fingerprint(self, fp: bytes) -> SchemaVersion | None:
         return self._by_fp.get(fp)
 
+    def reader_for(self, writer: SchemaVersion) -> SchemaVersion:
+        """The version a ``writer`` body is resolved against: the latest of its name that no
+        retyping step (:data:`LAYOUT_BREAKS`) separates from it."""
+        versions = self._by_name[writer.name]
+        later = [b for b in LAYOUT_BREAKS.get(writer.name, ()) if b > writer.version]
+        top = min(later) - 1 if later else max(versions)
+        return versions[max(v for v in versions if v <= top)]
+
     def names(self) -> list[str]:
         return sorted(self._by_name)
 
@@ -120,18 +141,22 @@ class Codec:
         self.name = name
         self.writer = self.schemas.latest(name)
         self._header = SINGLE_OBJECT_MAGIC + self.writer.fingerprint
+        self._packed = columns.is_packed(name, self.writer.version)
 
     @property
     def version(self) -> int:
         return self.writer.version
 
     def encode(self, record: dict) -> bytes:
-        """Encode ``record``; ``schema_version`` is filled in when missing."""
+        """Encode ``record``; ``schema_version`` is filled in when missing. A packed writer
+        (EventBatch v8) packs the columns first (:func:`.columns.pack`)."""
         if "schema_version" not in record:
             record = {**record, "schema_version": self.writer.version}
         buf = io.BytesIO()
         buf.write(self._header)
         try:
+            if self._packed:
+                record = columns.pack(record)
             fastavro.schemaless_writer(buf, self.writer.parsed, record)
         except Exception as exc:
             raise SchemaError(f"{self.name} record does not match its schema: {exc}") from exc
@@ -157,11 +182,21 @@ class Codec:
         if writer.name != self.name:
             raise SchemaError(f"message holds a {writer.name} record, expected {self.name}")
         try:
-            if writer.fingerprint == self.writer.fingerprint:
-                return _as_record(fastavro.schemaless_reader(body, self.writer.parsed, None))
-            return _as_record(fastavro.schemaless_reader(body, writer.parsed, self.writer.parsed))
+            return self.read(body, writer)
         except Exception as exc:
             raise SchemaError(f"corrupt {self.name} body: {exc}") from exc
+
+    def read(self, body: io.BytesIO, writer: SchemaVersion) -> dict:
+        """A body written with ``writer`` (a known version of this record), resolved against
+        :meth:`SchemaSet.reader_for`, packed columns unpacked into arrays."""
+        reader = self.schemas.reader_for(writer)
+        record = _as_record(fastavro.schemaless_reader(
+            body, writer.parsed, None if reader.fingerprint == writer.fingerprint else reader.parsed))
+        return self.unpacked(record, reader.version)
+
+    def unpacked(self, record: dict, reader_version: int) -> dict:
+        """``record`` with its packed columns as arrays when ``reader_version`` packs them."""
+        return columns.unpack(record) if columns.is_packed(self.name, reader_version) else record
 
     def _decode_unknown_writer(self, fp: bytes, body: io.BytesIO) -> dict:
         raw = body.getvalue()
@@ -176,7 +211,7 @@ class Codec:
             raise SchemaError(
                 f"{self.name} v{version} body could not be read with v{self.writer.version}: {exc}"
             ) from exc
-        return record
+        return self.unpacked(record, self.writer.version)
 
 
 def writer_fingerprint(data: bytes) -> bytes | None:

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import fastavro
 from fastavro.schema import parse_schema
 
-from .codec import Codec, MultiCodec, SchemaSet, _fingerprint_of, confluent_frame
+from .codec import Codec, MultiCodec, SchemaSet, SchemaVersion, _fingerprint_of, confluent_frame
 from .errors import PerftrackerError, SchemaError
 from .vocabulary import (
     CONFLUENT_HEADER_LEN,
@@ -193,6 +193,7 @@ class RegistryCodec:
         self.name, self.topic, self.client = name, topic, client
         self.subject = subject_for(topic)
         self._readers: dict[int, Any] = {}
+        self._known: dict[int, SchemaVersion] = {}  # schema id -> the bundled version it is
 
     @property
     def version(self) -> int:
@@ -217,14 +218,17 @@ class RegistryCodec:
                               f"(first bytes {data[:4].hex() or 'empty'})")
         schema_id = int.from_bytes(data[len(CONFLUENT_MAGIC):CONFLUENT_HEADER_LEN], "big")
         writer = self._writer(schema_id)
+        body = io.BytesIO(data[CONFLUENT_HEADER_LEN:])
+        known = self._known.get(schema_id)
         try:
-            record = fastavro.schemaless_reader(io.BytesIO(data[CONFLUENT_HEADER_LEN:]), writer,
-                                                self.inner.writer.parsed)
+            if known is not None:  # a bundled version: resolved as the single-object path does
+                return self.inner.read(body, known)
+            record = fastavro.schemaless_reader(body, writer, self.inner.writer.parsed)
         except Exception as exc:  # fastavro raises several types
             raise SchemaError(f"corrupt {self.name} body (registry schema id {schema_id}): {exc}") from exc
         if not isinstance(record, dict):
             raise SchemaError(f"registry schema id {schema_id} does not describe a record")
-        return record
+        return self.inner.unpacked(record, self.inner.version)
 
     def _writer(self, schema_id: int) -> Any:
         parsed = self._readers.get(schema_id)
@@ -236,6 +240,7 @@ class RegistryCodec:
             if known.name != self.name:
                 raise SchemaError(f"registry schema id {schema_id} is a {known.name} record, expected {self.name}")
             parsed = known.parsed
+            self._known[schema_id] = known
         else:
             if not isinstance(raw, dict) or raw.get("name") != self.name:
                 got = raw.get("name") if isinstance(raw, dict) else type(raw).__name__

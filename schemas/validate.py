@@ -49,6 +49,7 @@ from .rules import (
     LastIndexOf,
     Lim,
     Limits,
+    Packed,
     RankInWorld,
     Rule,
     SameLength,
@@ -109,15 +110,15 @@ _EVENT_BATCH: tuple[Rule, ...] = (
     StrArrays(("names",), NAME),
     Items("groups", (Strs(("group_id",), NAME, required=True), IntArrays(("ranks",), -1, Below("world_size")))),
     Block("iterations", (
-        SameLength(("step", "start_ns", "dur_ns")), IntArrays(("step",), -1, COUNT),
+        Packed("iterations"), SameLength(("step", "start_ns", "dur_ns")), IntArrays(("step",), -1, COUNT),
         IntArrays(("start_ns",), 0, COUNT), IntArrays(("dur_ns",), 0, DURATION))),
     Block("spans", (
-        SameLength(("kind", "name", "path", "step", "start_ns", "dur_ns")),
+        Packed("spans"), SameLength(("kind", "name", "path", "step", "start_ns", "dur_ns")),
         IntArrays(("kind",), 0, Lim("max_kind")), IntArrays(("name",), 0, LastIndexOf("names")),
         IntArrays(("path",), -1, LastIndexOf("names")), IntArrays(("step",), -1, COUNT),
         IntArrays(("start_ns",), 0, COUNT), IntArrays(("dur_ns",), 0, DURATION))),
     Block("comms", (
-        SameLength(("op", "group", "seq", "bytes", "step", "start_ns", "dur_ns")),
+        Packed("comms"), SameLength(("op", "group", "seq", "bytes", "step", "start_ns", "dur_ns")),
         IntArrays(("op",), 0, LastIndexOf("names")), IntArrays(("group",), 0, LastIndexOf("groups")),
         IntArrays(("seq", "bytes", "start_ns"), 0, COUNT), IntArrays(("step",), -1, COUNT),
         IntArrays(("dur_ns",), Lim("min_duration_ns"), DURATION))),
@@ -126,6 +127,8 @@ _EVENT_BATCH: tuple[Rule, ...] = (
         Strs(("profile_id",), ID), Ints(("count", "bytes"), 0, COUNT),
         Ints(("p50_ns", "p99_ns", "max_ns"), 0, DURATION), Ints(("total_ns",), 0, COUNT),
         TotalWithin("total_ns", "count"))),
+    Block("stacks", (Packed("stacks"),), optional=True),  # v3; packed from v8 (as the other frames' rules, the
+    # folder counts a ragged or out-of-range stack row and skips it: the batch's events still count)
     Items("flight_records", _FLIGHT_RECORD, optional=True),  # v6
     Items("net", _NET_SAMPLE, optional=True),  # v7
 )

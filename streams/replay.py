@@ -22,16 +22,17 @@ diagnose stage emits (every state of every incident, in order).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schemas import MultiCodec, SchemaError, bundle
+from ..schemas import Codec, MultiCodec, SchemaError, bundle, bundled_schemas, columns
 from ..schemas.recording import RecordedMessage
 from ..schemas.rules import limits_for
 from ..schemas.validate import validate
-from ..schemas.vocabulary import ANOMALY
+from ..schemas.vocabulary import ANOMALY, EVENT_BATCH
 from .agents.stage import TAKE_MESSAGES, TAKE_WITHIN_S
 from .detect import DetectionPolicy
 from .topology import POLL_INTERVAL_S, LocalRunner, TopicRole, records_on
@@ -90,6 +91,42 @@ def decode_inputs(messages: Iterable[RecordedMessage], policy: DetectionPolicy,
             records.append((name, record))
         out.append((msg, records))
     return out
+
+
+def reencoded(messages: Iterable[RecordedMessage], version: int) -> Iterator[RecordedMessage]:
+    """``messages`` with every EventBatch re-encoded as EventBatch ``version`` (single-object,
+    ``schema_version`` set to it), in bundles where the original was one; any other record,
+    and one that does not decode, is kept byte for byte. What a replay of recordings made
+    by older collectors through the columnar (v8) path, or back through lists, is made of."""
+    schemas = bundled_schemas()
+    codec = MultiCodec(records_on(TopicRole.INPUTS))
+    writer = Codec(EVENT_BATCH, schemas.restricted(EVENT_BATCH, version))
+    if writer.version != version:
+        raise ValueError(f"no EventBatch v{version} (known up to v{schemas.latest(EVENT_BATCH).version})")
+    packs = columns.is_packed(EVENT_BATCH, version)
+
+    def item_as(item: bytes) -> bytes:
+        try:
+            name, record = codec.decode(item)
+        except SchemaError:
+            return item
+        if name != EVENT_BATCH:
+            return item
+        record = {**(record if packs else columns.as_lists(record)), "schema_version": version}
+        return writer.encode(record)
+
+    for msg in messages:
+        if msg.role != TopicRole.INPUTS:
+            yield msg
+            continue
+        try:
+            items = bundle.records_in(msg.value)
+        except SchemaError:
+            yield msg
+            continue
+        values = [item_as(item) for item in items]
+        value = bundle.pack(values) if bundle.is_bundle(msg.value) else values[0]
+        yield dataclasses.replace(msg, value=value)
 
 
 def replay(messages: Iterable[RecordedMessage], policy: DetectionPolicy | None = None,

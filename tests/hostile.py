@@ -22,7 +22,7 @@ from fastavro.schema import parse_schema
 from hypothesis import strategies as st
 from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker_ml.schemas import Codec, MultiCodec
+from perftracker_ml.schemas import Codec, MultiCodec, columns
 from perftracker_ml.schemas.codec import SINGLE_OBJECT_MAGIC
 
 ODD_NAMES = ["'; DROP TABLE collectives; --", '"quoted" \\ ${x} `tick`', "<script>alert(1)</script>",
@@ -147,7 +147,7 @@ class BatchEncoder:
         """``rec`` encoded; records with the same ``tail_key`` must have the same columns."""
         tail = self._tails.get(tail_key)
         if tail is None:
-            tail = self._tails[tail_key] = _avro(self._tail, rec)
+            tail = self._tails[tail_key] = _avro(self._tail, columns.pack(rec))  # v8: packed columns
         return self._frame + _avro(self._head, {"schema_version": EVENTS.version, **rec}) + tail
 
 

@@ -37,15 +37,18 @@ class ChunkResult:
 
 @dataclass
 class Part:
-    """One event type's columns over the chunk, gathered as Python lists first."""
+    """One event type's columns over the chunk: list columns (EventBatch v1..v7) gathered into
+    Python lists, array columns (v8, :mod:`...schemas.columns`) kept as arrays; joined once."""
 
     keys: tuple[str, ...]
-    cols: list[list[Any]] = field(default_factory=list)
+    cols: list[list[Any]] = field(default_factory=list)  # per column: list values not yet in ``done``
+    done: list[list[np.ndarray]] = field(default_factory=list)  # per column: array segments (lists as float64), in order
     batch: list[int] = field(default_factory=list)  # per batch: its index, repeated per event below
     lengths: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cols = [[] for _ in self.keys]
+        self.done = [[] for _ in self.keys]
 
     def add(self, p: int, part: dict) -> bool:
         """Add batch ``p``'s columns; False (nothing added) when they are ragged."""
@@ -53,8 +56,14 @@ class Part:
         n = len(cols[0])
         if any(len(c) != n for c in cols):
             return False
-        for acc, c in zip(self.cols, cols, strict=True):
-            acc.extend(c)
+        for acc, done, c in zip(self.cols, self.done, cols, strict=True):
+            if isinstance(c, np.ndarray):  # one segment, no round trip through Python ints
+                if acc:
+                    done.append(np.asarray(acc, dtype=np.float64))
+                    acc.clear()
+                done.append(c)
+            else:
+                acc.extend(c)
         self.batch.append(p)
         self.lengths.append(n)
         return True
@@ -62,7 +71,14 @@ class Part:
     def arrays(self) -> tuple[np.ndarray, list[np.ndarray]]:
         """(batch index per event, each column as float64), like ``EventFolder._valid``."""
         p = np.repeat(np.asarray(self.batch, np.int64), np.asarray(self.lengths, np.int64))
-        return p, [np.asarray(c, dtype=np.float64) for c in self.cols]
+        out = []
+        for acc, done in zip(self.cols, self.done, strict=True):
+            if not done:
+                out.append(np.asarray(acc, dtype=np.float64))
+                continue
+            tail = [np.asarray(acc, dtype=np.float64)] if acc else []
+            out.append(np.concatenate(done + tail).astype(np.float64, copy=False))
+        return p, out
 
 
 class Names:

@@ -73,7 +73,7 @@ class Plan:
         names, groups = batch["names"], batch.get("groups", [])
         comms, spans, iters = batch["comms"], batch["spans"], batch["iterations"]
         stacks = batch.get("stacks") or {}
-        has_cpu = bool(batch.get("cpu") or stacks.get("frame") or batch.get("net"))  # host evidence
+        has_cpu = bool(batch.get("cpu") or len(stacks.get("frame", ())) or batch.get("net"))  # host evidence
         raw = len(spans["kind"]) + len(iters["step"])
         n_names, n_groups = len(names), len(groups)
         self.offset[p], self.mono[p], self.bw[p] = wall - mono, mono, wall // 1_000_000

@@ -21,6 +21,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,11 @@ def covered_ns(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarra
         return np.where(i > 0, cum[np.maximum(i - 1, 0)] + part, 0)
 
     return upto(b) - upto(a)
+
+
+def _as_list(column: Any) -> list:
+    """A column as a list of Python numbers (an EventBatch v8 column is a numpy array)."""
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
 
 
 @functools.lru_cache(maxsize=8192)  # a job's stacks repeat the same few hundred frames
@@ -94,15 +100,16 @@ class EventFolder:
         """EventBatch v3 CPU samples and stack rows go to the window the batch was built in
         (they cover the flush interval that ends there); older batches have none."""
         cpu, stacks = batch.get("cpu") or [], batch.get("stacks") or {}
-        if not cpu and not stacks.get("frame"):
+        if not cpu and not len(stacks.get("frame", ())):
             return
         w = self.windows.slot(self.windows.batch_wall_ms)
         if w is None:
             return
         for sample in cpu:
             w.cpu.add_sample(sample)
-        cols = [stacks.get(k, []) for k in ("frame", "line", "kind", "count")]
-        codes = stacks.get("code") or [-1] * len(cols[0])
+        # lists (v1..v7) or arrays (v8): Python ints either way
+        cols = [_as_list(stacks.get(k, [])) for k in ("frame", "line", "kind", "count")]
+        codes = _as_list(stacks.get("code", [])) or [-1] * len(cols[0])
         if len({len(c) for c in cols} | {len(codes)}) > 1:
             self.skipped["ragged_columns"] += 1
             return

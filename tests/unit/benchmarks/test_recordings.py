@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from perftracker_ml.schemas import bundle, bundled_schemas
+from perftracker_ml.schemas.codec import writer_fingerprint
+from perftracker_ml.schemas.recording import Recording
+from perftracker_ml.streams.replay import reencoded, replay
 
 from benchmarks.corpus import BASELINE, score_replay, verdict, worse_than
 
@@ -40,3 +44,19 @@ def test_replay_is_no_worse_than_its_baseline(entry):
 def test_two_replays_of_a_recording_give_byte_identical_findings(name):
     first = fresh(BY_NAME[name]).canonical()
     assert first and first == fresh(BY_NAME[name]).canonical() == replayed(name).canonical()
+
+
+@pytest.mark.parametrize("name", ["slow-optimizer", "demo-pp-none-again", "demo-fsdp2-slow-backward"])
+def test_a_recording_reencoded_as_event_batch_v8_replays_to_the_same_findings(name):
+    """Recorded as EventBatch v5, v6 and v7 (list columns); re-encoded as v8 (packed columns, decoded to
+    numpy arrays) the replay gives the same findings byte for byte, at the same times, and sets aside the
+    same. The whole corpus: ``python -m benchmarks.replay --json --reencode v8`` (docs/benchmarks.md)."""
+    entry = BY_NAME[name]
+    messages = list(reencoded(Recording(entry.recording).messages(), 8))
+    schemas = bundled_schemas()
+    versions = {(sv.name, sv.version) for m in messages if m.role == "inputs" for item in bundle.records_in(m.value)
+                if (sv := schemas.by_fingerprint(writer_fingerprint(item) or b"")) is not None}
+    assert ("EventBatch", 8) in versions and not {v for n, v in versions if n == "EventBatch"} - {8}
+    again, recorded = replay(messages, POLICY), replayed(name)
+    assert again.canonical() == recorded.canonical() and again.emitted_ms == recorded.emitted_ms
+    assert again.rejected == recorded.rejected and again.records == recorded.records > 0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import array
 from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker_ml.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
+from perftracker_ml.schemas.columns import as_lists
 from perftracker_ml.schemas.vocabulary import (
     ANOMALY,
     CONTROL,
@@ -17,6 +20,8 @@ from perftracker_ml.schemas.vocabulary import (
     RANK_WINDOW,
 )
 
+V7 = bundled_schemas().restricted(EVENT_BATCH, 7)  # the last EventBatch with list columns
+
 
 def event_batch() -> dict:
     _, record = next(iter(batches(SyntheticJob("job-1", ranks=2, seconds=2))))
@@ -26,7 +31,7 @@ def event_batch() -> dict:
 def test_event_batch_round_trip_keeps_every_column():
     codec = Codec(EVENT_BATCH)
     record = event_batch()
-    decoded = codec.decode(codec.encode(record))
+    decoded = as_lists(codec.decode(codec.encode(record)))
     assert decoded["spans"] == record["spans"]
     assert decoded["comms"] == record["comms"]
     assert decoded["iterations"] == record["iterations"]
@@ -86,9 +91,9 @@ def test_v3_cpu_and_stacks_read_by_old_readers_and_defaulted_for_new(old_version
 
 @pytest.mark.parametrize("old_version", [1, 2, 3])
 def test_v4_final_flag_read_by_old_readers_and_defaulted_for_new(old_version):
-    new = Codec(EVENT_BATCH)
+    new = Codec(EVENT_BATCH, V7)  # v8 retyped the columns: no reader before it reads v8
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
-    assert new.version == EVENT_BATCH_VERSION >= 4
+    assert new.version == 7
     record = {**_with_cpu(event_batch()), "final": True}
     assert new.decode(new.encode(record))["final"] is True
     assert new.decode(new.encode(event_batch()))["final"] is False  # the default when left out
@@ -134,9 +139,9 @@ def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, defa
 
 @pytest.mark.parametrize("old_version", [3, 4])
 def test_v5_mesh_coords_read_by_old_readers_and_defaulted_for_new(old_version):
-    new = Codec(EVENT_BATCH)
+    new = Codec(EVENT_BATCH, V7)
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
-    assert new.version == EVENT_BATCH_VERSION >= 5
+    assert new.version == 7
     record = {**_with_cpu(event_batch()), "mesh_coords": {"dp": 1, "tp": 0}}
     assert new.decode(new.encode(record))["mesh_coords"] == {"dp": 1, "tp": 0}
     assert new.decode(new.encode(event_batch()))["mesh_coords"] == {}  # the default when left out
@@ -190,9 +195,9 @@ FLIGHT = {"process_group": "0", "pg_desc": "default_pg", "seq": 2, "op": "nccl:a
 
 @pytest.mark.parametrize("old_version", [4, 5])
 def test_v6_flight_records_read_by_old_readers_and_defaulted_for_new(old_version):
-    new = Codec(EVENT_BATCH)
+    new = Codec(EVENT_BATCH, V7)
     old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, old_version))
-    assert new.version == EVENT_BATCH_VERSION >= 6
+    assert new.version == 7
     record = {**_with_cpu(event_batch()), "flight_records": [FLIGHT]}
     assert new.decode(new.encode(record))["flight_records"] == [FLIGHT]
     assert new.decode(new.encode(event_batch()))["flight_records"] == []
@@ -204,3 +209,58 @@ def test_every_bundled_schema_has_schema_version_first():
     schemas = bundled_schemas()
     for name in schemas.names():
         assert schemas.latest(name).raw["fields"][0]["name"] == "schema_version", name
+
+
+PACKED_WIDTHS = {"iterations": ("<i8", "<i8", "<i8"), "spans": ("<i4", "<i4", "<i4", "<i8", "<i8", "<i8"),
+                 "comms": ("<i4", "<i4", "<i8", "<i8", "<i8", "<i8", "<i8"),
+                 "stacks": ("<i4", "<i4", "<i4", "<i8", "<i4")}
+
+
+def test_v8_columns_round_trip_as_little_endian_arrays():
+    codec = Codec(EVENT_BATCH)
+    assert codec.version == EVENT_BATCH_VERSION == 8
+    record = _with_cpu(event_batch())
+    data = codec.encode(record)
+    decoded = codec.decode(data)
+    for block, widths in PACKED_WIDTHS.items():
+        for (col, values), width in zip(decoded[block].items(), widths, strict=True):
+            assert isinstance(values, np.ndarray) and values.dtype == np.dtype(width), (block, col)
+            assert values.tolist() == record[block][col], (block, col)
+    assert decoded["schema_version"] == 8 and decoded["names"] == record["names"] and decoded["cpu"] == [CPU]
+    # on the wire: one Avro bytes per column, the values packed (spans.start_ns of the record here)
+    assert np.array(record["spans"]["start_ns"], "<i8").tobytes() in data
+    again = codec.encode(decoded)  # arrays pack back to the same bytes
+    assert again == data and codec.encode({**record, "stacks": as_lists(decoded)["stacks"]}) == data
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+def test_every_older_version_still_decodes_with_list_columns(version):
+    old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, version))
+    record = _with_cpu(event_batch()) if version >= 3 else event_batch()
+    decoded = Codec(EVENT_BATCH).decode(old.encode(record))
+    assert decoded["schema_version"] == version
+    for block in ("spans", "comms", "iterations"):
+        assert decoded[block] == record[block]  # lists, as before v8
+    empty = {k: [] for k in ("frame", "line", "kind", "count", "code")}
+    assert decoded["stacks"] == (record["stacks"] if version >= 3 else empty)
+    assert decoded["net"] == [] and decoded["final"] is False
+
+
+def test_v8_packs_lists_stdlib_arrays_and_numpy_arrays_alike():
+    codec = Codec(EVENT_BATCH)
+    record = event_batch()
+    as_arrays = {**record, "spans": {k: np.asarray(v) for k, v in record["spans"].items()},
+                 "comms": {k: array.array("q", v) for k, v in record["comms"].items()}}
+    assert codec.encode(as_arrays) == codec.encode(record)
+
+
+@pytest.mark.parametrize("block, column, value", [("spans", "kind", 2**31), ("spans", "name", -(2**31) - 1),
+                                                  ("comms", "seq", 2**63)])
+def test_a_value_past_its_column_width_is_a_schema_error(block, column, value):
+    record = event_batch()
+    record[block][column][0] = value
+    with pytest.raises(SchemaError, match="EventBatch record does not match"):
+        Codec(EVENT_BATCH).encode(record)
+    with pytest.raises(SchemaError, match="EventBatch record does not match"):
+        Codec(EVENT_BATCH).encode({**record, block: {k: np.asarray(v, object if k == column else None)
+                                                     for k, v in record[block].items()}})

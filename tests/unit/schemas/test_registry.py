@@ -12,6 +12,7 @@ import json
 import pytest
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker_ml.schemas import Codec, SchemaError, bundled_schemas
+from perftracker_ml.schemas.columns import as_lists
 from perftracker_ml.schemas.registry import (
     RegistryClient,
     RegistryCodec,
@@ -64,6 +65,7 @@ def test_round_trip_and_cache_hit_the_registry_once(registry):
     consumer = codec_for(settings(registry), EVENT_BATCH, "pt.events")  # fresh cache
     for _ in range(3):
         decoded = consumer.decode(data)
+    decoded = as_lists(decoded)
     assert decoded["spans"] == record["spans"] and decoded["comms"] == record["comms"]
     assert FakeRegistry.calls == ["POST /subjects/pt.events-value/versions", "GET /schemas/ids/1"]
 

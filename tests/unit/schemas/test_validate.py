@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
-from perftracker_ml.schemas import MultiCodec
+from perftracker_ml.schemas import Codec, MultiCodec, columns
 from perftracker_ml.schemas.rules import Limits, limits_for
 from perftracker_ml.schemas.validate import RULES, validate
 from perftracker_ml.sinks.decode import RecordDecoder
@@ -86,6 +87,41 @@ def _set(record: dict, path: str, value) -> dict:
 def test_each_absurd_event_batch_value_is_named(path, value, expect):
     reason = validate("EventBatch", _set(event_batch(), path, value))
     assert reason is not None and reason.startswith(expect), reason
+    packed = V8.decode(V8.encode(_set(event_batch(), path, value)))  # v8: the columns as numpy arrays
+    assert validate("EventBatch", packed) == reason
+
+
+V8 = Codec("EventBatch")  # packed columns (schemas/columns.py)
+
+
+def _v8_with(block: str, column: str, raw: bytes) -> dict:
+    """A v8 EventBatch whose ``block.column`` is ``raw`` on the wire, as a worker decodes it."""
+    rec = columns.pack(event_batch())
+    rec[block] = {**rec[block], column: raw}
+    return V8.decode(V8.encode(rec))
+
+
+def test_v8_columns_are_validated_as_arrays():
+    decoded = V8.decode(V8.encode(event_batch()))
+    assert decoded["spans"]["dur_ns"].dtype == np.dtype("<i8") and decoded["spans"]["name"].dtype == np.dtype("<i4")
+    assert validate("EventBatch", decoded) is None
+    whole = columns.pack(event_batch())["spans"]["dur_ns"]
+    truncated = _v8_with("spans", "dur_ns", whole[:-3])  # a value cut short: left as bytes by the decoder
+    assert validate("EventBatch", truncated) == (
+        f"EventBatch.spans.dur_ns: {len(whole) - 3} bytes, not a whole number of int64 (8-byte little-endian) values")
+    stacks = _v8_with("stacks", "line", b"\x01\x00\x00")
+    assert validate("EventBatch", stacks) == (
+        "EventBatch.stacks.line: 3 bytes, not a whole number of int32 (4-byte little-endian) values")
+    kinds = columns.pack(event_batch())["spans"]["kind"]
+    short = _v8_with("spans", "kind", kinds[:-4])  # whole values, one row fewer than the block's other columns
+    assert "EventBatch.spans.columns of unequal length (kind=" in validate("EventBatch", short)
+    names = len(event_batch()["names"])
+    bad_name = _v8_with("spans", "name", np.array([names] * len(decoded["spans"]["name"]), "<i4").tobytes())
+    assert validate("EventBatch", bad_name) == f"EventBatch.spans.name[0] = {names}: outside [0, {names - 1}]"
+    bad_group = _v8_with("comms", "group", np.full(len(decoded["comms"]["op"]), -1, "<i4").tobytes())
+    assert validate("EventBatch", bad_group).startswith("EventBatch.comms.group[0] = -1: outside [0, ")
+    raw = columns.pack(event_batch())  # columns not unpacked: not what a codec hands on
+    assert validate("EventBatch", raw) == "EventBatch.iterations.step: still packed bytes (not decoded by the codec)"
 
 
 def test_ragged_columns_and_a_negative_in_flight_marker():

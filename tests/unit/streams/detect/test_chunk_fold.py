@@ -223,3 +223,53 @@ def test_more_batches_than_fold_at_once_are_folded_in_parts_in_order(monkeypatch
     result = add_batches([(many[b["rank"]], False, b) for b in batches], 0)
     assert result.folded == 10 and result.sequential == 2  # each rank's first batch
     assert all(full_state(a) == full_state(b) for a, b in zip(one, many, strict=True))
+
+
+def test_v8_packed_batches_fold_as_their_v7_encoding_does() -> None:
+    """The same batches (collector layout, plus CPU samples and stack rows) encoded as EventBatch v7
+    (list columns) and v8 (packed columns, decoded to numpy arrays), folded one at a time and a
+    chunk at a time: every rank ends in the same state and closes the same FunctionPattern and
+    RankWindow records, whichever the encoding and the fold."""
+    from perftracker_ml.deploy.workloads.batches import Workload
+    from perftracker_ml.deploy.workloads.batches import batches as workload_batches
+    from perftracker_ml.schemas import Codec, bundled_schemas
+    from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+
+    v7, v8 = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 7)), Codec(EVENT_BATCH)
+    records = [rec for _, rec in workload_batches(Workload(ranks=8, seconds=5, tp=4, pp=2), 1_700_000_000_000 * MS)]
+    for i, rec in enumerate(records[::3]):  # the training thread's CPU evidence on some
+        names = list(rec["names"]) + ["train.py step", "x.clone()"]
+        cpu = {"interval_ns": 10**9, "thread_cpu_ns": 9 * 10**8, "runqueue_wait_ns": 10**7, "voluntary_switches": 3,
+               "involuntary_switches": 40, "major_faults": 0, "load1": 3.5, "steal_pct": 0.0, "cpus": 16,
+               "stack_samples": 3, "stack_hz": 25.0}
+        rec.update(names=names, cpu=[cpu],
+                   stacks={"frame": [len(names) - 2] * 2, "line": [88, 90 + i], "kind": [1, 0], "count": [2, 1],
+                           "code": [len(names) - 1, -1]})
+    as7 = [v7.decode(v7.encode(r)) for r in records]
+    as8 = [v8.decode(v8.encode(r)) for r in records]
+    assert isinstance(as8[0]["spans"]["start_ns"], np.ndarray) and isinstance(as7[0]["spans"]["start_ns"], list)
+    pol = DetectionPolicy()
+
+    def folded(decoded: list[dict], chunked: bool) -> dict[int, RankSummarizer]:
+        summ: dict[int, RankSummarizer] = {}
+        for start in range(0, len(decoded), 24):
+            chunk = decoded[start:start + 24]
+            fed = [(summ.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)), False, b) for b in chunk]
+            if chunked:
+                result = add_batches(fed, 0)
+                assert result.failure is None
+                assert not start or result.sequential == 0  # column-wise: arrays taken as they are
+            else:
+                for s, _, b in fed:
+                    s.add_events(b, 0)
+        return summ
+
+    runs = [folded(as7, False), folded(as8, False), folded(as7, True), folded(as8, True)]
+    first = runs[0]
+    assert any(w.cpu.frames for s in first.values() for w in s.windows.windows.values())
+    for other in runs[1:]:
+        assert set(other) == set(first)
+        for r in first:
+            assert full_state(other[r]) == full_state(first[r])
+    closed = [[s.poll(0, flush=True) for _, s in sorted(run.items())] for run in runs]
+    assert closed[0] and all(c == closed[0] for c in closed[1:])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from perftracker_ml.schemas import Codec
-from perftracker_ml.schemas.vocabulary import EVENT_BATCH, SpanKind
+from perftracker_ml.schemas.columns import as_lists
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, EVENT_BATCH_VERSION, SpanKind
 from perftracker_ml.streams.traces.kineto import parse_trace, parse_trace_with_skips, span_kind
 from perftracker_ml.streams.traces.load import RawTrace, TraceError, read_traces
 
@@ -26,8 +27,9 @@ def test_real_rank_becomes_an_event_batch_that_encodes():
     assert (batch["rank"], batch["world_size"], batch["gpu"]) == (7, 8, 7)
     assert batch["iterations"]["step"] == [10] and batch["iterations"]["dur_ns"] == [12_509_000]
     assert batch["groups"] == [{"group_id": "world", "ranks": list(range(8))}]
-    decoded = Codec(EVENT_BATCH).decode(Codec(EVENT_BATCH).encode(batch))
+    decoded = as_lists(Codec(EVENT_BATCH).decode(Codec(EVENT_BATCH).encode(batch)))  # v8: packed, arrays decoded
     assert decoded["comms"] == batch["comms"] and len(decoded["kernels"]) == len(batch["kernels"])
+    assert batch["schema_version"] == decoded["schema_version"] == EVENT_BATCH_VERSION
 
 
 def test_real_collectives_are_numbered_per_group_and_op_in_launch_order():
