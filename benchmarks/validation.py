@@ -7,7 +7,8 @@ anyway (the worker's ``MultiCodec``, the sink's fast ``RecordDecoder``) and
 and per event for EventBatches: one rank's batch of one second of a synthetic 8-rank job
 (~150 events) and one of 20 seconds (~3,000 events, a collector with a long flush interval), each written as EventBatch v7
 (list columns) and v8 (packed columns): bytes on the wire (and lz4-compressed, as the collectors'
-producer sends them), encode, decode and validate per event.
+producer sends them), encode, decode and validate per event. ``--agent`` adds the summarize
+agent's decode+validate and chunk fold per event over the throughput workload, v7 and v8.
 """
 
 from __future__ import annotations
@@ -92,11 +93,47 @@ def run() -> list[dict]:
     return out
 
 
+def agent_rows(ranks: int = 256, seconds: int = 8, rounds: int = 3) -> list[dict]:
+    """The summarize agent's own calls without a broker (``benchmarks.throughput``'s
+    ``decode_all``: the input codec's decode and the validation; ``summarize_all``: the chunk
+    fold, window close and polls) over the throughput workload's batches (one per rank and
+    second, ~85 events) written as EventBatch v7 and v8: CPU µs per event, best of ``rounds``."""
+    from perftracker_ml.collectors.batch import event_count
+    from perftracker_ml.deploy.workloads.batches import Workload
+    from perftracker_ml.deploy.workloads.batches import batches as workload_batches
+
+    from .throughput import Job, decode_all, summarize_all
+
+    w = Workload(ranks=ranks, seconds=seconds)
+    recs = list(workload_batches(w, 1_700_000_000_000 * 1_000_000))
+    events = sum(event_count(r) for _, r in recs)
+    out = []
+    for version in (7, 8):
+        codec = Codec("EventBatch", bundled_schemas().restricted("EventBatch", version))
+        values = [codec.encode(r) for _, r in recs]
+        job = Job([f"{w.job}|{rank}".encode() for rank, _ in recs], values, events, w.ranks)
+        dec = summ = float("inf")
+        for _ in range(rounds):
+            t = time.process_time()
+            decoded = decode_all(job)
+            dec = min(dec, time.process_time() - t)
+            t = time.process_time()
+            summarize_all(decoded)
+            summ = min(summ, time.process_time() - t)
+        out.append({"record": f"agent {ranks} ranks x {seconds} s v{version}", "schema_version": version,
+                    "events": events, "batches": len(values), "bytes_per_batch": round(sum(map(len, values)) / len(values)),
+                    "decode_validate_us_per_event": round(dec * 1e6 / events, 3),
+                    "summarize_us_per_event": round(summ * 1e6 / events, 3)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--agent", action="store_true",
+                        help="also the summarize agent's decode+validate and fold per event, v7 vs v8 (~1 min)")
     args = parser.parse_args(argv)
-    rows = run()
+    rows = run() + (agent_rows() if args.agent else [])
     if args.json:
         print(json.dumps(rows))
     else:
