@@ -139,8 +139,9 @@ class DetectionPolicy:
     hang_heartbeat_share: float = 0.5  # ... and at least this share of the heartbeats expected through the stall (liveness.py)
     rank_window_wait_ms: int = 1000  # a window with RankWindows only (no comparison) waits two graces plus this (job_windows.py)
     # sharded diagnosis (shards.py): a window of more ranks than this is diagnosed in shards of about
-    # this many ranks, then merged (the same findings); 0: never sharded
-    diagnose_shard_ranks: int = 16384
+    # this many ranks, then merged (the same findings); 0: never. Off by default: in one process the
+    # shards cost ~20 % more CPU and save none; it pays once shards travel to other workers
+    diagnose_shard_ranks: int = 0
     # overload: records a stage's cores may hold waiting (the diagnosers' buffered windows: a 100k-rank
     # job's window is ~125,000); past it the stage sheds whole jobs, the one holding the most first,
     # counted (topology.Cores.shed); 0: never

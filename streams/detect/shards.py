@@ -9,7 +9,7 @@ shape spans every DP replica; a CPU verdict compares a rank with every other ran
 is a contiguous range of ranks (``rank * shards // world``): it holds each rank's own record
 whole -- the ranks of one host and of one TP group (torchrun numbers a host's local ranks, and
 Megatron its TP group, contiguously) fall in one shard --, its Kafka key (job, shard) follows
-from the rank alone, with no layout to know, and every rule that compares a rank with peers in
+from the rank and the world size its own record carries, with no layout to know, and every rule that compares a rank with peers in
 other groups runs once, at the merge, on the evidence the shards hand on.
 
 **A shard** (:func:`diagnose_shard`: a pure function of a :class:`ShardInput` to a

@@ -177,5 +177,5 @@ def test_the_diagnoser_runs_its_shards_through_the_mapper_it_is_given():
 def test_shard_count_follows_the_job_size():
     policy = DetectionPolicy(diagnose_shard_ranks=16384)
     assert [shard_count(n, policy) for n in (8, 16384, 16385, 100_000)] == [1, 1, 2, 7]
-    assert shard_count(100_000, DetectionPolicy(diagnose_shard_ranks=0)) == 1
+    assert shard_count(100_000, DetectionPolicy()) == 1  # off by default: in one process it only costs
     assert [shard_of(r, 10, 3) for r in range(10)] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
