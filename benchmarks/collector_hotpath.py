@@ -22,7 +22,8 @@ collectives: the evidence it keeps); ``functional_step_gated_event_ns`` the Pyth
 its hooks in during one step in ``STEPS`` (4; ``PERFTRACKER_COLLECTOR_FUNCTIONAL_STEPS``), per
 collective issued over steps of ``PER_STEP`` (16) collectives, the step marks and the hooks'
 switches included (both halves mark the same steps), and ``functional_step_gated_evidence``
-its share of the collectives recorded. The variants alternate within each round. ``--breakdown`` adds what the interception alone
+its share of the collectives recorded; ``functional_step_gated_n8_event_ns`` and
+``functional_step_gated_n8_evidence`` the same at one step in ``STEPS_WIDE`` (8). The variants alternate within each round. ``--breakdown`` adds what the interception alone
 costs on each route, hooks that only call the op with no recording:
 ``functional_floor_ns`` and ``functional_dispatcher_floor_ns`` (the rest of a route's
 figure is the recording).
@@ -64,6 +65,7 @@ SAMPLE = 4
 # transformer layer under tensor parallelism issues ~4 per layer and pass: a few dozen to
 # hundreds per step; fewer per step weigh the switch more)
 STEPS = 4
+STEPS_WIDE = 8
 PER_STEP = 16
 
 
@@ -125,7 +127,7 @@ def measure(n: int = 2_000, rounds: int = 101, breakdown: bool = False) -> dict[
             **{key: round(value, 4 if key.endswith("_evidence") else 1) for key, value in functional.items()
                if key != "functional_route"},
             "functional_route": functional["functional_route"], "functional_sample": SAMPLE,
-            "functional_steps": STEPS, "functional_per_step": PER_STEP,
+            "functional_steps": STEPS, "functional_steps_wide": STEPS_WIDE, "functional_per_step": PER_STEP,
             "goal_ns": GOAL_NS, "calls_per_round": n, "rounds": rounds}
 
 
@@ -185,7 +187,7 @@ def _functional_setup(torch: Any, dist: Any, rec: Any) -> tuple[Callable[[], Non
         return lib._destroy
 
     variants = {PYTHON: timer(PYTHON), DISPATCHER: timer(DISPATCHER), "python_sampled": timer(PYTHON, SAMPLE),
-                "python_step_gated": timer(PYTHON, steps=STEPS),
+                "python_step_gated": timer(PYTHON, steps=STEPS), "python_step_gated_n8": timer(PYTHON, steps=STEPS_WIDE),
                 "python_floor": python_floor, "dispatcher_floor": dispatcher_floor}
     return pair, FunctionalTimer(torch, rec, registry).route, variants
 
@@ -201,6 +203,7 @@ def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdo
     if route == "python":
         keys["functional_sampled_event_ns"] = "python_sampled"
         keys["functional_step_gated_event_ns"] = "python_step_gated"
+        keys["functional_step_gated_n8_event_ns"] = "python_step_gated_n8"
     if breakdown:
         keys.update({"functional_floor_ns": f"{route}_floor", f"functional_{other}_floor_ns": f"{other}_floor"})
     diffs: dict[str, list[float]] = {key: [] for key in keys}
@@ -216,7 +219,8 @@ def _functional_ns(torch: Any, dist: Any, rec: Any, n: int, rounds: int, breakdo
                 undo()
             recorded[key] += sum(1 for ev in rec.drain(1 << 30) if ev[0] == COMM)
     kept = {key.replace("_event_ns", "_evidence"): recorded[key] / (n * rounds)
-            for key in ("functional_sampled_event_ns", "functional_step_gated_event_ns") if key in keys}
+            for key in ("functional_sampled_event_ns", "functional_step_gated_event_ns",
+                        "functional_step_gated_n8_event_ns") if key in keys}
     return {**{key: statistics.median(values) for key, values in diffs.items()}, **kept, "functional_route": route}
 
 
@@ -331,10 +335,12 @@ def in_processes(processes: int, calls: int, rounds: int, breakdown: bool = Fals
 def summarize(runs: list[dict]) -> dict:
     keys = tuple(k for k in ("python_event_ns", "collective_event_ns", "functional_event_ns",
                              "functional_sampled_event_ns", "functional_step_gated_event_ns",
+                             "functional_step_gated_n8_event_ns",
                              "functional_dispatcher_event_ns",
                              "functional_floor_ns", "functional_dispatcher_floor_ns") if k in runs[0])
     route = {k: runs[0][k] for k in ("functional_route", "functional_sample", "functional_sampled_evidence",
-                                     "functional_steps", "functional_per_step", "functional_step_gated_evidence")
+                                     "functional_steps", "functional_steps_wide", "functional_per_step",
+                                     "functional_step_gated_evidence", "functional_step_gated_n8_evidence")
              if k in runs[0]}
     return {**{k: round(statistics.median(r[k] for r in runs), 1) for k in keys}, **route,
             "goal_ns": GOAL_NS, "processes": len(runs),

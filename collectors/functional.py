@@ -178,6 +178,7 @@ class FunctionalTimer:
         self.steps = max(int(steps), 1) if self.route == PYTHON else 1
         self._issue_hooks_in = True  # the issue hooks are in the op objects (step gating)
         self._wait_hooks_in = True
+        self._uncounted: set[int] = set()  # ids of process groups without a sequence number of their own
         self._lib: Any = None
         self._hooked: list[tuple[Any, Any, _Hook]] = []  # (op object, its original _op, our hook)
         self._builtins: list[int] = []  # ids of hooks registered as TorchScript builtins
@@ -245,11 +246,16 @@ class FunctionalTimer:
     def _resync_counters(self) -> None:
         """Each group's counter up to its process group's own count of collectives (the
         same on every member), so that numbers skipped while the hooks were out stay skipped
-        alike on every rank. A group without that count keeps its counter."""
+        alike on every rank. A group without that count keeps its counter (and is not asked
+        again: a failing call costs tens of microseconds)."""
+        uncounted = self._uncounted
         for group, state in list(self.registry._groups.items()):
+            if id(group) in uncounted:
+                continue
             try:
                 issued = int(group._get_sequence_number_for_group())
             except Exception:  # noqa: BLE001 - a process group without the count
+                uncounted.add(id(group))
                 continue
             if issued - 1 > state.seq:
                 state.seq = issued - 1
