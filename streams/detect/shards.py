@@ -44,11 +44,11 @@ from typing import Any
 
 from ...schemas.records import FunctionComparison, RankWindow
 from ...schemas.vocabulary import SpanKind
-from .decisions import DecisionTrace
+from .decisions import DecisionTrace, RuleOutcome
 from .facts import Outlier, Outliers
 from .findings import Finding
 from .model import COMM_PREFIX
-from .pipeline import RULES, Rule, WindowFacts, outliers_outcome, run, uncompared_outcome
+from .pipeline import RULES, Diagnosis, Rule, WindowFacts, outliers_outcome, run, uncompared_outcome
 from .policy import DetectionPolicy
 from .rank_records import pattern_functions
 from .window import median_step_ms, rank_step_ns
@@ -113,7 +113,8 @@ def shard_of(rank: int, world: int, shards: int) -> int:
 def split(rank_windows: Mapping[int, RankWindow], comparisons: list[FunctionComparison],
           shards: int) -> list[ShardInput]:
     """The window's inputs cut into ``shards`` :class:`ShardInput` (empty shards left out)."""
-    world = max([int(r) + 1 for r in rank_windows] + [int(rw.get("world_size", 0) or 0) for rw in rank_windows.values()])
+    world = max([int(r) + 1 for r in rank_windows] + [int(rw.get("world_size", 0) or 0) for rw in rank_windows.values()],
+                default=0)  # a window of comparisons only: its outlier entries, one shard's
     rws: list[dict[int, RankWindow]] = [{} for _ in range(shards)]
     pos: list[dict[int, int]] = [{} for _ in range(shards)]
     for i, (rank, rw) in enumerate(rank_windows.items()):
@@ -168,10 +169,10 @@ def diagnose_sharded(rank_windows: Mapping[int, RankWindow], comparisons: list[F
 
 def _rules(by_rank: Outliers, uncompared: frozenset[int]) -> tuple[tuple[str, Rule, str], ...]:
     """:data:`.pipeline.RULES` with the shards' results in place of the two rules they ran."""
-    def given_outliers(facts: WindowFacts, d: Any) -> Any:
+    def given_outliers(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
         return outliers_outcome(by_rank)
 
-    def given_uncompared(facts: WindowFacts, d: Any) -> Any:
+    def given_uncompared(facts: WindowFacts, d: Diagnosis) -> RuleOutcome:
         return uncompared_outcome(uncompared, d)
 
     given: dict[str, Rule] = {"rank_outliers": given_outliers, "uncompared": given_uncompared}

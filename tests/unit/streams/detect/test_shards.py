@@ -174,6 +174,17 @@ def test_the_diagnoser_runs_its_shards_through_the_mapper_it_is_given():
     assert calls == [4]
 
 
+def test_a_window_without_rank_windows_splits_and_merges_as_unsharded():
+    """A window evaluated on the timer with comparisons only (its ranks' RankWindows lost): the
+    outlier entries go to a shard, and the merge gives what the unsharded path gives."""
+    cmp = {"function": "Model.forward", "kind": 3, "outliers": [{"rank": 5, "host": "h", "gpu": 0,
+                                                                 "peer_group": "", "cost_ms_per_step": 9.0}]}
+    assert split({}, [], 3) == []
+    for cmps in ([], [cmp]):
+        merged = diagnose_sharded({}, cmps, DetectionPolicy(), 3)
+        assert (merged.findings, merged.trace) == diagnose_window_traced({}, cmps, DetectionPolicy())
+
+
 def test_shard_count_follows_the_job_size():
     policy = DetectionPolicy(diagnose_shard_ranks=16384)
     assert [shard_count(n, policy) for n in (8, 16384, 16385, 100_000)] == [1, 1, 2, 7]
