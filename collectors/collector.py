@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ..schemas import Codec
+from ..schemas.codec import bundled_schemas
 from ..schemas.registry import RegistryCodec, codec_for, registry_client
 from ..schemas.spool import spool_dir
 from ..schemas.topics import TopicNames
@@ -87,7 +88,9 @@ class Collector:
         self.kafka_conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
         self.registry = registry_client(settings)  # None: single-object framing
         self.sink = self._make_sink(bootstrap)
-        codec = self.codec(EVENT_BATCH, self.topics.events)
+        # the version written: the newest the stream workers read (a rollout keeps it at 7 until
+        # every worker reads v8's packed columns)
+        codec = self.codec(EVENT_BATCH, self.topics.events, max_version=cfg.event_batch_version)
         self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
@@ -105,10 +108,12 @@ class Collector:
             self.sender.add_task(self.agreement.poll)
             self.sender.hold_until(self.agreement.ready)
 
-    def codec(self, record_name: str, topic: str) -> Codec | RegistryCodec:
+    def codec(self, record_name: str, topic: str, max_version: int | None = None) -> Codec | RegistryCodec:
         """The codec of ``record_name`` on ``topic``: registry-framed with a schema registry configured
-        (the schema is registered on the first encode, in the sender's thread, never in training code)."""
-        return codec_for(self.settings, record_name, topic, client=self.registry)
+        (the schema is registered on the first encode, in the sender's thread, never in training code);
+        writing version ``max_version`` of it when given, else the newest."""
+        schemas = None if max_version is None else bundled_schemas().restricted(record_name, max_version)
+        return codec_for(self.settings, record_name, topic, client=self.registry, schemas=schemas)
 
     def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink | SpoolSink:
         on_lost = self.recorder.lost

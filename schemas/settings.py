@@ -227,6 +227,9 @@ class CollectorSettings:
     flush_interval_s: float = field(default=1.0, metadata={"gt": 0, "doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"ge": 0, "doc": "longest wait for delivery at process exit"})
     max_batch_events: int = field(default=20_000, metadata={"ge": 1, "doc": "events per Kafka message at most"})
+    event_batch_version: int = field(default=8, metadata={"ge": 7, "le": 8, "doc": "EventBatch version written: 8 "
+                                                                          "(packed columns) once every stream worker "
+                                                                          "reads it, 7 while some do not"})
     batch_min_events: int = field(default=0, metadata={"ge": 0, "doc": "a send cycle with fewer events than this "
                                                                    "keeps them for a larger message, at most "
                                                                    "batch_max_delay_s (0 = send every cycle)"})
