@@ -42,6 +42,7 @@ class BatchBuilder:
         self.identity = identity
         self.seq = 0
         self.mesh_coords: dict[str, int] = {}  # replaced whole, never mutated (read by the sender)
+        self.functional_steps = 1  # functional collectives recorded one step in this many (EventBatch v8)
 
     def build(self, events: Iterable[tuple], dropped: int, kernels: Sequence[OpSummary] = (),
               cpu: Sequence[dict] = (), stacks: Sequence[StackRow] = ()) -> dict[str, Any]:
@@ -101,7 +102,7 @@ class BatchBuilder:
             "world_size": ident.world_size, "host": ident.host, "gpu": ident.gpu,
             "gpu_uuid": ident.gpu_uuid, "pid": ident.pid, "seq": self.seq,
             "dropped_events": dropped, "wall_ns": time.time_ns(), "mono_ns": time.perf_counter_ns(),
-            "mesh_coords": self.mesh_coords,
+            "mesh_coords": self.mesh_coords, "functional_steps": self.functional_steps,
         }
 
 

@@ -66,8 +66,10 @@ functional ones included), so the numbers stay those of the same collectives on 
 member, whatever each rank's counters missed while the hooks were out. Evidence lost: the
 collectives of the steps left out (no events, no entry markers: a hang that starts in such a
 step is seen from the stalled step, the stack samples and the Flight Recorder, not from a
-pending functional collective), and a collective's time per step counts the recorded steps
-only (docs/collectors.md, "Cost"). Removing the hooks (:meth:`FunctionalTimer.remove`)
+pending functional collective). Each batch says ``functional_steps``
+(:attr:`.batch.BatchBuilder.functional_steps`): the stream judges the rank on its recorded
+steps only, so waits inside a function that encloses unseen collectives are not read as its
+own time (docs/collectors.md, "Cost"). Removing the hooks (:meth:`FunctionalTimer.remove`)
 restores the op objects and the dispatcher's table.
 """
 

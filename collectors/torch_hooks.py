@@ -86,6 +86,7 @@ def _install_functional(collector: Collector, torch: ModuleType, timer: object) 
                                  steps=collector.settings.collector.functional_steps)
     collector.add_remover(functional.remove)
     functional.install()
+    collector.sender.builder.functional_steps = functional.steps  # the stream judges the recorded steps only
 
 
 def _install_mesh(collector: Collector, module: ModuleType) -> None:

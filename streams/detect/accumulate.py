@@ -160,6 +160,7 @@ class RankMeta:
     mesh_coords: dict[str, int] = field(default_factory=dict)  # DeviceMesh coordinates (EventBatch v5)
     gpu_uuid: str = ""  # NVML's name of the rank's GPU (EventBatch gpu_uuid)
     flight_records: list[dict] = field(default_factory=list)  # its latest Flight Recorder entries (EventBatch v6)
+    functional_steps: int = 1  # functional collectives recorded one step in this many (EventBatch v8; step_gating)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
 from .histogram import grouped_histograms
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
 from .quantiles import grouped_percentiles
+from .step_gating import recorded_steps
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
@@ -48,8 +49,10 @@ def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, 
     steps = len(w.steps)
     if w.functions or steps:
         add_kind_aggregates(w)
+    # a rank gated to one step in n (step_gating) has its functions' times of the recorded steps only
+    per = recorded_steps(w.steps, meta.functional_steps)
     out: list[tuple[str, FunctionPattern | RankWindow]] = [
-        (FUNCTION_PATTERN, p) for p in pattern_records(meta, window_id, window_s, sig, sorted(w.functions.items()), steps)]
+        (FUNCTION_PATTERN, p) for p in pattern_records(meta, window_id, window_s, sig, sorted(w.functions.items()), per)]
     out.append((RANK_WINDOW, rank_window_record(meta, window_id, window_s, sig, w, progress, health,
                                                  batches=batches, ended=ended)))
     return out

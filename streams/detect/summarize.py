@@ -30,6 +30,7 @@ from .policy import DetectionPolicy
 from .rank_events import EventFolder
 from .rank_records import close_window
 from .rank_windows import RankWindows
+from .step_gating import gate_of, recorded_only
 
 
 class RankSummarizer:
@@ -57,7 +58,7 @@ class RankSummarizer:
         """Fold one decoded EventBatch in. Never raises on bad content."""
         if self._open(batch):
             try:
-                self.events.fold(batch)
+                self.events.fold(recorded_only(batch, gate_of(batch)))
                 self._folded(batch, now_wall_ms)
             except ERRORS as exc:
                 self._bad(exc)
@@ -80,7 +81,8 @@ class RankSummarizer:
                                  str(batch["host"]), int(batch["gpu"]),
                                  _mesh_coords(batch.get("mesh_coords")) or self.meta.mesh_coords,
                                  str(batch.get("gpu_uuid") or "") or self.meta.gpu_uuid,
-                                 list(batch.get("flight_records") or []) or self.meta.flight_records)
+                                 list(batch.get("flight_records") or []) or self.meta.flight_records,
+                                 gate_of(batch))
             self.collector_dropped = int(batch.get("dropped_events", 0))
             return True
         except ERRORS as exc:
@@ -202,7 +204,7 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
     total = ChunkResult()
     for round_items in rounds:
         opened = [(s, b) for s, hardware, b in round_items if not hardware and s._open(b)]
-        result = fold_chunk([(s.events, b) for s, b in opened])
+        result = fold_chunk([(s.events, recorded_only(b, gate_of(b))) for s, b in opened])
         for i, (s, b) in enumerate(opened):
             exc = result.errors.get(i)
             try:

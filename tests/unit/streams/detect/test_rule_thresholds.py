@@ -49,6 +49,8 @@ NAMED = {
     ("accumulate.py", "THERMAL_POWER_BITS"): "NVML's thermal and power throttle-reason bits: a bit mask",
     ("accumulate.py", "MAX_DURATIONS_PER_FUNCTION"): "memory bound on the exact durations a window keeps "
                                                      "per function (the rest counted as overflow)",
+    ("step_gating.py", "UNGATED"): "EventBatch functional_steps of a rank recorded on every step (the "
+                                   "schema's default): an encoding, not a threshold",
     ("peers.py", "INF_RATIO"): "the finite sentinel of a ratio against peers that spend no time",
     ("cpu_evidence.py", "WHERE_KIND"): "the collector's code for a user-code stack frame: a sentinel",
     ("job_clock.py", "DUE_NOW"): "the 'due at once' sentinel (at=0)",
