@@ -92,3 +92,16 @@ def test_the_default_sends_every_cycle():
         _spans(rec, n)
         sender.flush_once()
     assert sink.batches == [1, 2, 3] and rec.counters.cycles_held == 0
+
+
+def test_the_largest_default_message_fits_kafkas_one_megabyte():
+    """EventBatch v8's columns are fixed-width (a collective 48 bytes): a full message of the
+    widest events stays well under librdkafka's and the broker's 1,000,000-byte default."""
+    from perftracker_ml.collectors.events import COMM, GroupRef
+    from perftracker_ml.schemas import Codec
+
+    limit = CollectorSettings().max_batch_events
+    group = GroupRef("pg0-2-0123abcd", (0, 1))
+    events = [(COMM, "all_gather_into_tensor", group, 10**9 + i, 1 << 40, 10**6 + i, 10**15 + i, 10**9)
+              for i in range(limit)]
+    assert len(Codec("EventBatch").encode(BatchBuilder(IDENT).build(events, 0))) < 600_000
