@@ -180,7 +180,6 @@ class FunctionalTimer:
         self.steps = max(int(steps), 1) if self.route == PYTHON else 1
         self._issue_hooks_in = True  # the issue hooks are in the op objects (step gating)
         self._wait_hooks_in = True
-        self._uncounted: set[int] = set()  # ids of process groups without a sequence number of their own
         self._lib: Any = None
         self._hooked: list[tuple[Any, Any, _Hook]] = []  # (op object, its original _op, our hook)
         self._builtins: list[int] = []  # ids of hooks registered as TorchScript builtins
@@ -227,7 +226,7 @@ class FunctionalTimer:
             if step < 0 or step % self.steps == 0:
                 if not self._issue_hooks_in:
                     self._switch(issue=True, wait=True)
-                    self._resync_counters()
+                    self.registry.catch_up()  # the numbers of the collectives not seen
             elif self._issue_hooks_in or self._wait_hooks_in:
                 # the wait's hook stays while collectives of a recorded step are still pending
                 self._switch(issue=False, wait=bool(self._pending or self._special))
@@ -244,23 +243,6 @@ class FunctionalTimer:
             elif obj._op is hook:
                 obj._op = orig
         self._issue_hooks_in, self._wait_hooks_in = issue, wait
-
-    def _resync_counters(self) -> None:
-        """Each group's counter up to its process group's own count of collectives (the
-        same on every member), so that numbers skipped while the hooks were out stay skipped
-        alike on every rank. A group without that count keeps its counter (and is not asked
-        again: a failing call costs tens of microseconds)."""
-        uncounted = self._uncounted
-        for group, state in list(self.registry._groups.items()):
-            if id(group) in uncounted:
-                continue
-            try:
-                issued = int(group._get_sequence_number_for_group())
-            except Exception:  # noqa: BLE001 - a process group without the count
-                uncounted.add(id(group))
-                continue
-            if issued - 1 > state.seq:
-                state.seq = issued - 1
 
     def remove(self) -> None:
         hooked, self._hooked = self._hooked, []

@@ -54,6 +54,7 @@ class GroupRegistry:
         self._groups: dict[Any, GroupState] = {}
         self._pairs: dict[tuple[str, int, int], GroupState] = {}
         self._names: dict[Any, GroupState] = {}  # c10d group name -> state (functional collectives)
+        self._uncounted: set[int] = set()  # ids of process groups without a sequence number of their own
         self._rank = -1
         self.default: GroupState | None = None  # the default group's state, once resolved
 
@@ -86,6 +87,24 @@ class GroupRegistry:
             state = self._names[group_name] = self.resolve(group)
         return state
 
+    def catch_up(self) -> None:
+        """Each group's counter up to c10d's own count of the group's collectives
+        (``_get_sequence_number_for_group``, the same on every member; functional collectives
+        advance it too), never down: numbers handed out while some collectives went unseen
+        (step gating, :mod:`.functional`) stay those of the same collectives on every rank. A
+        group without that count keeps its counter and is not asked again (a failing call
+        costs tens of microseconds)."""
+        for group, state in list(self._groups.items()):
+            if id(group) in self._uncounted:
+                continue
+            try:
+                issued = int(group._get_sequence_number_for_group())
+            except Exception:  # noqa: BLE001 - a process group without the count
+                self._uncounted.add(id(group))
+                continue
+            if issued - 1 > state.seq:
+                state.seq = issued - 1
+
     def next_seq(self, state: GroupState) -> int:
         state.seq += 1
         return state.seq
@@ -112,5 +131,6 @@ class GroupRegistry:
         self._groups.clear()
         self._pairs.clear()
         self._names.clear()
+        self._uncounted.clear()
         self._rank = -1
         self.default = None

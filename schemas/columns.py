@@ -21,7 +21,7 @@ import sys
 from array import array
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from .vocabulary import EVENT_BATCH
 
@@ -47,7 +47,7 @@ def is_packed(name: str, version: int) -> bool:
     return name == EVENT_BATCH and version >= PACKED_FROM
 
 
-def is_raw(value: Any) -> bool:
+def is_raw(value: Any) -> TypeGuard[bytes | bytearray | memoryview]:
     """A column still as packed bytes (not unpacked: its length is not a whole number of items)."""
     return isinstance(value, (bytes, bytearray, memoryview))
 
@@ -101,7 +101,7 @@ def unpack(record: dict[str, Any]) -> dict[str, Any]:
             continue
         for col, code in cols:
             raw = part.get(col)
-            if isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) % ITEM_BYTES[code] == 0:
+            if is_raw(raw) and len(raw) % ITEM_BYTES[code] == 0:
                 part[col] = frombuffer(raw, code)
     return record
 
