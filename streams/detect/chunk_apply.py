@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 def apply(plan: Plan, result: ChunkResult) -> None:
     """Change the folders of the ranks folded column-wise."""
     fast = ~plan.sequential
+    for rr in np.flatnonzero(fast & plan.fresh).tolist():
+        first = plan.first_window(rr)
+        if first is not None:
+            plan.folders[rr].windows.next_window = first
     _apply_counts(plan, fast)
     _apply_accumulators(plan, fast)
     _apply_progress(plan, fast)

@@ -17,11 +17,14 @@ What depends on the order of one rank's events is worked out without a loop:
 * its pending collective (``RankProgress.note_entry``): when each call either repeats the
   pending one or replaces it (calls come in order: the usual case), the last call is
   pending, in flight when every repeat of it since it became pending was an entry marker;
-* the windows: with the rank's first window known and room for every window the chunk
-  opens, an event is late exactly when its window lies below the lowest one open.
+* the windows: with room for every window the chunk opens, an event is late exactly when its
+  window lies below the lowest one open; a rank with none yet (its first batch ever, alone in
+  the chunk: ``summarize.add_batches`` gives it a round of its own) has its first window fixed
+  by its first data in the one-batch fold's order (collectives, spans, iterations, then the
+  batch's own time when it sent nothing).
 
-A rank for which one of these does not hold -- its first batch ever (the first window is
-fixed by it), a call that neither repeats nor replaces the pending one, more windows than
+A rank for which one of these does not hold -- its first batch ever with others of it in the
+chunk, a call that neither repeats nor replaces the pending one, more windows than
 may be open, times or values beyond what the packed keys below hold, a batch that cannot
 be read column-wise -- has its batches of the chunk folded one at a time by EventFolder,
 in order (``ChunkResult.sequential`` counts them). So does every rank of a chunk whose

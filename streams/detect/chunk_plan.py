@@ -28,6 +28,8 @@ from .chunk_order import plan_latest, plan_windows
 from .model import comm_function, kind_function
 from .rank_events import EventFolder, covered_ns
 
+NO_WINDOW = np.iinfo(np.int64).min  # a rank's lowest open window before its first data: nothing is late
+
 
 class Plan:
     """The chunk's columns, what every event does, and the state each rank ends in."""
@@ -55,12 +57,16 @@ class Plan:
         self.raw_events = [0] * n  # spans + iterations as sent (a batch without any is a heartbeat)
         self.ragged = [0] * n
         self.has_cpu = [False] * n
+        # a rank with no window yet (its first batch ever): its first data fixes its first window,
+        # worked out here when the chunk holds that one batch of it (summarize.add_batches' rounds)
+        self.fresh = np.asarray([f.windows.next_window is None for f in self.folders], bool)
+        once = np.bincount(self.batch_rank, minlength=len(self.folders)) == 1
         for p, (folder, batch) in enumerate(self.work):
             r = self.batch_rank[p]
             if self.sequential[r]:
                 continue
-            if folder.windows.next_window is None or folder.policy is not self.folders[0].policy:
-                self.sequential[r] = True  # its first window is fixed by its first event
+            if (self.fresh[r] and not once[r]) or folder.policy is not self.folders[0].policy:
+                self.sequential[r] = True  # its first window would be fixed within the chunk's order
                 continue
             try:
                 self._gather(p, batch)
@@ -97,8 +103,8 @@ class Plan:
         self.sp, (self.skind, self.sname, self.sstart, self.sdur) = self.spans.arrays()
         self.ip, (self.istep, self.istart, self.idur) = self.iters.arrays()
         self.R = len(self.folders)
-        self.NW = np.asarray([f.windows.next_window if f.windows.next_window is not None else 0
-                              for f in self.folders], np.int64)
+        self.NW = np.asarray([f.windows.next_window if f.windows.next_window is not None else NO_WINDOW
+                              for f in self.folders], np.int64)  # a fresh rank's: :meth:`_first_windows`
 
     def drop(self, r: np.ndarray, bad: np.ndarray) -> None:
         """Fold the ranks of ``bad`` events one batch at a time."""
@@ -122,10 +128,8 @@ class Plan:
         self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
         wall_i = np.where(in_range, wall, 0).astype(np.int64)
         wid = wall_i // self.wms
-        late = good & in_range & (wid < self.NW[r])
-        kept = good & in_range & ~late
         self.c = dict(r=r, p=cp, valid=valid, fin_start=fin_start, fin=fin, inflight=inflight, good=good,
-                      cand=cand, in_range=in_range, wall=wall, wall_i=wall_i, wid=wid, late=late, kept=kept,
+                      cand=cand, in_range=in_range, wall=wall, wall_i=wall_i, wid=wid,
                       ord=cp * ORD_SHIFT + np.arange(len(cp)) - np.repeat(self._starts(self.comms), self.comms.lengths))
         # function and group per (batch, op, group): one Python step per distinct one
         key = (cp * (1 << 20) + np.where(valid, op, 0).astype(np.int64)) * (1 << 20) + np.where(valid, grp, 0).astype(np.int64)
@@ -171,11 +175,9 @@ class Plan:
         in_range = valid & (wall >= self.B_lo[sp]) & (wall <= self.B_hi[sp])
         self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
         wid = np.where(in_range, wall, 0) // self.wms
-        late = in_range & (wid < self.NW[r])
-        kept = in_range & ~late
         ordv = sp * ORD_SHIFT + (1 << 30) + np.arange(len(sp)) - np.repeat(self._starts(self.spans), self.spans.lengths)
         self.s = dict(r=r, p=sp, ok=ok, valid=valid, start=start, dur=dur, wall=wall, in_range=in_range,
-                      wid=wid, late=late, kept=kept, ord=ordv)
+                      wid=wid, ord=ordv)
         # function per (batch, name, kind)
         name = np.where(valid, self.sname, 0).astype(np.int64)
         kind = np.where(valid, self.skind, 0)
@@ -229,17 +231,53 @@ class Plan:
         self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
         wall_i = np.where(in_range, wall, 0).astype(np.int64)
         wid = wall_i // self.wms
-        late = in_range & (wid < self.NW[r])
-        kept = in_range & ~late
-        self.drop(r, kept & ~np.isfinite(self.istep))
-        self.i = dict(r=r, good=good, timed=timed, in_range=in_range, wall_i=wall_i, wid=wid, late=late,
-                      kept=kept, ord=ip * ORD_SHIFT + (2 << 30))
+        self.i = dict(r=r, good=good, timed=timed, in_range=in_range, wall_i=wall_i, wid=wid,
+                      ord=ip * ORD_SHIFT + (2 << 30))
+
+    def _first_windows(self) -> None:
+        """A fresh rank's first window: that of its first data in the order one batch folds them
+        (``RankWindows.note_data``): collectives, spans, iterations, each in its column's order, then
+        the batch's own time when nothing was sent (a heartbeat). None found: none is fixed (nothing late)."""
+        if not self.fresh.any():
+            return
+        c, s, i = self.c, self.s, self.i
+        in_range_c = np.bincount(self.cp[c["in_range"]], minlength=len(self.work))
+        beat = np.flatnonzero((np.asarray(self.raw_events, np.int64) == 0) & (in_range_c == 0))
+        r = np.concatenate([c["r"][c["in_range"]], s["r"][s["in_range"]], i["r"][i["in_range"]],
+                            self.batch_rank[beat]])
+        ordv = np.concatenate([c["ord"][c["in_range"]], s["ord"][s["in_range"]],
+                               i["ord"][i["in_range"]] + np.flatnonzero(i["in_range"]),
+                               beat * ORD_SHIFT + (3 << 30)])
+        wid = np.concatenate([c["wid"][c["in_range"]], s["wid"][s["in_range"]], i["wid"][i["in_range"]],
+                              self.B_bw[beat] // self.wms])
+        take = self.fresh[r]
+        r, ordv, wid = r[take], ordv[take], wid[take]
+        if len(r):
+            order = np.lexsort((ordv, r))
+            first = order[np.append(True, r[order][1:] != r[order][:-1])]
+            self.NW[r[first]] = wid[first]
+
+    def _lateness(self) -> None:
+        """Late: below the rank's lowest open window (:meth:`RankWindows.open_slot`); kept: the rest."""
+        c, s, i = self.c, self.s, self.i
+        c["late"] = c["good"] & c["in_range"] & (c["wid"] < self.NW[c["r"]])
+        c["kept"] = c["good"] & c["in_range"] & ~c["late"]
+        for part in (s, i):
+            part["late"] = part["in_range"] & (part["wid"] < self.NW[part["r"]])
+            part["kept"] = part["in_range"] & ~part["late"]
+        self.drop(i["r"], i["kept"] & ~np.isfinite(self.istep))
+
+    def first_window(self, r: int) -> int | None:
+        """The first window :meth:`plan` found for fresh rank ``r`` (None: none, or not fresh)."""
+        return int(self.NW[r]) if self.fresh[r] and self.NW[r] != NO_WINDOW else None
 
     def plan(self) -> None:
         """Work out what every event does (nothing is changed yet)."""
         self._plan_comms()
         self._plan_spans()
         self._plan_iterations()
+        self._first_windows()
+        self._lateness()
         self._net_durations()
         plan_latest(self)
         plan_windows(self)

@@ -199,7 +199,8 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
         rounds[k].append(item)
         if hardware or (isinstance(batch, dict) and batch.get("final")) or first:
             # what comes after it waits for the round to be folded; so does what comes after the
-            # rank's first batch ever (it is folded one at a time: it fixes the rank's first window)
+            # rank's first batch ever (it fixes the rank's first window: alone in its round, the chunk
+            # fold works that window out column-wise)
             level[id(s)] = k + 1
     total = ChunkResult()
     for round_items in rounds:

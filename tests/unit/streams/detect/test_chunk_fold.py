@@ -4,7 +4,7 @@ test_fold_equivalence.py holds to the event-at-a-time fold: random chunks of sev
 batches, interleaved, with every kind of bad value of that test plus CPU samples, stack rows,
 HardwareBatches, final batches and duplicates, leave every rank in the same state after each
 chunk and close the same records; and on batches as the collectors build them most batches are
-folded column-wise, not one at a time."""
+folded column-wise, not one at a time (a rank's first batch ever included: it fixes the rank's first window)."""
 
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def test_chunk_fold_of_ordered_calls_equals_folding_one_batch_at_a_time(
 
 def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -> None:
     """Batches of the throughput benchmark's workload (real collector layout: 32 ranks, spans, data-
-    and tensor-parallel collectives, iterations): after the chunk holding each rank's first batch
-    (which fixes its first window), every batch is folded column-wise, and the records closed are the one-at-a-time fold's."""
+    and tensor-parallel collectives, iterations): every batch is folded column-wise, each rank's first
+    batch (which fixes its first window) included, and the records closed are the one-at-a-time fold's."""
     from perftracker_ml.deploy.workloads.batches import Workload
 
     from benchmarks.throughput import decode_all, encode_job
@@ -137,9 +137,8 @@ def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -
         res = add_batches([(many.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)), False, b)
                            for b in chunk], 0)
         assert res.failure is None
-        if start:
-            sequential += res.sequential
-    assert sequential == 0, sequential  # only the first chunk: each rank's first batch fixes its first window
+        sequential += res.sequential
+    assert sequential == 0, sequential  # each rank's first batch too: its first data fixes its first window
     assert len(decoded) > 5 * 32
     for r in one:
         assert full_state(one[r]) == full_state(many[r])
@@ -221,7 +220,7 @@ def test_more_batches_than_fold_at_once_are_folded_in_parts_in_order(monkeypatch
     for b in batches:
         one[b["rank"]].add_events(b, 0)
     result = add_batches([(many[b["rank"]], False, b) for b in batches], 0)
-    assert result.folded == 10 and result.sequential == 2  # each rank's first batch
+    assert result.folded == 10 and result.sequential == 0  # each rank's first batch too (a round of its own)
     assert all(full_state(a) == full_state(b) for a, b in zip(one, many, strict=True))
 
 
@@ -273,3 +272,36 @@ def test_v8_packed_batches_fold_as_their_v7_encoding_does() -> None:
             assert full_state(other[r]) == full_state(first[r])
     closed = [[s.poll(0, flush=True) for _, s in sorted(run.items())] for run in runs]
     assert closed[0] and all(c == closed[0] for c in closed[1:])
+
+
+def test_a_ranks_first_batch_fixes_its_first_window_column_wise_as_one_at_a_time() -> None:
+    """Each rank's first batch ever, folded column-wise: the first window is the one of its first
+    data in the one-batch fold's order (collectives, spans, iterations; a heartbeat's own time),
+    what lies below it is late, and a batch with no plausible data fixes none."""
+    pol = DetectionPolicy(window_s=1.0, max_open_windows=8)
+    firsts = [
+        _batch(0, 3000, [(2, 0, -400, 100)], [(3, -2900, 5), (0, -100, 10)]),  # a collective first; a span 2 windows early
+        _batch(0, 3000, [], [(3, -1500, 5), (0, -2500, 10)]),  # spans only: the first one's window, the next late
+        _batch(0, 3000, [], []),  # a heartbeat: the batch's own window
+        _batch(0, 3000, [(2, 0, -400, -1)], [(0, -2500, 10)]),  # a call in flight is data too: the span is late
+        _batch(0, 3000, [(2, 0, -400, 10**7)], [(3, 10**7, 5)]),  # nothing plausible: no window fixed
+    ]
+    firsts[4]["cpu"] = [{"interval_ns": 10**9, "thread_cpu_ns": 5, "stack_samples": 1}]
+    one = [RankSummarizer("j", r, pol) for r in range(len(firsts))]
+    many = [RankSummarizer("j", r, pol) for r in range(len(firsts))]
+    later = [dict(_batch(1, 4000, [(2, 1, -300, 100)], [(3, -3950, 5), (3, -50, 5)]), rank=r) for r in range(len(firsts))]
+    first_window: list[list[int | None]] = []
+    late: list[list[int]] = []
+    for chunk in ([dict(b, rank=r) for r, b in enumerate(firsts)], later):
+        for b in chunk:
+            one[b["rank"]].add_events(b, 0)
+        assert add_batches([(many[b["rank"]], False, b) for b in chunk], 0).sequential == 0
+        for a, b in zip(one, many, strict=True):
+            assert full_state(a) == full_state(b)
+        first_window.append([s.windows.next_window for s in many])
+        late.append([s.skipped["late_event"] for s in many])
+    at = WALL0 // MS // 1000
+    assert first_window[0] == [at + 2, at + 1, at + 3, at + 2, None]
+    assert first_window[1][4] == at + 3  # fixed by its next batch's collective
+    assert late[0] == [1, 1, 0, 1, 0]  # the events below the first window (the last rank's are implausible)
+    assert all(a.poll(0, flush=True) == b.poll(0, flush=True) for a, b in zip(one, many, strict=True))
