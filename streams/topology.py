@@ -45,7 +45,7 @@ from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSumma
 from .detect.chunk_fold import ChunkResult
 from .detect.compare import caught_up_ms
 from .detect.job_clock import Due, JobClock, JobClocks
-from .detect.summarize import add_batches
+from .detect.summarize import add_batches, poll_many
 
 POLL_INTERVAL_S = 0.5  # every stage's timer
 
@@ -133,9 +133,26 @@ class Stage(Generic[C]):
     # optional: the records a core holds waiting (its backlog): past ``shed_backlog_records`` over the
     # stage's cores, whole keys are shed (:meth:`Cores.shed`)
     backlog: Callable[[C], int] | None = None
+    # optional: poll many cores at once, as ``poll`` of each in order would (the records of all
+    # made together); returns (records, the errors of the cores or windows that failed)
+    poll_many: Callable[[list[C], int, bool], tuple[list[Routed], list[Exception]]] | None = None
 
     def key(self, record: Record) -> str:
         return TOPIC_KEY[self.topic](record)
+
+    def poll_all(self, cores: list[C], now_ms: int, flush: bool) -> tuple[list[Routed], list[Exception]]:
+        """``poll`` of each core, in order: at once with ``poll_many``, else one by one (a core
+        whose poll raises is left out, its error returned)."""
+        if self.poll_many is not None:
+            return self.poll_many(cores, now_ms, flush)
+        out: list[Routed] = []
+        failed: list[Exception] = []
+        for core in cores:
+            try:
+                out += self.poll(core, now_ms, flush)
+            except Exception as exc:
+                failed.append(exc)
+        return out, failed
 
 
 # The adapters below are where decoded dicts (checked against their schema by the codec)
@@ -164,6 +181,11 @@ def _poll_summarize(s: RankSummarizer, now: int, flush: bool) -> list[Routed]:
     return list(s.poll(now, flush=flush))  # FunctionPatterns, then the RankWindow, per window
 
 
+def _poll_summarizers(ss: list[RankSummarizer], now: int, flush: bool) -> tuple[list[Routed], list[Exception]]:
+    out, failed = poll_many(ss, now, flush)
+    return list(out), failed
+
+
 def _poll_compare(c: FunctionComparator, now: int, flush: bool) -> list[Routed]:
     return [(FUNCTION_COMPARISON, r) for r in c.poll(now)]
 
@@ -177,7 +199,7 @@ SUMMARIZE: Stage[RankSummarizer] = Stage(
     name="summarize", topic=TopicRole.INPUTS,
     create=lambda r, policy, clock: RankSummarizer(r["job"], int(r["rank"]), policy, clock),
     feed=_feed_summarize, poll=_poll_summarize, poll_on_input=True, feed_chunk=_feed_summarize_chunk,
-    job_clock=lambda policy: policy.grace_ms)  # batches come each second: 3 s behind is behind
+    job_clock=lambda policy: policy.grace_ms, poll_many=_poll_summarizers)  # batches come each second: 3 s behind is behind
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
     create=lambda r, policy, clock: FunctionComparator(r["job"], r["function"], policy, clock),
@@ -428,20 +450,24 @@ class LocalRunner:
             fed.setdefault(cores.key_of(record), core)
         cores.stage.feed_chunk(items, now_ms)
         out: list[Routed] = []
+        if cores.stage.poll_on_input:
+            out, failed = cores.stage.poll_all(list(fed.values()), now_ms, False)
+            if failed:
+                raise failed[0]
         for key, core in fed.items():
-            if cores.stage.poll_on_input:
-                out += cores.stage.poll(core, now_ms, False)
             cores.schedule(key, core)
         return self._route(out, now_ms)
 
     def poll(self, stage: Stage[Any], now_ms: int, flush: bool = False) -> list[Routed]:
         """One timer tick of ``stage``: the cores due (:meth:`Cores.due`); ``flush``: every core."""
         cores = self.cores[stage.name]
-        leaving = []
-        for key, core in (cores.items() if flush else cores.due(now_ms)):
-            leaving += self._route(cores.stage.poll(core, now_ms, flush), now_ms)
+        due = cores.items() if flush else cores.due(now_ms)
+        out, failed = cores.stage.poll_all([core for _, core in due], now_ms, flush)
+        if failed:
+            raise failed[0]
+        for key, core in due:
             cores.polled(key, core, now_ms)
-        return leaving
+        return self._route(out, now_ms)
 
     def tick(self, now_ms: int) -> list[Routed]:
         return [r for cores in list(self.cores.values()) for r in self.poll(cores.stage, now_ms)]

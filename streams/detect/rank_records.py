@@ -1,4 +1,4 @@
-"""Closing one rank's window into records: FunctionPattern per function, one RankWindow.
+"""Closing a rank's window into records: FunctionPattern per function, one RankWindow.
 
 Each function's pattern carries exact p50/p90/p99 from the kept durations plus the
 mergeable log histogram (collectives: their per-seq durations first). Before closing,
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ...schemas.records import (
     FunctionPattern,
-    RankCpu,
-    RankHardware,
-    RankNet,
     RankWindow,
     RankWindowHeader,
 )
@@ -30,31 +30,63 @@ from ...schemas.vocabulary import (
     RANK_WINDOW_VERSION,
     SpanKind,
 )
-from .accumulate import CpuAcc, FunctionAcc, NetAcc, RankHealth, RankMeta, RankProgress, WindowAcc
+from .accumulate import FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
 from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
 from .histogram import grouped_histograms
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
 from .quantiles import grouped_percentiles
 from .step_gating import recorded_steps
+from .window_evidence import cpu_fields, hardware_fields, net_fields
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
 
 
+@dataclass(frozen=True)
+class Closing:
+    """One closed window of one rank, waiting for its records (:func:`close_windows`). ``ended``:
+    the rank's last window (its collector's final batch came): the RankWindow says so."""
+
+    meta: RankMeta
+    window_id: int
+    window_s: float
+    w: WindowAcc
+    progress: RankProgress
+    health: RankHealth
+    batches: int
+    ended: bool = False
+
+
+Routed = tuple[str, FunctionPattern | RankWindow]
+
+
 def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, progress: RankProgress,
-                 health: RankHealth, batches: int, ended: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
-    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted.
-    ``ended``: the rank's last window (its collector's final batch came): the RankWindow says so."""
-    sig = signature_of(w.functions)
-    steps = len(w.steps)
-    if w.functions or steps:
-        add_kind_aggregates(w)
-    # a rank gated to one step in n (step_gating) has its functions' times of the recorded steps only
-    per = recorded_steps(w.steps, meta.functional_steps)
-    out: list[tuple[str, FunctionPattern | RankWindow]] = [
-        (FUNCTION_PATTERN, p) for p in pattern_records(meta, window_id, window_s, sig, sorted(w.functions.items()), per)]
-    out.append((RANK_WINDOW, rank_window_record(meta, window_id, window_s, sig, w, progress, health,
-                                                 batches=batches, ended=ended)))
+                 health: RankHealth, batches: int, ended: bool = False) -> list[Routed]:
+    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted."""
+    return close_windows([Closing(meta, window_id, window_s, w, progress, health, batches, ended)])
+
+
+def close_windows(closing: Sequence[Closing]) -> list[Routed]:
+    """:func:`close_window` of each window, in order -- each one's FunctionPatterns (functions
+    sorted), then its RankWindow -- with the patterns of every window computed together
+    (:func:`pattern_records`): a timer tick closes one window of each of a job's ranks, and the
+    numpy calls then run once for all of them instead of once per rank."""
+    parts: list[PatternSource] = []
+    signatures: list[str] = []
+    for c in closing:
+        w = c.w
+        sig = signature_of(w.functions)
+        if w.functions or w.steps:
+            add_kind_aggregates(w)
+        # a rank gated to one step in n (step_gating) has its functions' times of the recorded steps only
+        per = recorded_steps(w.steps, c.meta.functional_steps)
+        parts.append(PatternSource(c.meta, c.window_id, c.window_s, sig, sorted(w.functions.items()), per))
+        signatures.append(sig)
+    out: list[Routed] = []
+    for c, sig, patterns in zip(closing, signatures, pattern_records(parts), strict=True):
+        out += [(FUNCTION_PATTERN, p) for p in patterns]
+        out.append((RANK_WINDOW, rank_window_record(c.meta, c.window_id, c.window_s, sig, c.w, c.progress,
+                                                     c.health, batches=c.batches, ended=c.ended)))
     return out
 
 
@@ -119,24 +151,36 @@ def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float
         rank=meta.rank, world_size=meta.world_size, host=meta.host, gpu=meta.gpu, signature=signature)
 
 
-def pattern_records(meta: RankMeta, window_id: int, window_s: float, signature: str,
-                    functions: list[tuple[str, FunctionAcc]], steps: int) -> list[FunctionPattern]:
-    """FunctionPattern of each function of one closed window (collectives: their per-seq durations
-    first), computed together: one sort of every duration of the window by (function, value)
+class PatternSource(NamedTuple):
+    """What one window's FunctionPatterns are made of: its rank, window, signature, functions
+    (sorted) and the steps its per-step figures divide by."""
+
+    meta: RankMeta
+    window_id: int
+    window_s: float
+    signature: str
+    functions: list[tuple[str, FunctionAcc]]
+    steps: int
+
+
+def pattern_records(sources: Sequence[PatternSource]) -> list[list[FunctionPattern]]:
+    """FunctionPattern of each function of each window (collectives: their per-seq durations
+    first), computed together: one sort of every duration of every window by (function, value)
     gives each function's count, total, max and exact p50/p90/p99 (:func:`.quantiles.grouped_percentiles`),
     one bincount its histogram -- the numbers of one ``percentiles``/``histogram`` call per
     function (tests/unit/streams/detect/test_quantiles.py)."""
     values: list[int] = []
     lengths: list[int] = []
-    for _, acc in functions:
-        before = len(values)
-        if acc.seqs:
-            values += acc.seq_durs
-        values += acc.durations
-        lengths.append(len(values) - before)
+    for src in sources:
+        for _, acc in src.functions:
+            before = len(values)
+            if acc.seqs:
+                values += acc.seq_durs
+            values += acc.durations
+            lengths.append(len(values) - before)
     counts = np.asarray(lengths, np.int64)
     d = np.asarray(values, dtype=np.int64)
-    group = np.repeat(np.arange(len(functions)), counts)
+    group = np.repeat(np.arange(len(lengths)), counts)
     s = d[np.lexsort((d, group))]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     cum = np.concatenate([[0], np.cumsum(s)])
@@ -145,46 +189,24 @@ def pattern_records(meta: RankMeta, window_id: int, window_s: float, signature: 
               else np.zeros(len(counts), np.int64)).tolist()
     q = grouped_percentiles(s, starts, counts).tolist()
     hists = grouped_histograms(s, starts, counts)
-    header = _window_fields(FUNCTION_PATTERN_VERSION, meta, window_id, window_s, signature)
-    mesh = {str(k): int(v) for k, v in meta.mesh_coords.items()}
-    return [FunctionPattern(
-        **header, function=name, kind=int(acc.kind), steps=int(steps),
-        count=int(n + acc.overflow), total_ns=int(total),
-        p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(top), hist=hist,
-        group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-        seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh))  # the closed window's own lists
-        for (name, acc), n, total, p50, p90, p99, top, hist
-        in zip(functions, lengths, totals, q[0], q[1], q[2], maxima, hists, strict=True)]
-
-
-def _mean(xs: list[float]) -> float:
-    vals = [x for x in xs if x >= 0]
-    return float(np.mean(vals)) if vals else -1.0
-
-
-def _agg(xs: list[float], how: str) -> float:
-    vals = [x for x in xs if x >= 0]
-    if not vals:
-        return -1.0
-    return float(max(vals) if how == "max" else min(vals))
-
-
-def _hardware_fields(w: WindowAcc) -> RankHardware:
-    """The window's hardware samples reduced; -1 (or 0 for counters) when none were taken."""
-    hw = w.hw
-    return RankHardware(
-        hw_samples=len(hw.get("sm_clock_mhz", [])),
-        sm_clock_mhz=_mean(hw.get("sm_clock_mhz", [])),
-        sm_clock_max_mhz=_agg(hw.get("sm_clock_max_mhz", []), "max"),
-        temp_c_max=_agg(hw.get("temp_c", []), "max"),
-        power_w_mean=_mean(hw.get("power_w", [])),
-        util_gpu_pct=_mean(hw.get("util_gpu_pct", [])),
-        throttle_reasons=int(w.throttle),
-        pcie_gen_min=int(_agg(hw.get("pcie_gen", []), "min")),
-        pcie_width_min=int(_agg(hw.get("pcie_width", []), "min")),
-        nvlink_errors=int(max(0.0, _agg(hw.get("nvlink_errors", []), "max"))),
-        ecc_uncorrected=int(max(0.0, _agg(hw.get("ecc_uncorrected", []), "max"))),
-        xid=int(max(0.0, _agg(hw.get("xid", []), "max"))))
+    out: list[list[FunctionPattern]] = []
+    k = 0
+    for src in sources:
+        header = _window_fields(FUNCTION_PATTERN_VERSION, src.meta, src.window_id, src.window_s, src.signature)
+        mesh = {str(key): int(v) for key, v in src.meta.mesh_coords.items()}
+        steps = int(src.steps)
+        z = k + len(src.functions)
+        out.append([FunctionPattern(
+            **header, function=name, kind=int(acc.kind), steps=steps,
+            count=int(n + acc.overflow), total_ns=int(total),
+            p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(top), hist=hist,
+            group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
+            seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh))  # the closed window's own lists
+            for (name, acc), n, total, p50, p90, p99, top, hist
+            in zip(src.functions, lengths[k:z], totals[k:z], q[0][k:z], q[1][k:z], q[2][k:z], maxima[k:z],
+                   hists[k:z], strict=True)])
+        k = z
+    return out
 
 
 def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str, w: WindowAcc,
@@ -203,7 +225,7 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         pending_in_flight=bool(progress.pending_in_flight),
         dropped_events=int(health.dropped_events), lost_batches=int(health.lost_batches),
         bytes_received=int(health.bytes_received),
-        **_hardware_fields(w),
+        **hardware_fields(w),
         batches=int(batches),
         **cpu_fields(w.cpu, len(w.steps)),
         ended_cleanly=bool(ended), restarts=int(health.restarts),
@@ -211,48 +233,3 @@ def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signatur
         # the latest entries while a collective is pending: what the recorder said of the hang
         flight_records_json=json.dumps(meta.flight_records) if progress.pending_in_flight and meta.flight_records else "",
         **net_fields(w.net))
-
-
-TOP_FRAMES = 8  # per kind
-
-
-def _per_step(total: int, steps: int) -> float:
-    return round(total / steps, 4) if total >= 0 and steps > 0 else -1.0
-
-
-def cpu_fields(cpu: CpuAcc, steps: int) -> RankCpu:
-    """The window's CPU evidence: ratios and per-step rates (-1 unknown), top frames per kind."""
-    wall, busy = cpu.total("interval_ns"), cpu.total("thread_cpu_ns")
-    wait = cpu.total("runqueue_wait_ns")
-    top = sorted(cpu.frames.items(), key=lambda kv: (-kv[0][1], -kv[1], kv[0][0]))
-    frames = [kv for kind in (1, 0) for kv in [x for x in top if x[0][1] == kind][:TOP_FRAMES]]
-    return RankCpu(
-        cpu_samples=cpu.samples,
-        cpu_ratio=round(busy / wall, 4) if busy >= 0 and wall > 0 else -1.0,
-        runqueue_wait_ms_per_step=_per_step(wait, steps) / 1e6 if wait >= 0 and steps > 0 else -1.0,
-        involuntary_switches_per_step=_per_step(cpu.total("involuntary_switches"), steps),
-        voluntary_switches_per_step=_per_step(cpu.total("voluntary_switches"), steps),
-        major_faults=cpu.total("major_faults"), load1=cpu.load1,
-        steal_pct=round(float(np.mean(cpu.steal)), 3) if cpu.steal else -1.0,
-        stack_samples=cpu.stack_samples, stack_hz=cpu.stack_hz,
-        top_frames=[k[0] for k, _ in frames], top_frame_samples=[n for _, n in frames],
-        top_frame_kinds=[k[1] for k, _ in frames])
-
-
-def net_fields(net: NetAcc) -> RankNet:
-    """The window's network evidence (RankWindow v6 ``net_*``, ``ib_*``; -1 unknown): the host's
-    retransmit share and throughput, and per remote address the unsent bytes of each sample
-    that found the rank's connections to it non-empty."""
-    wall_s = net.total("interval_ns") / 1e9
-    sent, retrans = net.total("out_segs"), net.total("retrans_segs")
-
-    def rate(key: str, scale: float) -> float:
-        v = net.total(key)
-        return round(v / scale / wall_s, 4) if v >= 0 and wall_s > 0 else -1.0
-
-    backlog = dict(sorted(net.backlog.items()))
-    return RankNet(net_samples=net.samples, net_addr=net.addr,
-                   net_retrans_pct=round(100.0 * retrans / sent, 4) if sent > 0 and retrans >= 0 else -1.0,
-                   net_tx_mb_per_s=rate("tx_bytes", 1e6), net_rx_mb_per_s=rate("rx_bytes", 1e6),
-                   net_backlog_json=json.dumps(backlog) if backlog else "",
-                   ib_xmit_wait_per_s=rate("ib_xmit_wait", 1.0), ib_errors=net.total("ib_errors"))

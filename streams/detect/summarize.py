@@ -28,7 +28,7 @@ from .chunk_fold import ERRORS, ChunkResult, fold_chunk
 from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 from .rank_events import EventFolder
-from .rank_records import close_window
+from .rank_records import Closing, close_windows
 from .rank_windows import RankWindows
 from .step_gating import gate_of, recorded_only
 
@@ -150,15 +150,20 @@ class RankSummarizer:
     def poll(self, now_wall_ms: int, flush: bool = False) -> list[tuple[str, FunctionPattern | RankWindow]]:
         """Close every finished window, in order; ``flush`` closes all open ones, and so does a
         final batch (the last window closed then says the rank ended cleanly)."""
-        out: list[tuple[str, FunctionPattern | RankWindow]] = []
+        return close_windows(self.closing(now_wall_ms, flush))
+
+    def closing(self, now_wall_ms: int, flush: bool = False) -> list[Closing]:
+        """The windows :meth:`poll` closes, taken out, their records not made yet
+        (:func:`poll_many` makes those of many ranks together)."""
         self._note_dropped()
         due = self.windows.close_due(now_wall_ms, flush)
         final, self._closed_at_end = self._closed_at_end, []
         ending = bool(final)
-        closing = due + final
-        for i, (wid, w) in enumerate(closing):
-            out.extend(close_window(self.meta, wid, self.policy.window_s, w, self.progress, self.health,
-                                    batches=self.batches_since_close, ended=ending and i == len(closing) - 1))
+        windows = due + final
+        out = []
+        for i, (wid, w) in enumerate(windows):
+            out.append(Closing(self.meta, wid, self.policy.window_s, w, self.progress, self.health,
+                               batches=self.batches_since_close, ended=ending and i == len(windows) - 1))
             self.batches_since_close = 0
         return out
 
@@ -225,3 +230,28 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
         total.folded += result.folded
         total.failure = total.failure or result.failure
     return total
+
+
+def poll_many(summarizers: Sequence[RankSummarizer], now_wall_ms: int,
+              flush: bool = False) -> tuple[list[tuple[str, FunctionPattern | RankWindow]], list[Exception]]:
+    """:meth:`RankSummarizer.poll` of each, in order, with the records of every window closed made
+    together (:func:`.rank_records.close_windows`). Returns (records, what failed): a summarizer
+    whose poll raises is left out (its error returned), and should making the records together
+    fail, each window's are made alone, the failing ones' errors returned."""
+    closing: list[Closing] = []
+    failed: list[Exception] = []
+    for s in summarizers:
+        try:
+            closing += s.closing(now_wall_ms, flush)
+        except Exception as exc:  # one rank's bad state must not stop the others' windows
+            failed.append(exc)
+    try:
+        return close_windows(closing), failed
+    except Exception:
+        out: list[tuple[str, FunctionPattern | RankWindow]] = []
+        for c in closing:
+            try:
+                out += close_windows([c])
+            except Exception as exc:
+                failed.append(exc)
+        return out, failed
