@@ -49,7 +49,7 @@ from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.topics import TopicNames
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
-from perftracker_ml.streams.agents.stage import TAKE_MESSAGES
+from perftracker_ml.streams.agents.stage import TAKE_MESSAGES, encode_all
 from perftracker_ml.streams.context import StreamContext
 from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker_ml.streams.detect.summarize import add_batches
@@ -169,10 +169,14 @@ class AgentCalls:
         return closed
 
     def emit(self, closed: Iterable[tuple[str, dict]]) -> None:
-        """Encode what the agent would send (the send itself is left out)."""
-        for name, record in closed:
-            self.ctx.encode(name, record)
-            self.emitted += 1
+        """Encode what the agent would send as its ``send`` encodes it (the records of one name
+        at once: ``stage.encode_all``); the send itself is left out. A record that does not
+        encode raises."""
+        records = list(closed)
+        for value in encode_all(self.ctx, records):
+            if isinstance(value, Exception):
+                raise value
+        self.emitted += len(records)
 
 
 def now_ms() -> int:

@@ -6,9 +6,9 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..schemas import Codec, MultiCodec, SchemaError, bundle
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
@@ -110,6 +110,15 @@ def topic_codecs(client: Registry | None = None, topics: Mapping[str, str] | Non
     return codecs
 
 
+def plain_codec(codec: Any, name: str, several: bool) -> Codec | None:
+    """The single-object :class:`Codec` that :meth:`StreamContext.encode` encodes ``name`` with
+    in a topic's ``codec`` (itself, or, on a topic of ``several`` record types, its member of a
+    :class:`MultiCodec`); None for a registry-framed one or anything else."""
+    if several:
+        codec = codec.codecs.get(name) if type(codec) is MultiCodec else None
+    return codec if type(codec) is Codec else None
+
+
 @dataclass
 class StreamContext:
     """Wiring shared by the agents of one worker process (plain attributes, no logic)."""
@@ -129,6 +138,16 @@ class StreamContext:
         role = TOPIC_OF[name]
         codec = self.codecs[role]
         return codec.encode(name, record) if len(records_on(role)) > 1 else codec.encode(record)
+
+    def encode_many(self, name: str, records: Sequence[Mapping[str, Any]]) -> list[bytes]:
+        """``[self.encode(name, r) for r in records]``, the records encoded together by a plain
+        :class:`Codec` (:meth:`Codec.encode_many`); registry-framed codecs encode one by one.
+        A record its schema refuses raises, as :meth:`encode` does (the whole call)."""
+        role = TOPIC_OF[name]
+        codec = plain_codec(self.codecs[role], name, len(records_on(role)) > 1)
+        if codec is None:
+            return [self.encode(name, r) for r in records]
+        return codec.encode_many(cast(Sequence[dict], records))
 
     async def dead_letter(self, source: str, raw: Any, reason: str) -> None:
         """Park an undecodable message on the dead-letter topic with the reason; never raise."""

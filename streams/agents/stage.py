@@ -235,16 +235,52 @@ def _queued(topic: Any) -> int:
     return sum(int(sub.queue.qsize()) for sub in list(getattr(root, "_subscribers", ())))
 
 
+def encode_all(ctx: StreamContext, records: Sequence[Routed]) -> list[bytes | Exception]:
+    """Each record framed by its topic's codec, or the exception encoding it raised, in order.
+    The records of one name are encoded together (:meth:`StreamContext.encode_many`: a window's
+    thousands of FunctionPatterns column-wise); a group with a record its schema refuses is
+    encoded again one record at a time, so that only that record is lost."""
+    positions: dict[str, list[int]] = {}
+    for i, (name, _) in enumerate(records):
+        positions.setdefault(name, []).append(i)
+    out: list[bytes | Exception] = [b""] * len(records)
+    for name, where in positions.items():
+        group = [records[i][1] for i in where]
+        try:
+            encoded: list[bytes | Exception] = list(ctx.encode_many(name, group))
+        except Exception:
+            encoded = [_encode_one(ctx, name, record) for record in group]
+        for i, value in zip(where, encoded, strict=True):
+            out[i] = value
+    return out
+
+
+def _encode_one(ctx: StreamContext, name: str, record: Mapping[str, Any]) -> bytes | Exception:
+    try:
+        return ctx.encode(name, record)
+    except Exception as exc:
+        return exc
+
+
+def _unwrap(encoded: bytes | Exception) -> bytes:
+    """The bytes :func:`encode_all` made of a record; the exception it met, raised."""
+    if isinstance(encoded, Exception):
+        raise encoded
+    return encoded
+
+
 async def send(ctx: StreamContext, records: list[Routed]) -> None:
     """Produce each record to its topic with its key, and count it (Anomalies by status);
     a RankWindow and an Anomaly also time how long after their window they went out. The
     records of one key on a topic of :data:`BUNDLED` go out together, in order, as
-    :mod:`RecordBundle <...schemas.bundle>` messages (one record alone as itself)."""
+    :mod:`RecordBundle <...schemas.bundle>` messages (one record alone as itself). The
+    records are encoded by name, many at once (:func:`encode_all`)."""
     groups: dict[tuple[str, str], list[bytes]] = {}
-    for name, record in records:
+    for (name, record), encoded in zip(records, encode_all(ctx, records), strict=True):
         role = TOPIC_OF[name]
         try:
-            key, value = message_key(name, record), ctx.encode(name, record)
+            key = message_key(name, record)
+            value = _unwrap(encoded)
         except Exception as exc:  # a record its schema refuses: that record is lost, not its chunk's others
             ctx.failed(f"{role}.encode", exc)
             continue
