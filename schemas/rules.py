@@ -3,7 +3,9 @@
 A rule is a frozen dataclass naming fields and bounds (data, so the sink can render the
 same rules as SQL constraints); :meth:`Rule.bind` turns it into a check function with the
 bounds resolved once per :class:`Limits`, so checking a record is a few calls of builtins
-(``min``, ``max``, ``sum``: C loops over the decoded lists) per field.
+(``min``, ``max``, ``sum``: C loops over the decoded lists) per field. :func:`bind_all` adds a
+fast path for EventBatch v8's blocks of numpy columns (all blocks' columns checked in a few numpy
+calls; the per-rule checks run only when that finds something, so verdicts and messages are theirs).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import cache, lru_cache
+from operator import itemgetter, le
 from typing import Any
 
 from . import columns
@@ -105,6 +108,11 @@ def resolve(bound: Bound, limits: Limits) -> Callable[[dict], Any]:
     return lambda root: value
 
 
+def depends_on_record(bound: Bound) -> bool:
+    """Whether ``bound`` is a function of the record (not a literal or a limit)."""
+    return isinstance(bound, (LastIndexOf, Below))
+
+
 def static(bound: Bound, limits: Limits) -> Any:
     """A bound that does not depend on the record (what SQL constraints need)."""
     if isinstance(bound, (LastIndexOf, Below)):
@@ -149,10 +157,24 @@ class Ints(Rule):
     hi: Bound
 
     def bind(self, limits: Limits) -> Check:
+        if not (depends_on_record(self.lo) or depends_on_record(self.hi)):
+            return self._bind_static(static(self.lo, limits), static(self.hi, limits))
         lo_of, hi_of, fields = resolve(self.lo, limits), resolve(self.hi, limits), self.fields
 
         def check(rec: dict, root: dict, path: str) -> str | None:
             lo, hi = lo_of(root), hi_of(root)
+            for f in fields:
+                v = rec[f]
+                if not lo <= v <= hi:
+                    return f"{path}{f} = {show(v)}: outside [{lo}, {hi}]"
+            return None
+        return check
+
+    def _bind_static(self, lo: Any, hi: Any) -> Check:
+        """The check with bounds that do not depend on the record (most of them): no call per record to find them."""
+        fields = self.fields
+
+        def check(rec: dict, root: dict, path: str) -> str | None:
             for f in fields:
                 v = rec[f]
                 if not lo <= v <= hi:
@@ -236,7 +258,9 @@ class IntArrays(Rule):
                     return f"{path}{f}: {len(a)} entries, more than {most}"
                 if len(a):
                     lo, hi = lo_of(root), hi_of(root)
-                    if hasattr(a, "dtype") and len(a) >= NUMPY_FROM:  # EventBatch v8: numpy's own loops
+                    if type(a) is list:  # v1..v7 columns, groups' ranks
+                        bad = min(a) < lo or (not open_top and max(a) > hi)
+                    elif hasattr(a, "dtype") and len(a) >= NUMPY_FROM:  # EventBatch v8: numpy's own loops
                         bad = int(a.min()) < lo or (not open_top and int(a.max()) > hi)
                     else:
                         a = a.tolist() if hasattr(a, "tolist") else a  # a short array: a numpy call costs more
@@ -402,15 +426,18 @@ class Items(Rule):
             if len(items) > most:
                 return f"{path}{field}: {len(items)} entries, more than {most}"
             for i, item in enumerate(items):
-                reason = run(checks, item, root, f"{path}{field}[{i}].")
-                if reason:
-                    return reason
+                for each in checks:
+                    if each(item, root, ""):  # the item's path is needed for the message only: built then
+                        return run(checks, item, root, f"{path}{field}[{i}].")
             return None
         return check
 
 
-def bind_all(rules: tuple[Rule, ...], limits: Limits) -> tuple[Check, ...]:
-    return tuple(rule.bind(limits) for rule in rules)
+def bind_all(rules: tuple[Rule, ...], limits: Limits, fast: bool = True) -> tuple[Check, ...]:
+    """Each rule bound with ``limits``; with ``fast``, the numpy columns of the blocks that
+    allow it are checked together first (:func:`with_fast_blocks`: same verdicts, same messages)."""
+    checks = tuple(rule.bind(limits) for rule in rules)
+    return with_fast_blocks(rules, checks, limits) if fast else checks
 
 
 def run(checks: tuple[Check, ...], rec: dict, root: dict, path: str = "") -> str | None:
@@ -419,3 +446,158 @@ def run(checks: tuple[Check, ...], rec: dict, root: dict, path: str = "") -> str
         if reason:
             return reason
     return None
+
+
+# ---- the fast path for EventBatch v8's numpy columns ---------------------------------------------
+# A v8 block's columns are short numpy arrays (tens of values), so a numpy or list call per column
+# and rule costs more than the values' own work. A valid batch has every column of every block an
+# int array, of one length per block, within its bounds: one concatenation of all the bounded
+# columns and one min and one max per column (``reduceat``) show that. Anything else runs the
+# per-rule checks, whose first failing one gives the message as before. A block known to pass is
+# skipped, so the first failing rule, and with it the verdict and the message, cannot change.
+
+DynamicBound = tuple[int, bool, Callable[[dict], Any]]  # (column, whether its high bound, bound of the record)
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What a :class:`Block` of EventBatch v8's shape asks of its columns, the bounds that do not
+    depend on the record resolved once: each column a numpy array; with ``same``, all of one
+    length and each within ``lows[i]``..``highs[i]`` (None there: set by ``dynamic``)."""
+
+    field: str
+    optional: bool
+    columns: Fields
+    same: bool
+    lows: tuple[Any, ...]
+    highs: tuple[Any, ...]
+    dynamic: tuple[DynamicBound, ...]
+
+
+def _plan_bound(bound: Bound, limits: Limits) -> tuple[Any, Callable[[dict], Any] | None]:
+    """A bound as (its value, None) when static, (None, its function of the record) otherwise."""
+    if depends_on_record(bound):
+        return None, resolve(bound, limits)
+    return static(bound, limits), None
+
+
+def plan_block(block: Block, limits: Limits) -> BlockPlan | None:
+    """The fast path's plan of ``block``, or None unless its rules are EventBatch v8's shape: one
+    :class:`Packed` and nothing else, or at most one Packed, one :class:`SameLength` and
+    :class:`IntArrays` bounding each of its columns once (the Packed block's columns, if any).
+    A block of another shape keeps the per-rule checks only."""
+    packed = [r for r in block.rules if isinstance(r, Packed)]
+    same = [r for r in block.rules if isinstance(r, SameLength)]
+    ints = [r for r in block.rules if isinstance(r, IntArrays)]
+    if len(packed) + len(same) + len(ints) != len(block.rules) or len(packed) > 1 or len(same) > 1:
+        return None
+    packed_fields = tuple(f for r in packed for f, _ in columns.PACKED[r.block])
+    bounded = tuple(f for r in ints for f in r.fields)
+    if not same:
+        return BlockPlan(block.field, block.optional, packed_fields, False, (), (), ()) if not ints else None
+    if sorted(bounded) != sorted(set(same[0].fields)) or (packed and set(packed_fields) != set(bounded)):
+        return None
+    lows: list[Any] = []
+    highs: list[Any] = []
+    dynamic: list[DynamicBound] = []
+    for rule in ints:
+        (lo, lo_of), (hi, hi_of) = _plan_bound(rule.lo, limits), _plan_bound(rule.hi, limits)
+        for _ in rule.fields:
+            dynamic += [(len(lows), False, lo_of)] if lo_of else []
+            dynamic += [(len(lows), True, hi_of)] if hi_of else []
+            lows.append(lo)
+            highs.append(hi)
+    return BlockPlan(block.field, block.optional, bounded, True, tuple(lows), tuple(highs), tuple(dynamic))
+
+
+def _getter(fields: Fields) -> Callable[[dict], tuple]:
+    """A function of a record giving the values of ``fields`` as a tuple (one C call)."""
+    if len(fields) == 1:
+        only = fields[0]
+        return lambda rec: (rec[only],)
+    return itemgetter(*fields) if fields else lambda rec: ()
+
+
+def blocks_pass(plans: tuple[BlockPlan, ...], most: int, np: Any) -> Callable[[dict, dict], bool]:
+    """A function of (record, whole record) that is True only when every planned block's rules
+    pass: its columns numpy arrays, and with ``same`` int arrays of one length, at most ``most``
+    long, within their bounds. False means "not known": the per-rule checks decide. May raise on a
+    malformed record."""
+    ndarray = np.ndarray
+    arrays_only = {ndarray}
+    concatenate, int64, as_array = np.concatenate, np.int64, np.array
+    lowest, highest = np.minimum.reduceat, np.maximum.reduceat
+    steps = tuple((plan, _getter(plan.columns)) for plan in plans)
+
+    def passes(rec: dict, root: dict) -> bool:
+        seen: list[Any] = []  # every column, all to be numpy arrays
+        bounded: list[Any] = []  # the columns of the non-empty blocks with bounds
+        starts: list[int] = []
+        lows: list[Any] = []
+        highs: list[Any] = []
+        end = 0
+        for plan, get in steps:
+            part = rec.get(plan.field) if plan.optional else rec[plan.field]
+            if plan.optional and not part:
+                continue
+            if type(part) is not dict:
+                return False
+            block = get(part)
+            if type(block[0]) is not ndarray:  # list columns (v1..v7): leave at once
+                return False
+            seen += block
+            if not plan.same:
+                continue
+            lengths = {*map(len, block)}
+            n = lengths.pop()
+            if lengths or n > most:
+                return False
+            if n:
+                first = len(lows)
+                bounded += block
+                starts += range(end, end + n * len(block), n)
+                end += n * len(block)
+                lows += plan.lows
+                highs += plan.highs
+                for i, high, bound_of in plan.dynamic:
+                    (highs if high else lows)[first + i] = bound_of(root)
+        if {*map(type, seen)} != arrays_only:
+            return not seen
+        if not bounded:
+            return True
+        values = concatenate(bounded, dtype=int64, casting="safe")  # TypeError unless all ints (or bools)
+        if values.ndim != 1:
+            return False
+        at = as_array(starts)
+        return all(map(le, lows, lowest(values, at).tolist())) and all(map(le, highest(values, at).tolist(), highs))
+    return passes
+
+
+def with_fast_blocks(rules: tuple[Rule, ...], checks: tuple[Check, ...], limits: Limits) -> tuple[Check, ...]:
+    """``checks`` (``rules`` bound) as one check that first tries the planned blocks' fast path
+    (:func:`blocks_pass`) and, when it holds, runs the other checks only; otherwise all of them.
+    Unchanged without numpy or without a block to plan."""
+    plans = {i: plan for i, rule in enumerate(rules) if isinstance(rule, Block) and (plan := plan_block(rule, limits))}
+    np = _numpy()
+    if np is None or not plans:
+        return checks
+    passes = blocks_pass(tuple(plans.values()), limits.max_items, np)
+    rest = tuple(c for i, c in enumerate(checks) if i not in plans)
+
+    def check(rec: dict, root: dict, path: str) -> str | None:
+        try:
+            fast = passes(rec, root)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+            fast = False  # a malformed record: the per-rule checks name it
+        return run(rest if fast else checks, rec, root, path)
+    return (check,)
+
+
+@cache
+def _numpy() -> Any:
+    """numpy, or None (the slim collector install: its columns are not numpy arrays anyway)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
