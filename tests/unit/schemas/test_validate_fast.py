@@ -30,7 +30,7 @@ from perftracker_ml.schemas.validate import RULES, validate
 BLOCKS = ("iterations", "spans", "comms")
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-LIMITS = (DEFAULT_LIMITS, Limits(max_duration_ns=10**9), Limits(max_items=40), Limits(max_kind=3, max_count=10**12))
+LIMITS = (DEFAULT_LIMITS, Limits(max_duration_ns=10**9), Limits(max_items=40), Limits(max_kind=3, max_count=10**13))
 
 
 @cache
@@ -92,7 +92,7 @@ def bound_values(record: dict, block: str, col: str) -> list[int]:
     names, groups, world = len(record["names"]), len(record["groups"]), record["world_size"]
     near = [-2, -1, 0, 1, 2, 3, 32_767, 32_768, names - 1, names, groups - 1, groups, world,
             3600 * 10**9, 3600 * 10**9 + 1, -3600 * 10**9, -3600 * 10**9 - 1, 10**9, 10**9 + 1,
-            10**12, 10**12 + 1, INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX]
+            10**13, 10**13 + 1, INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX]
     if columns.TYPECODE[(block, col)] == columns.I32:
         return [v for v in near if INT32_MIN <= v <= INT32_MAX]
     return near
@@ -125,6 +125,8 @@ def _mistyped(a: np.ndarray, kind: str) -> Any:
     return {
         "float": lambda: a.astype(np.float64),
         "uint64": lambda: a.astype(np.uint64),
+        "uint32": lambda: a.astype(np.uint32),
+        "timedelta": lambda: a.astype("m8[ns]"),
         "int8": lambda: a.astype(np.int8),
         "bool": lambda: a.astype(bool),
         "object": lambda: a.astype(object),
@@ -184,7 +186,7 @@ def misshapen(draw: st.DrawFn) -> tuple[dict, Limits]:
     block = draw(st.sampled_from(BLOCKS))
     col, _ = draw(st.sampled_from(columns.PACKED[block]))
     if draw(st.booleans()):
-        kinds = ["float", "uint64", "int8", "bool", "object", "list", "tuple", "packed", "truncated", "2-d",
+        kinds = ["float", "uint64", "uint32", "timedelta", "int8", "bool", "object", "list", "tuple", "packed", "truncated", "2-d",
                  "0-d", "none", "str", "subclass"]
         record[block][col] = _mistyped(record[block][col], draw(st.sampled_from(kinds)))
     else:
