@@ -7,21 +7,25 @@ summarize stage's CPU. :func:`compile_encoder` turns a parsed record schema into
 :class:`FastEncoder` whose :meth:`~FastEncoder.encode_many` encodes a list of records column
 by column with numpy:
 
-* every integer of every record (int and long fields, string lengths, array and map counts,
-  array items) goes through one zig-zag + varint pass;
-* the fixed-width fields (float, double, boolean) are cast column-wise;
-* the record's bytes are laid out as alternating *runs* of scalars (a row of a byte matrix,
-  masked by each varint's length) and *variable* columns (string bytes, array items, maps),
-  and every piece of every record is scattered into one buffer in one indexed assignment,
-  which is then cut per record.
+* every integer of every record (int and long fields, string lengths, array counts, the
+  items of integer arrays, the lengths of the strings in string arrays) goes through one
+  zig-zag + varint pass, and each varint is written straight to its place in one buffer
+  (byte k of every varint at least k + 1 bytes long in one indexed assignment);
+* the fixed-width fields (float, double, boolean) are cast column-wise, and they and the
+  strings' bytes are scattered into that buffer in one indexed assignment;
+* maps (most are empty) are built record by record in Python;
+* the buffer is cut per record. More than :data:`MAX_BATCH` records go slice by slice (the
+  values stay in the CPU caches); fewer than :data:`MIN_BATCH` go to fastavro one by one.
 
 Only flat records of int, long (timestamp-millis included), float, double, boolean, string,
 arrays of those (boolean aside) and maps of int/long/string are compiled; any other schema
-gives None and the caller keeps fastavro. A value the fast path does not take exactly as it is
-(a bool or a float where a long goes, an int beyond int32 in an int field, a missing field, a
-tuple of values, a string that cannot be UTF-8) sends *that record* to ``schemaless_writer``,
-so it encodes or fails exactly as fastavro would. Avro's rules as fastavro applies them: an
-empty array or map is the single byte 0; a non-empty one is one block (count, items) and 0.
+gives None and the caller keeps fastavro. A value the fast path does not take exactly as it
+is (a float or a str where a long goes, an int beyond int32 in an int field, a missing field
+without a default, a tuple of values, a string that cannot be UTF-8) sends *that record* to
+``schemaless_writer``, so it encodes or fails exactly as fastavro would; an integer that is
+not an int (a bool, a numpy integer) is written as its value, as fastavro writes it. Avro's
+rules as fastavro applies them: an empty array or map is the single byte 0; a non-empty one
+is one block (count, items) and 0.
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ FLOAT_DTYPE: dict[str, np.dtype[Any]] = {"float": np.dtype("<f4"), "double": np.
 ITEM_TYPES = frozenset({"int", "long", "float", "double", "string"})
 MAP_VALUE_TYPES = frozenset({"int", "long", "string"})
 LOGICAL_LONGS = frozenset({"timestamp-millis"})
+# fewer records than this go to fastavro one by one: the columnar pass costs a few hundred
+# microseconds whatever the batch (measured: about even at 32 FunctionPatterns)
+MIN_BATCH = 32
+# more records than this are encoded in slices of this many: the values of a slice stay in the
+# CPU caches (FunctionPatterns of the throughput workload, 2-core VM: 10.8 us a record in
+# slices of 512, 14-15 in slices of 1,024 to 4,096, 24 for 27,000 at once)
+MAX_BATCH = 512
 
 
 class BadRecords(Exception):
@@ -95,11 +106,12 @@ def _kind_of(avro_type: Any) -> tuple[str, str]:
     if "logicalType" in avro_type:
         ok = base == "long" and avro_type["logicalType"] in LOGICAL_LONGS
         return ("long", "") if ok else ("", "")
-    if base == "array" and avro_type.get("items") in ITEM_TYPES:
-        return "array", avro_type["items"]
-    if base == "map" and avro_type.get("values") in MAP_VALUE_TYPES:
-        return "map", avro_type["values"]
-    return "", ""
+    items, values = avro_type.get("items"), avro_type.get("values")
+    if base == "array" and isinstance(items, str) and items in ITEM_TYPES:
+        return "array", items
+    if base == "map" and isinstance(values, str) and values in MAP_VALUE_TYPES:
+        return "map", values
+    return "", ""  # nested records, enums, fixed, bytes, unions ...
 
 
 # ---- values -------------------------------------------------------------------------------
@@ -256,19 +268,19 @@ def value_bytes(kind: str) -> Callable[[Any], bytes]:
 
 
 def python_column(spec: FieldSpec, column: Sequence[Any]) -> list[bytes]:
-    """Arrays of strings and maps, encoded record by record (they are short and rare)."""
+    """Maps, encoded record by record (they are short, and most are empty)."""
     check = value_check(spec)
-    if set(map(type, column)) == {dict if spec.kind == "map" else list} and not any(column):
+    if set(map(type, column)) == {dict} and not any(column):
         return [b"\x00"] * len(column)  # all empty: the usual case
     require(column, all(map(check, column)), check)
     encode = value_bytes(spec.items)
-    if spec.kind == "map":
-        return [block_bytes(len(m), b"".join(string_item(k) + encode(v) for k, v in m.items())) for m in column]
-    return [block_bytes(len(a), b"".join(map(encode, a))) for a in column]
+    return [block_bytes(len(m), b"".join(string_item(k) + encode(v) for k, v in m.items())) for m in column]
 
 
 # ---- layout -------------------------------------------------------------------------------
 VARINT_HOWS = frozenset({"value", "length", "count", "end"})
+ITEM_HOWS = frozenset({"varints", "strings"})  # array items that start with a varint
+ARRAY_HOW = {"int": "varints", "long": "varints", "float": "reals", "double": "reals", "string": "strings"}
 
 
 @dataclass(frozen=True)
@@ -277,8 +289,8 @@ class Element:
 
     ``how``: a varint -- ``value`` (an int or long field), ``length`` (a string's byte length),
     ``count`` (an array's item count, absent when 0), ``end`` (the 0 closing an array);
-    ``fixed`` (a float, double or boolean field); ``utf8`` (a string's bytes); ``varints`` or
-    ``reals`` (an array's items); ``python`` (a whole array of strings or map, built in Python)."""
+    ``fixed`` (a float, double or boolean field); ``utf8`` (a string's bytes); ``varints``,
+    ``reals`` or ``strings`` (an array's items); ``python`` (a whole map, built in Python)."""
 
     field: int  # position of the field it belongs to
     how: str
@@ -294,9 +306,8 @@ def layout_of(specs: Sequence[FieldSpec]) -> list[Element]:
             out.append(Element(i, "fixed"))
         elif spec.kind == "string":
             out += [Element(i, "length"), Element(i, "utf8")]
-        elif spec.kind == "array" and spec.items != "string":
-            items = "varints" if spec.items in INTEGER_TYPES else "reals"
-            out += [Element(i, "count"), Element(i, items), Element(i, "end")]
+        elif spec.kind == "array":
+            out += [Element(i, "count"), Element(i, ARRAY_HOW[spec.items]), Element(i, "end")]
         else:
             out.append(Element(i, "python"))
     return out
@@ -344,6 +355,18 @@ def write_varints(out: np.ndarray, z: np.ndarray, lengths: np.ndarray, multi: np
         k += 1
 
 
+def byte_destinations(dest: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Where each byte of segments laid end to end (``lengths`` bytes each) goes when segment k
+    starts at ``dest[k]``: one cumulative sum of steps, 1 inside a segment and the jump to the
+    next segment's start at its first byte."""
+    keep = lengths > 0
+    dest, lengths = dest[keep], lengths[keep]
+    steps = np.ones(int(lengths.sum()), dtype=np.int64)
+    previous_last = np.concatenate([[0], (dest + lengths - 1)[:-1]])  # the sum before a segment
+    steps[np.cumsum(lengths) - lengths] = dest - previous_last
+    return np.cumsum(steps)
+
+
 # ---- the encoder --------------------------------------------------------------------------
 @dataclass
 class Columns:
@@ -355,7 +378,21 @@ class Columns:
     fixed: dict[int, np.ndarray] = field(default_factory=dict)  # float/double/boolean field or
     # array of reals -> its bytes, record after record
     texts: dict[int, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # string field -> bytes, lengths
+    item_texts: dict[int, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # string array -> the same
     pythons: dict[int, list[bytes]] = field(default_factory=dict)
+
+
+@dataclass
+class Items:
+    """One array whose items start with a varint (integers; strings: the byte length, then the
+    bytes): its column, the items per record, each item's offset in its record's array, and for
+    strings the items' varint lengths and (bytes, byte length of each)."""
+
+    column: int
+    counts: np.ndarray
+    offsets: np.ndarray
+    varint_lengths: np.ndarray
+    text: tuple[np.ndarray, np.ndarray] | None
 
 
 @dataclass
@@ -369,30 +406,31 @@ class Layout:
     z_lengths: np.ndarray
     multi: np.ndarray  # positions in z of the varints longer than one byte
     pieces: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (column, bytes) scattered
+    items: list[Items] = field(default_factory=list)  # the arrays whose items start with a varint
 
-    def write(self, slot_columns: np.ndarray, arrays: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> \
-            tuple[bytes, list[int], list[int]]:
+    def write(self, slot_columns: np.ndarray) -> tuple[bytes, list[int], list[int]]:
         """Every record's bytes in one buffer, and where each record starts and ends in it.
-        ``slot_columns``: the columns of the varint elements (their values come first in ``z``,
-        record by record); ``arrays``: (column, items per record, each item's byte offset in all
-        the array's items, where each record's items start there) of the integer arrays, whose
-        items follow in ``z``, array by array. A varint of length 0 (an empty block's count)
-        takes the spare byte past the end, overwritten by nothing that counts."""
+        ``slot_columns``: the columns of the varint elements, whose values come first in ``z``,
+        record by record; the :attr:`items`' varints follow, array by array. A varint of length
+        0 (an empty block's count) takes the spare byte past the end, which nothing keeps."""
         flat = self.lengths.ravel()
         dest = (np.cumsum(flat) - flat).reshape(self.lengths.shape)
         total = int(flat.sum())
         n_slots = len(self.lengths) * len(slot_columns)
         starts = [np.where(self.z_lengths[:n_slots] > 0, dest[:, slot_columns].ravel(), total)]
-        for column, counts, item_starts, record_starts in arrays:
-            starts.append(item_starts + np.repeat(dest[:, column] - record_starts, counts))
+        segments = [(dest[:, c], self.lengths[:, c], data) for c, data in self.pieces]
+        for items in self.items:
+            item_dest = np.repeat(dest[:, items.column], items.counts) + items.offsets
+            starts.append(item_dest)
+            if items.text is not None:
+                segments.append((item_dest + items.varint_lengths, items.text[1], items.text[0]))
         out = np.empty(total + 1, dtype=np.uint8)
         write_varints(out, self.z, self.z_lengths, self.multi, np.concatenate(starts))
-        if self.pieces:
-            seg_len = np.concatenate([self.lengths[:, c] for c, _ in self.pieces])
-            seg_dest = np.concatenate([dest[:, c] for c, _ in self.pieces])
-            seg_src = np.cumsum(seg_len) - seg_len
-            source = np.concatenate([data for _, data in self.pieces])
-            out[np.arange(len(source)) + np.repeat(seg_dest - seg_src, seg_len)] = source
+        if segments:
+            seg_dest = np.concatenate([d for d, _, _ in segments])
+            seg_len = np.concatenate([n for _, n, _ in segments])
+            source = np.concatenate([data for _, _, data in segments])
+            out[byte_destinations(seg_dest, seg_len)] = source
         first = dest[:, 0]
         return out[:total].tobytes(), first.tolist(), (first + self.lengths.sum(axis=1)).tolist()
 
@@ -400,27 +438,38 @@ class Layout:
 class FastEncoder:
     """Encodes records of one flat schema many at a time (see the module doc)."""
 
-    def __init__(self, parsed: dict, specs: list[FieldSpec]):
+    def __init__(self, parsed: dict, specs: list[FieldSpec], min_batch: int = MIN_BATCH):
         self.parsed = parsed
         self.specs = specs
+        self.min_batch = min_batch
         self.layout = layout_of(specs)
         self.varint_columns = np.array([1 + e for e, el in enumerate(self.layout) if el.how in VARINT_HOWS])
         self.is_count = np.array([el.how == "count" for el in self.layout if el.how in VARINT_HOWS])
         self.checks = [value_check(s) for s in specs]
         self.defaults = {s.name: s.default for s in specs if s.has_default}
-        names = [s.name for s in specs]
-        self._row: Callable[[dict], tuple] = operator.itemgetter(*names) if len(names) > 1 \
-            else (lambda r: (r[names[0]],))
+        self.names = frozenset(s.name for s in specs)
+        self._getters = [operator.itemgetter(s.name) for s in specs]
 
     def encode_many(self, records: Sequence[dict], prefix: bytes = b"") -> list[bytes]:
         """Each record's Avro body (after ``prefix``) exactly as ``fastavro.schemaless_writer``
-        writes it; a record it would refuse raises its error (unchanged, from fastavro)."""
-        rows, slow = self._rows(records)
+        writes it; a record it would refuse raises its error (unchanged, from fastavro). Fewer
+        than :attr:`min_batch` records go to fastavro one by one."""
+        if len(records) < self.min_batch:
+            return [prefix + fastavro_body(self.parsed, r) for r in records]
+        if len(records) > MAX_BATCH:
+            return [data for at in range(0, len(records), MAX_BATCH)
+                    for data in self.encode_many(records[at:at + MAX_BATCH], prefix)]
+        complete: Sequence[dict] = records
+        slow = set() if set(map(type, records)) == {dict} else {i for i, r in enumerate(records) if type(r) is not dict}
         while True:
             fast = [i for i in range(len(records)) if i not in slow]
             try:
-                encoded = self._encode_rows([rows[i] for i in fast], prefix) if fast else []
+                encoded = self._encode_records([complete[i] for i in fast], prefix) if fast else []
                 break
+            except KeyError:  # a field left out: fastavro's defaults filled in, then again
+                if complete is not records:
+                    raise
+                complete, slow = self._complete(records)
             except BadRecords as bad:
                 slow |= {fast[i] for i in bad.indices} or set(fast)
         out: list[bytes] = [b""] * len(records)
@@ -430,35 +479,28 @@ class FastEncoder:
             out[i] = prefix + fastavro_body(self.parsed, records[i])
         return out
 
-    def _rows(self, records: Sequence[dict]) -> tuple[list[tuple], set[int]]:
-        """Each record's field values in schema order, fastavro's defaults filling missing fields;
-        the positions of records that are not plain dicts or miss a field without a default."""
-        rows: list[tuple] = []
+    def _complete(self, records: Sequence[dict]) -> tuple[Sequence[dict], set[int]]:
+        """``records`` with every field, fastavro's defaults filling in missing ones, and the
+        positions of those that are not plain dicts (a Mapping with ``__missing__`` would not
+        read as fastavro reads it) or miss a field without a default."""
+        names = self.names
+        complete: list[dict] = []
         slow: set[int] = set()
-        row = self._row
         for i, record in enumerate(records):
-            if type(record) is not dict:  # a Mapping with __missing__ would not read as fastavro reads
-                rows.append(())
+            filled = {**self.defaults, **record} if type(record) is dict else {}
+            complete.append(filled)
+            if not names <= filled.keys():
                 slow.add(i)
-                continue
-            try:
-                rows.append(row(record))
-            except KeyError:
-                try:
-                    rows.append(row({**self.defaults, **record}))
-                except KeyError:
-                    rows.append(())
-                    slow.add(i)
-        return rows, slow
+        return complete, slow
 
-    def _encode_rows(self, rows: list[tuple], prefix: bytes) -> list[bytes]:
-        n = len(rows)
-        columns = self._columns(list(zip(*rows, strict=True)), n)
+    def _encode_records(self, records: list[dict], prefix: bytes) -> list[bytes]:
+        n = len(records)
+        columns = self._columns([list(map(get, records)) for get in self._getters], n)
         buf, starts, ends = self._write(columns, n, prefix)
         return [buf[s:e] for s, e in zip(starts, ends, strict=True)]
 
     # -- columns
-    def _columns(self, by_field: list[tuple], n: int) -> Columns:
+    def _columns(self, by_field: list[list[Any]], n: int) -> Columns:
         """Every field's values checked and converted; :class:`BadRecords` names the records that
         must go to fastavro."""
         cols = Columns()
@@ -475,7 +517,7 @@ class FastEncoder:
                 cols.slot_ints.append(self._slot_values(cols, el, n))
         return cols
 
-    def _column(self, cols: Columns, i: int, spec: FieldSpec, column: tuple) -> None:
+    def _column(self, cols: Columns, i: int, spec: FieldSpec, column: list[Any]) -> None:
         check = self.checks[i]
         if spec.kind in INTEGER_TYPES:
             bounds = (INT_MIN, INT_MAX) if spec.kind == "int" else (LONG_MIN, LONG_MAX)
@@ -487,12 +529,12 @@ class FastEncoder:
             cols.fixed[i] = np.array(column, dtype=np.uint8)
         elif spec.kind == "string":
             cols.texts[i] = utf8_column(column, check)
-        elif spec.kind == "array" and spec.items != "string":
+        elif spec.kind == "array":
             self._array_column(cols, i, spec, column)
         else:
             cols.pythons[i] = python_column(spec, column)
 
-    def _array_column(self, cols: Columns, i: int, spec: FieldSpec, column: tuple) -> None:
+    def _array_column(self, cols: Columns, i: int, spec: FieldSpec, column: list[Any]) -> None:
         check = self.checks[i]
         require(column, set(map(type, column)) <= {list}, check)
         items = list(itertools.chain.from_iterable(column))
@@ -501,6 +543,8 @@ class FastEncoder:
             if spec.items in INTEGER_TYPES:
                 bounds = (INT_MIN, INT_MAX) if spec.items == "int" else (LONG_MIN, LONG_MAX)
                 cols.item_ints[i] = int_array(items, item_check, bounds)
+            elif spec.items == "string":
+                cols.item_texts[i] = utf8_column(items, item_check)
             else:
                 cols.fixed[i] = real_array(items, item_check, FLOAT_DTYPE[spec.items]).view(np.uint8)
         except BadRecords:
@@ -524,8 +568,9 @@ class FastEncoder:
         elements record by record, then the integer arrays' items array by array) straight to
         their place, the other elements scattered from their columns."""
         slot_ints = np.stack(cols.slot_ints, axis=1) if cols.slot_ints else np.zeros((n, 0), np.int64)
-        arrays = [(e, el.field) for e, el in enumerate(self.layout) if el.how == "varints"]
-        z = zigzag(np.concatenate([slot_ints.ravel(), *(cols.item_ints[f] for _, f in arrays)]))
+        arrays = [(e, el.field) for e, el in enumerate(self.layout) if el.how in ITEM_HOWS]
+        item_values = [cols.item_ints[f] if f in cols.item_ints else cols.item_texts[f][1] for _, f in arrays]
+        z = zigzag(np.concatenate([slot_ints.ravel(), *item_values]))
         z_lengths, multi = varint_lengths(z)
         kv = slot_ints.shape[1]
         slot_lengths = z_lengths[:n * kv].reshape(n, kv)  # a view: zeroing a count zeroes it in z_lengths
@@ -535,22 +580,26 @@ class FastEncoder:
         if prefix:
             lay.lengths[:, 0] = len(prefix)
             lay.pieces.append((0, np.frombuffer(prefix * n, dtype=np.uint8)))
-        placed, at = [], n * kv
+        at = n * kv
         for e, f in arrays:
             counts = cols.counts[f]
-            item_lengths = z_lengths[at:at + len(cols.item_ints[f])]
+            item_varints = z_lengths[at:at + int(counts.sum())]
+            text = cols.item_texts.get(f)
+            item_lengths = item_varints + text[1] if text is not None else item_varints
             ends = np.cumsum(item_lengths)
             byte_ends = np.concatenate([[0], ends])[np.cumsum(counts)]
             record_starts = np.concatenate([[0], byte_ends[:-1]])
             lay.lengths[:, 1 + e] = byte_ends - record_starts
-            placed.append((1 + e, counts, ends - item_lengths, record_starts))
-            at += len(item_lengths)
+            offsets = ends - item_lengths - np.repeat(record_starts, counts)
+            lay.items.append(Items(1 + e, counts, offsets, item_varints,
+                                   None if text is None else (np.frombuffer(text[0], np.uint8), text[1])))
+            at += len(item_varints)
         for e, el in enumerate(self.layout):
-            if el.how not in VARINT_HOWS and el.how != "varints":
+            if el.how not in VARINT_HOWS and el.how not in ITEM_HOWS:
                 lengths, data = self._piece(cols, el, n)
                 lay.lengths[:, 1 + e] = lengths
                 lay.pieces.append((1 + e, data))
-        return lay.write(self.varint_columns, placed)
+        return lay.write(self.varint_columns)
 
     def _piece(self, cols: Columns, el: Element, n: int) -> tuple[np.ndarray | int, np.ndarray]:
         """(bytes per record, bytes) of one element that is not a varint."""
@@ -573,12 +622,13 @@ def fastavro_body(parsed: Any, record: Any) -> bytes:
     return buf.getvalue()
 
 
-def compile_encoder(parsed: Any) -> FastEncoder | None:
+def compile_encoder(parsed: Any, min_batch: int = MIN_BATCH) -> FastEncoder | None:
     """A :class:`FastEncoder` for a parsed record schema; None when a field's type is not one
-    the fast path supports (the caller keeps fastavro)."""
+    the fast path supports (the caller keeps fastavro). Fewer than ``min_batch`` records at
+    once are encoded by fastavro one by one."""
     if not isinstance(parsed, dict) or parsed.get("type") != "record" or not parsed.get("fields"):
         return None
     specs = [field_spec(f) for f in parsed["fields"]]
     if any(s is None for s in specs):
         return None
-    return FastEncoder(parsed, [s for s in specs if s is not None])
+    return FastEncoder(parsed, [s for s in specs if s is not None], min_batch)

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perftracker_ml.deploy.workloads.batches import Workload
-from perftracker_ml.schemas import Codec, SchemaError, bundled_schemas
+from perftracker_ml.schemas import Codec, MultiCodec, SchemaError, bundled_schemas
 from perftracker_ml.schemas.fast_encode import (
     INT_MAX,
     INT_MIN,
     LONG_MAX,
     LONG_MIN,
+    MAX_BATCH,
     compile_encoder,
     fastavro_body,
     varint_bytes,
@@ -39,9 +40,18 @@ def reference(name: str, records: list[dict]) -> list[bytes]:
 
 
 def fast(name: str, records: list[dict]) -> list[bytes]:
-    encoder = compile_encoder(CODECS[name].writer.parsed)
+    """The columnar path, however few the records."""
+    encoder = compile_encoder(CODECS[name].writer.parsed, min_batch=1)
     assert encoder is not None
     return encoder.encode_many(records)
+
+
+def eager_codec(name: str) -> Codec:
+    """A codec whose ``encode_many`` takes the columnar path for any number of records."""
+    codec = Codec(name)
+    assert codec.fast is not None
+    codec.fast.min_batch = 1
+    return codec
 
 
 # ---- random records -----------------------------------------------------------------------
@@ -96,7 +106,7 @@ def test_rank_windows_are_encoded_as_fastavro_encodes_them(batch: list[dict]) ->
 def test_codec_encode_many_is_encode_record_by_record(batch: list[dict]) -> None:
     for record in batch:
         record.pop("schema_version", None) if len(record) % 2 else None  # filled in, as encode does
-    codec = CODECS[FUNCTION_PATTERN]
+    codec = eager_codec(FUNCTION_PATTERN)
     assert codec.encode_many(batch) == [codec.encode(r) for r in batch]
 
 
@@ -133,27 +143,39 @@ def real_records() -> dict[str, list[dict]]:
 @pytest.mark.parametrize("name", [FUNCTION_PATTERN, RANK_WINDOW])
 def test_real_closed_records_are_encoded_as_fastavro_encodes_them(name: str) -> None:
     batch = real_records()[name]
-    assert len(batch) > 10
+    assert len(batch) > 20
     assert fast(name, batch) == reference(name, batch)
-    codec = CODECS[name]
+    codec = eager_codec(name)
     assert codec.encode_many(batch) == [codec.encode(r) for r in batch]
     assert codec.decode(codec.encode_many(batch)[0]) == codec.decode(codec.encode(batch[0]))
 
 
-def test_stream_context_encode_many_is_encode_record_by_record() -> None:
+def eager_context() -> StreamContext:
+    """A context whose codecs take the columnar path for any number of records."""
     ctx = StreamContext(names=TopicNames.for_prefix("t"), policy=DetectionPolicy())
+    for codec in ctx.codecs.values():
+        for member in codec.codecs.values() if isinstance(codec, MultiCodec) else [codec]:
+            if member.fast is not None:
+                member.fast.min_batch = 1
+    return ctx
+
+
+def test_stream_context_encode_many_is_encode_record_by_record() -> None:
+    ctx = eager_context()
     for name, batch in real_records().items():
         assert ctx.encode_many(name, batch) == [ctx.encode(name, r) for r in batch]
+        assert ctx.encode_many(name, batch[:3]) == [ctx.encode(name, r) for r in batch[:3]]
 
 
 def test_encode_all_keeps_order_and_loses_only_a_bad_record() -> None:
-    ctx = StreamContext(names=TopicNames.for_prefix("t"), policy=DetectionPolicy())
-    fps, rws = real_records()[FUNCTION_PATTERN][:5], real_records()[RANK_WINDOW][:3]
-    mixed = [(FUNCTION_PATTERN, fps[0]), (RANK_WINDOW, rws[0]), (FUNCTION_PATTERN, fps[1]),
-             (FUNCTION_PATTERN, dict(fps[2], count="many")), (RANK_WINDOW, rws[1]), (FUNCTION_PATTERN, fps[3])]
+    ctx = eager_context()
+    fps, rws = real_records()[FUNCTION_PATTERN][:60], real_records()[RANK_WINDOW][:3]
+    mixed = [(FUNCTION_PATTERN, r) for r in fps[:30]] + [(RANK_WINDOW, rws[0])]
+    mixed += [(FUNCTION_PATTERN, dict(fps[30], count="many")), (RANK_WINDOW, rws[1])]
+    mixed += [(FUNCTION_PATTERN, r) for r in fps[31:]]
     out = encode_all(ctx, mixed)
-    assert isinstance(out[3], SchemaError)
-    assert [v for i, v in enumerate(out) if i != 3] == [ctx.encode(n, r) for i, (n, r) in enumerate(mixed) if i != 3]
+    assert isinstance(out[31], SchemaError)
+    assert [v for i, v in enumerate(out) if i != 31] == [ctx.encode(n, r) for i, (n, r) in enumerate(mixed) if i != 31]
 
 
 # ---- what fastavro refuses, and what it takes --------------------------------------------
@@ -163,7 +185,7 @@ def test_encode_all_keeps_order_and_loses_only_a_bad_record() -> None:
     {"window_s": 1 << 1100},
 ])
 def test_a_bad_record_raises_schema_error_as_encode_does(change: dict) -> None:
-    codec = CODECS[FUNCTION_PATTERN]
+    codec = eager_codec(FUNCTION_PATTERN)
     good = real_records()[FUNCTION_PATTERN][:3]
     bad = dict(good[1], **change)
     with pytest.raises(SchemaError):
@@ -173,7 +195,7 @@ def test_a_bad_record_raises_schema_error_as_encode_does(change: dict) -> None:
 
 
 def test_a_missing_field_without_default_raises_and_with_one_is_filled_in() -> None:
-    codec = CODECS[FUNCTION_PATTERN]
+    codec = eager_codec(FUNCTION_PATTERN)
     record = real_records()[FUNCTION_PATTERN][0]
     no_count = {k: v for k, v in record.items() if k != "count"}
     with pytest.raises(SchemaError):
@@ -190,7 +212,7 @@ def test_a_missing_field_without_default_raises_and_with_one_is_filled_in() -> N
 def test_values_fastavro_takes_are_written_as_it_writes_them(change: dict) -> None:
     """An int beyond int32 in an int field is not refused by fastavro (it writes a longer
     varint): the fast path hands such a record to fastavro, so the bytes stay the same."""
-    codec = CODECS[FUNCTION_PATTERN]
+    codec = eager_codec(FUNCTION_PATTERN)
     good = real_records()[FUNCTION_PATTERN][:2]
     batch = [good[0], dict(good[1], **change)]
     assert codec.encode_many(batch) == [codec.encode(r) for r in batch]
@@ -205,3 +227,16 @@ def test_unsupported_schemas_keep_fastavro() -> None:
     assert anomaly.writer is sample
     if anomaly.fast is None:  # nested records: encode_many is encode one by one
         assert anomaly.encode_many([]) == []
+
+
+def test_every_bundled_schema_compiles_or_is_reported_unsupported() -> None:
+    schemas = bundled_schemas()
+    compiled = {name: compile_encoder(schemas.latest(name).parsed) is not None for name in schemas.names()}
+    assert compiled[FUNCTION_PATTERN] and compiled[RANK_WINDOW]
+    assert not compiled[EVENT_BATCH] or Codec(EVENT_BATCH).fast is None
+
+
+def test_more_records_than_a_slice_are_encoded_slice_by_slice_in_order() -> None:
+    base = real_records()[FUNCTION_PATTERN]
+    batch = [dict(base[i % len(base)], window_id=i) for i in range(MAX_BATCH * 2 + 7)]
+    assert fast(FUNCTION_PATTERN, batch) == reference(FUNCTION_PATTERN, batch)
