@@ -9,8 +9,8 @@ rank, as the agent keeps them; no window closing):
 * ``chunk_fold_us_per_event``: ``summarize.add_batches`` over chunks of ``--chunk`` batches
   (the agent's ``TAKE_MESSAGES``): ``streams/detect/chunk_fold.py``, the chunk's columns
   folded with numpy, Python per distinct name, (rank, window, function) group and rank.
-  ``sequential_batches``: those it folded one at a time (each rank's first batch, which
-  fixes the rank's first window).
+  ``sequential_batches``: those it folded one at a time (none on this clean job: a rank's
+  first batch, which fixes its first window, is folded column-wise too).
 
 Both leave the same state (``tests/unit/streams/detect/test_chunk_fold.py``). Before the chunk
 fold was built, this benchmark timed a prototype of it (docs/benchmarks.md).

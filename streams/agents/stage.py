@@ -104,12 +104,11 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
                 observer.fed(core, name, record)
             ctx.count_in(name)
         out: list[Routed] = []
+        if stage.poll_on_input:
+            out, failed = stage.poll_all(list(fed.values()), now, False)
+            for error in failed:
+                ctx.failed(stage.name, error)
         for key, core in fed.items():
-            try:
-                if stage.poll_on_input:
-                    out += stage.poll(core, now, False)
-            except Exception as exc:
-                ctx.failed(stage.name, exc)
             cores.schedule(key, core)
         return out
 
@@ -150,12 +149,11 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
         cores.clocks.input_pending(any(ctx.held[role] > 0 or input_pending(app, ctx.topics[role])
                                        for role in (stage.topic, *upstream)))
         now = now_ms()
-        out: list[Routed] = []
-        for key, core in cores.due(now):  # the cores with something due (topology.Cores.due)
-            try:
-                out += stage.poll(core, now, False)
-            except Exception as exc:
-                ctx.failed(f"{stage.name}.tick", exc)
+        due = cores.due(now)  # the cores with something due (topology.Cores.due)
+        out, failed = stage.poll_all([core for _, core in due], now, False)
+        for error in failed:
+            ctx.failed(f"{stage.name}.tick", error)
+        for key, core in due:
             if cores.polled(key, core, now) and observer is not None:
                 observer.dropped(core)
         try:
