@@ -32,6 +32,7 @@ from confluent_kafka import Producer
 from perftracker_ml.deploy.tansu import start_broker
 from perftracker_ml.deploy.workloads import store_records as samples
 from perftracker_ml.schemas import MultiCodec
+from perftracker_ml.schemas.gc_policy import SERVICE_YOUNG, tune_gc
 from perftracker_ml.schemas.settings import (
     AlertSettings,
     KafkaSettings,
@@ -49,7 +50,7 @@ from perftracker_ml.schemas.vocabulary import (
 )
 from perftracker_ml.sinks.rows import flat_rows
 from perftracker_ml.sinks.schema import TABLES
-from perftracker_ml.sinks.service import SinkService, tune_gc
+from perftracker_ml.sinks.service import SinkService
 
 NAMES = [FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON, ANOMALY]
 
@@ -141,7 +142,7 @@ def run(ranks: int, windows: int, alerts: int, raw_ingest: bool = True) -> dict:
         alerts=AlertSettings(webhook_url=rx.url, webhook_secret=Secret("bench")))
     topics = TopicNames.for_prefix("bench")
     conf = {"bootstrap.servers": broker.bootstrap}
-    tune_gc()  # as run_sink does in the sink process
+    tune_gc(SERVICE_YOUNG)  # as run_sink does in the sink process
     service = SinkService(settings)
     try:
         from perftracker_ml.schemas.kafka_admin import ensure_topics

@@ -25,7 +25,8 @@ collectors send them), then timed in this one process:
 
 Each figure is the best of ``--repeat`` runs (wall clock; ``*_cpu_s`` is this process's
 CPU time for the same run, librdkafka's threads included). On a shared machine compare
-``load_avg_1m`` and ``cpus``. ``--profile FILE`` writes a cProfile of one end-to-end run.
+``load_avg_1m`` and ``cpus``. The process and the Faust worker run with the worker's garbage
+collector thresholds (``--gc-young``, default ``streams.gc_young_objects``; 0: CPython's own). ``--profile FILE`` writes a cProfile of one end-to-end run.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ from typing import Any
 from perftracker_ml.collectors.batch import event_count
 from perftracker_ml.deploy.workloads.batches import Workload, batches
 from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.gc_policy import tune_gc
 from perftracker_ml.schemas.rules import limits_for
+from perftracker_ml.schemas.settings import StreamSettings
 from perftracker_ml.schemas.topics import TopicNames
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH, HARDWARE_BATCH
@@ -397,10 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faust", action="store_true",
                     help="also time a real `perftracker worker` (Faust) catching up on the same batches")
     ap.add_argument("--faust-spy", help="sample that worker with py-spy into this file (collapsed stacks)")
+    ap.add_argument("--gc-young", type=int, default=StreamSettings().gc_young_objects,
+                    help="this process's and the Faust worker's young GC threshold, as a worker sets it "
+                         "(schemas/gc_policy.py; 0 = CPython's defaults)")
     args = ap.parse_args(argv)
     w = Workload(ranks=args.ranks, seconds=args.seconds, tp=args.tp, pp=args.pp)
     w.check()
+    thresholds = tune_gc(args.gc_young)  # as `perftracker worker` does after start-up
+    os.environ["PERFTRACKER_STREAMS_GC_YOUNG_OBJECTS"] = str(args.gc_young)  # the Faust worker's
     out = run(w, args.repeat, args.bootstrap, args.profile, args.faust or bool(args.faust_spy), args.faust_spy)
+    out["gc_thresholds"] = list(thresholds)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from ..schemas.errors import ConfigError
+from ..schemas.gc_policy import tune_gc
 from ..schemas.http_auth import check_bind
 from ..schemas.kafka_admin import TopicKeeper, ensure_topics
 from ..schemas.logs import setup_logging
@@ -39,6 +40,7 @@ def run_worker(settings: Settings) -> None:
     if ignored_properties(settings.kafka):
         log.warning("kafka.librdkafka properties apply to librdkafka clients (collectors, sink), not to the "
                     "worker's aiokafka clients; not applied here: %s", ", ".join(ignored_properties(settings.kafka)))
+    tune_gc(settings.streams.gc_young_objects)  # after start-up: what exists now is frozen
     worker = faust.Worker(app, loglevel=settings.log_level.lower(), redirect_stdouts=False,
                           override_logging=False)  # setup_logging did it
     worker.execute_from_commandline()
