@@ -77,6 +77,11 @@ class Outcome:
         stage emits empty windows of silent ranks for as long as it runs)."""
         return {k: v for k, v in self.windows.items() if k[1] <= last_window}
 
+    def relative(self, first_window: int, last_window: int) -> dict[tuple[int, int], int]:
+        """:meth:`upto`, each window counted from the job's first (``first_window``): runs of the
+        same job started at different times compare window for window."""
+        return {(r, w - first_window): v for (r, w), v in self.upto(last_window).items()}
+
     def summary(self) -> dict[str, Any]:
         ranks = {r for r, _ in self.windows}
         per_rank = Counter(r for r, _ in self.windows)
@@ -237,6 +242,7 @@ def run_size(ranks: int, seconds: int, functions: int, behind_s: int, wall_clock
         last = last_window(wall0, seconds, wms)
         res["same_as_live"] = lv.upto(last) == backlog.upto(last) and lv.incidents == backlog.incidents
         res["_live"] = lv
+        res["_window0"] = (wall0 // MS) // wms  # the job's first window (it starts on a window edge)
     return res
 
 
@@ -355,7 +361,7 @@ def run_worker(ranks: int, seconds: int, functions: int, behind_s: int, timeout_
             "worker_events_per_s": round(sent * outcome_events_per_batch(ranks, functions) / drained),
             "worker_peak_rss_mb": round(peak / 1024, 1), "worker_events_dropped": events_dropped,
             "worker": outcome.summary(), "_outcome": outcome,
-            "_last": last_window(wall0, seconds, policy.window_ms)}
+            "_last": last_window(wall0, seconds, policy.window_ms), "_window0": (wall0 // MS) // policy.window_ms}
 
 
 def outcome_events_per_batch(ranks: int, functions: int) -> int:
@@ -406,11 +412,14 @@ def main(argv: list[str] | None = None) -> int:
                            live=not args.no_live or args.worker)
             if args.worker:
                 w = run_worker(ranks, args.seconds, args.functions, args.behind_s, args.worker_timeout_s)
-                outcome, live, last = w.pop("_outcome"), res["_live"], w.pop("_last")
+                outcome, live, last, first = w.pop("_outcome"), res["_live"], w.pop("_last"), w.pop("_window0")
                 res.update(w)
-                res["worker_same_as_live"] = live.upto(last) == outcome.upto(last) and \
-                    live.incidents == outcome.incidents
+                # the worker's job was produced later than the live run's: windows compared from each one's first
+                live_first = res.pop("_window0")
+                res["worker_same_as_live"] = (live.relative(live_first, live_first + last - first)
+                                              == outcome.relative(first, last)) and live.incidents == outcome.incidents
             res.pop("_live", None)
+            res.pop("_window0", None)
             res.update(machine())
             print(json.dumps(res))
             continue
