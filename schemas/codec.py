@@ -33,15 +33,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
 from . import columns
 from .errors import SchemaError
-from .fast_encode import FastEncoder, compile_encoder
 from .vocabulary import CONFLUENT_MAGIC, SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_MAGIC
+
+if TYPE_CHECKING:  # imported where used: it needs numpy, which the slim collector install has not
+    from .fast_encode import FastEncoder
 
 # record name -> the versions that retyped fields (not appended): a writer older than one
 # is read with the last version before it, never resolved across it
@@ -167,8 +169,15 @@ class Codec:
     @cached_property
     def fast(self) -> FastEncoder | None:
         """The columnar encoder of the writer schema (:mod:`.fast_encode`); None for a packed
-        writer or a schema it does not compile (those records go through :meth:`encode`)."""
-        return None if self._packed else compile_encoder(self.writer.parsed)
+        writer, a schema it does not compile, or no numpy (the slim collector install): those
+        records go through :meth:`encode`."""
+        if self._packed:
+            return None
+        try:
+            from .fast_encode import compile_encoder
+        except ImportError:
+            return None
+        return compile_encoder(self.writer.parsed)
 
     def encode_many(self, records: Sequence[dict]) -> list[bytes]:
         """``[self.encode(r) for r in records]``, byte for byte, encoded column-wise at once
