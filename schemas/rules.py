@@ -162,12 +162,7 @@ class Ints(Rule):
         lo_of, hi_of, fields = resolve(self.lo, limits), resolve(self.hi, limits), self.fields
 
         def check(rec: dict, root: dict, path: str) -> str | None:
-            lo, hi = lo_of(root), hi_of(root)
-            for f in fields:
-                v = rec[f]
-                if not lo <= v <= hi:
-                    return f"{path}{f} = {show(v)}: outside [{lo}, {hi}]"
-            return None
+            return _ints_outside(rec, path, fields, lo_of(root), hi_of(root))
         return check
 
     def _bind_static(self, lo: Any, hi: Any) -> Check:
@@ -175,12 +170,17 @@ class Ints(Rule):
         fields = self.fields
 
         def check(rec: dict, root: dict, path: str) -> str | None:
-            for f in fields:
-                v = rec[f]
-                if not lo <= v <= hi:
-                    return f"{path}{f} = {show(v)}: outside [{lo}, {hi}]"
-            return None
+            return _ints_outside(rec, path, fields, lo, hi)
         return check
+
+
+def _ints_outside(rec: dict, path: str, fields: Fields, lo: Any, hi: Any) -> str | None:
+    """:class:`Ints`' message for the first of ``fields`` outside [lo, hi]; None when all are within."""
+    for f in fields:
+        v = rec[f]
+        if not lo <= v <= hi:
+            return f"{path}{f} = {show(v)}: outside [{lo}, {hi}]"
+    return None
 
 
 @dataclass(frozen=True)
