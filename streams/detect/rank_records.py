@@ -60,15 +60,9 @@ class Closing:
 Routed = tuple[str, FunctionPattern | RankWindow]
 
 
-def close_window(meta: RankMeta, window_id: int, window_s: float, w: WindowAcc, progress: RankProgress,
-                 health: RankHealth, batches: int, ended: bool = False) -> list[Routed]:
-    """One closed window -> [("FunctionPattern", rec), ..., ("RankWindow", rec)], functions sorted."""
-    return close_windows([Closing(meta, window_id, window_s, w, progress, health, batches, ended)])
-
-
 def close_windows(closing: Sequence[Closing]) -> list[Routed]:
-    """:func:`close_window` of each window, in order -- each one's FunctionPatterns (functions
-    sorted), then its RankWindow -- with the patterns of every window computed together
+    """Each closed window's records, in order: [("FunctionPattern", rec), ..., ("RankWindow", rec)],
+    its functions sorted, with the patterns of every window computed together
     (:func:`pattern_records`): a timer tick closes one window of each of a job's ranks, and the
     numpy calls then run once for all of them instead of once per rank."""
     parts: list[PatternSource] = []
@@ -91,7 +85,7 @@ def close_windows(closing: Sequence[Closing]) -> list[Routed]:
 
 
 def pattern_functions(rw: RankWindow) -> set[str]:
-    """Names of the FunctionPatterns :func:`close_window` sent before ``rw`` (same window, same
+    """Names of the FunctionPatterns :func:`close_windows` sent before ``rw`` (same window, same
     rank): its functions, plus the per-kind aggregates when it had any function or step."""
     names = {str(n) for n in rw.get("functions", [])}
     if names or int(rw.get("steps", 0)) > 0:
