@@ -4,13 +4,12 @@ Builds the batches of ``benchmarks.throughput``'s workload (512 ranks, 12 s by d
 decodes them once, then times on this process's CPU, each on fresh summarizers (one per
 rank, as the agent keeps them; no window closing):
 
-* ``event_fold_us_per_event``: ``RankSummarizer.add_events`` batch by batch
-  (``streams/detect/rank_events.py``: one Python pass over each batch's events);
+* ``event_fold_us_per_event``: ``RankSummarizer.add_events`` batch by batch (the chunk fold of
+  a chunk of one: what the trace importer and one-record callers pay);
 * ``chunk_fold_us_per_event``: ``summarize.add_batches`` over chunks of ``--chunk`` batches
   (the agent's ``TAKE_MESSAGES``): ``streams/detect/chunk_fold.py``, the chunk's columns
   folded with numpy, Python per distinct name, (rank, window, function) group and rank.
-  ``sequential_batches``: those it folded one at a time (none on this clean job: a rank's
-  first batch, which fixes its first window, is folded column-wise too).
+  ``sequential_batches``: those it folded alone (none on this clean job).
 
 Both leave the same state (``tests/unit/streams/detect/test_chunk_fold.py``). Before the chunk
 fold was built, this benchmark timed a prototype of it (docs/benchmarks.md).

@@ -56,6 +56,7 @@ from perftracker_ml.deploy.workloads.ranks import (  # noqa: F401 (re-exported f
     SyntheticRanks,
 )
 from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
+from perftracker_ml.streams.agents.stage import TAKE_MESSAGES
 from perftracker_ml.streams.detect import DetectionPolicy
 from perftracker_ml.streams.topology import STAGES, LocalRunner, Routed, Stage
 
@@ -63,7 +64,8 @@ DEFAULT_SIZES = (8, 64, 512, 4096)
 
 
 def _timed_stages(cpu: dict[str, float]) -> list[Stage[Any]]:
-    """The topology's stages with their feed/poll calls' CPU time added to ``cpu[stage]``."""
+    """The topology's stages with their feed/poll calls' CPU time (a chunk's and many cores' at
+    once included) added to ``cpu[stage]``."""
     clock = time.process_time
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,7 +77,12 @@ def _timed_stages(cpu: dict[str, float]) -> list[Stage[Any]]:
                 cpu[name] += clock() - t
         return timed
 
-    return [dataclasses.replace(s, feed=wrap(s.name, s.feed), poll=wrap(s.name, s.poll)) for s in STAGES]
+    def maybe(name: str, fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        return None if fn is None else wrap(name, fn)
+
+    return [dataclasses.replace(s, feed=wrap(s.name, s.feed), poll=wrap(s.name, s.poll),
+                                feed_chunk=maybe(s.name, s.feed_chunk), poll_many=maybe(s.name, s.poll_many))
+            for s in STAGES]
 
 
 def _rss_kb(field: str) -> int:
@@ -113,13 +120,13 @@ def run_size(ranks: int, windows: int, functions: int = 30, policy: DetectionPol
     batches = events = 0
     for second in range(seconds):
         now = t0_ms + (second + 1) * 1000
-        for r in range(ranks):
-            rec = sim.batch(r, second)
+        for first in range(0, ranks, TAKE_MESSAGES):  # in the agent's chunks (its fold, once per chunk)
+            chunk = [(EVENT_BATCH, sim.batch(r, second)) for r in range(first, min(first + TAKE_MESSAGES, ranks))]
             c = time.process_time()
-            out += runner.feed(EVENT_BATCH, rec, now)
+            out += runner.feed_chunk(chunk, now)
             cpu += time.process_time() - c
-            batches += 1
-            events += sim.events_per_batch
+            batches += len(chunk)
+            events += sim.events_per_batch * len(chunk)
         for k in range(1000 // TICK_MS):  # the timer's ticks over that second
             c = time.process_time()
             out += runner.tick(now + k * TICK_MS)

@@ -19,7 +19,7 @@ collectors send them), then timed in this one process:
 * ``decode_events_per_s``: the input codec's ``decode`` and the validation alone over the
   encoded batches.
 * ``summarize_events_per_s``: the chunk fold + ``poll`` (window closing included) alone
-  over decoded batches (``sequential_batches``: those the chunk fold folded one at a time); ``emit_records_per_s``: encoding the closed records alone.
+  over decoded batches (``sequential_batches``: those the chunk fold folded alone, their chunk unreadable together); ``emit_records_per_s``: encoding the closed records alone.
 * ``consume_events_per_s``: the consumer loop alone (message values touched, nothing
   decoded): the broker and librdkafka floor.
 
@@ -97,7 +97,7 @@ class AgentCalls:
     summarizers: dict[tuple[str, int], RankSummarizer] = field(default_factory=dict)
     emitted: int = 0
     invalid: int = 0
-    sequential: int = 0  # EventBatches folded one at a time in add_chunk (chunk_fold's fallback)
+    sequential: int = 0  # EventBatches folded alone in add_chunk (a chunk unreadable together)
 
     def __post_init__(self) -> None:
         self.gaps = GapMetrics(self.ctx.counters)
@@ -380,7 +380,7 @@ def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, fa
     out.update(worker)
     out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
     out["invalid_end_to_end"] = calls.invalid  # batches validation refused (none: the job is clean)
-    out["sequential_batches"] = calls.sequential  # folded one at a time (none on this clean job)
+    out["sequential_batches"] = calls.sequential  # folded alone (none on this clean job)
     out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})

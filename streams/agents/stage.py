@@ -91,7 +91,7 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
         try:
             result = stage.feed_chunk(items, now)
             failure = getattr(result, "failure", None)
-            if failure is not None:  # recovered from (folded one at a time), but a defect to see
+            if failure is not None:  # recovered from (folded a batch at a time), but a defect to see
                 ctx.failed(f"{stage.name}.chunk", failure)
             one_at_a_time, folded = getattr(result, "sequential", 0), getattr(result, "folded", 0)
             if folded:

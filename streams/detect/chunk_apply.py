@@ -1,6 +1,6 @@
 """The chunk fold's changes (:mod:`.chunk_fold`): the plan (:mod:`.chunk_plan`) applied to the
-folders of the ranks folded column-wise -- skip counts and data time, each (rank, window,
-function) accumulator extended once, steps, latest event and pending collective, CPU samples."""
+ranks' folders -- skip counts and data time, each (rank, window, function) accumulator extended
+once, steps, latest event and pending collective, each batch's host evidence."""
 
 from __future__ import annotations
 
@@ -15,20 +15,19 @@ if TYPE_CHECKING:
     from .chunk_plan import Plan
 
 
-def apply(plan: Plan, result: ChunkResult) -> None:
-    """Change the folders of the ranks folded column-wise."""
-    fast = ~plan.sequential
-    for rr in np.flatnonzero(fast & plan.fresh).tolist():
+def apply(plan: Plan, result: ChunkResult, at: list[int]) -> None:
+    """Change the ranks' folders (a batch's error recorded under its position ``at``)."""
+    for rr in np.flatnonzero(plan.fresh).tolist():
         first = plan.first_window(rr)
         if first is not None:
             plan.folders[rr].windows.next_window = first
-    _apply_counts(plan, fast)
-    _apply_accumulators(plan, fast)
-    _apply_progress(plan, fast)
-    _apply_cpu(plan, fast, result)
+    _apply_counts(plan)
+    _apply_accumulators(plan)
+    _apply_progress(plan)
+    _apply_host(plan, result, at)
 
 
-def _apply_counts(plan: Plan, fast: np.ndarray) -> None:
+def _apply_counts(plan: Plan) -> None:
     c, s, i, R = plan.c, plan.s, plan.i, plan.R
     cr, sr, ir = c["r"], s["r"], i["r"]
     counts = {
@@ -40,14 +39,17 @@ def _apply_counts(plan: Plan, fast: np.ndarray) -> None:
                          + count_where(ir, ~i["good"], R)),
         "in_flight_collective": count_where(cr, c["inflight"], R),
         "late_event": count_where(cr, c["late"], R) + count_where(sr, s["late"], R) + count_where(ir, i["late"], R),
+        "too_many_open_windows": (count_where(cr, c["crowded"], R) + count_where(sr, s["crowded"], R)
+                                  + count_where(ir, i["crowded"], R)),
     }
     ragged = np.bincount(plan.batch_rank, weights=np.asarray(plan.ragged, np.float64), minlength=R).astype(np.int64)
     counts["ragged_columns"] = ragged
     for reason, per_rank in counts.items():
-        for rr in np.flatnonzero(per_rank * fast).tolist():
+        for rr in np.flatnonzero(per_rank).tolist():
             plan.folders[rr].skipped[reason] += int(per_rank[rr])
-    for rr in np.flatnonzero(counts["late_event"] * fast).tolist():
-        plan.folders[rr].windows.dropped += int(counts["late_event"][rr])
+    dropped = counts["late_event"] + counts["too_many_open_windows"]
+    for rr in np.flatnonzero(dropped).tolist():
+        plan.folders[rr].windows.dropped += int(dropped[rr])
     # the rank's data time: every plausible event, and a batch with nothing completed in it
     kept_c = np.bincount(plan.cp[c["kept"]], minlength=len(plan.work))
     heartbeat = (np.asarray(plan.raw_events, np.int64) == 0) & (kept_c == 0)
@@ -57,15 +59,14 @@ def _apply_counts(plan: Plan, fast: np.ndarray) -> None:
     if len(data_r):
         top = np.full(R, np.iinfo(np.int64).min)
         np.maximum.at(top, data_r, data_w)
-        for rr in np.flatnonzero(fast & (top > np.iinfo(np.int64).min)).tolist():
+        for rr in np.flatnonzero(top > np.iinfo(np.int64).min).tolist():
             w = plan.folders[rr].windows
             w.data_ms = max(w.data_ms, int(top[rr]))
 
 
-def _apply_accumulators(plan: Plan, fast: np.ndarray) -> None:
+def _apply_accumulators(plan: Plan) -> None:
     c, s, i = plan.c, plan.s, plan.i
-    ck = c["kept"] & fast[c["r"]]
-    sk = s["kept"] & fast[s["r"]]
+    ck, sk = c["kept"], s["kept"]
     # comm and span events of each (rank, window, function), comms first, each in order
     r = np.concatenate([c["r"][ck], s["r"][sk]])
     wid = np.concatenate([c["wid"][ck], s["wid"][sk]])
@@ -127,7 +128,7 @@ def _apply_accumulators(plan: Plan, fast: np.ndarray) -> None:
                 acc.group_ranks = _members(plan, lg)
                 acc.bytes += nb
     # iterations: steps of each (rank, window), in order
-    ik = i["kept"] & fast[i["r"]]
+    ik = i["kept"]
     if ik.any():
         r, wid, ordv = i["r"][ik], i["wid"][ik], i["ord"][ik] + np.flatnonzero(ik)
         step = plan.istep[ik].astype(np.int64)
@@ -174,26 +175,21 @@ def _members(plan: Plan, group: int) -> list[int]:
     return ranks
 
 
-def _apply_progress(plan: Plan, fast: np.ndarray) -> None:
+def _apply_progress(plan: Plan) -> None:
     for rr, (wall, fid) in plan.latest.items():
-        if fast[rr]:
-            plan.folders[rr].progress.note_event(wall, plan.funcs.names[fid])
+        plan.folders[rr].progress.note_event(wall, plan.funcs.names[fid])
     for rr, (gid, seq, in_flight) in plan.pending.items():
-        if fast[rr]:
-            p = plan.folders[rr].progress
-            p.pending_group, p.pending_seq, p.pending_in_flight = plan.groups.names[gid], seq, in_flight
+        p = plan.folders[rr].progress
+        p.pending_group, p.pending_seq, p.pending_in_flight = plan.groups.names[gid], seq, in_flight
 
 
-def _apply_cpu(plan: Plan, fast: np.ndarray, result: ChunkResult) -> None:
-    """CPU samples, stack rows and network samples per batch (EventFolder's), and each
-    batch's time in turn."""
+def _apply_host(plan: Plan, result: ChunkResult, at: list[int]) -> None:
+    """Each batch's time in turn, and its CPU samples, stack rows and network samples (a few rows
+    a batch, :meth:`.rank_events.RankFold.add_host_evidence`)."""
     for p, (folder, batch) in enumerate(plan.work):
-        if not fast[plan.batch_rank[p]]:
-            continue
         folder.windows.batch_wall_ms = plan.bw[p]
         if plan.has_cpu[p]:
             try:
-                folder._add_cpu(batch, list(batch["names"]))
-                folder._add_net(batch)
+                folder.add_host_evidence(batch, crowded=p in plan.crowded_host)
             except ERRORS as exc:
-                result.errors[p] = exc
+                result.errors[at[p]] = exc

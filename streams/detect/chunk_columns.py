@@ -30,9 +30,9 @@ class ChunkResult:
     """What :func:`fold_chunk` did besides folding."""
 
     errors: dict[int, Exception] = field(default_factory=dict)  # work index -> why its batch failed
-    sequential: int = 0  # batches folded one at a time (see :mod:`.chunk_fold`)
+    sequential: int = 0  # batches folded alone, each a chunk of one: their chunk's columns were unreadable together
     folded: int = 0  # batches folded in all
-    failure: Exception | None = None  # an unexpected error of the columnar fold (all went sequential)
+    failure: Exception | None = None  # an unexpected error of the fold (its chunk was folded a batch at a time)
 
 
 @dataclass

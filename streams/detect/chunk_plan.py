@@ -24,19 +24,22 @@ from .chunk_columns import (
     Part,
     floor_ms,
 )
-from .chunk_order import plan_latest, plan_windows
+from .chunk_order import plan_crowding, plan_latest
 from .model import comm_function, kind_function
-from .rank_events import EventFolder, covered_ns
+from .rank_events import RankFold, covered_ns
 
+TIME_RANGE = "a plausible time before 1970 or after 2248 (the batch's own clock is off)"
 NO_WINDOW = np.iinfo(np.int64).min  # a rank's lowest open window before its first data: nothing is late
 
 
 class Plan:
     """The chunk's columns, what every event does, and the state each rank ends in."""
 
-    def __init__(self, work: Sequence[tuple[EventFolder, dict]], folders: list[EventFolder],
-                 batch_rank: np.ndarray, sequential: np.ndarray):
-        self.work, self.folders, self.batch_rank, self.sequential = work, folders, batch_rank, sequential
+    def __init__(self, work: Sequence[tuple[RankFold, dict]], folders: list[RankFold], batch_rank: np.ndarray):
+        self.work, self.folders, self.batch_rank = work, folders, batch_rank
+        self.rejected = np.zeros(len(work), bool)  # batches not folded: see :meth:`reject`
+        self.why: dict[int, str | Exception] = {}  # a rejected batch's position -> why
+        self.crowded_host: set[int] = set()  # batches whose host evidence is in a window that may not open
         pol = folders[0].policy
         self.wms, self.max_dur = pol.window_ms, pol.max_duration_s * 1e9
         self.max_dur_ms, self.slack_ms = pol.max_duration_s * 1000, pol.future_slack_ms
@@ -58,20 +61,17 @@ class Plan:
         self.ragged = [0] * n
         self.has_cpu = [False] * n
         # a rank with no window yet (its first batch ever): its first data fixes its first window,
-        # worked out here when the chunk holds that one batch of it (summarize.add_batches' rounds)
+        # worked out here from that one batch of it (chunk_fold's rounds: its others come after)
         self.fresh = np.asarray([f.windows.next_window is None for f in self.folders], bool)
         once = np.bincount(self.batch_rank, minlength=len(self.folders)) == 1
-        for p, (folder, batch) in enumerate(self.work):
-            r = self.batch_rank[p]
-            if self.sequential[r]:
-                continue
-            if (self.fresh[r] and not once[r]) or folder.policy is not self.folders[0].policy:
-                self.sequential[r] = True  # its first window would be fixed within the chunk's order
-                continue
+        if (self.fresh & ~once).any() or any(f.policy is not self.folders[0].policy for f in self.folders):
+            raise AssertionError("a chunk fold round holds a fresh rank's later batches or two policies")
+        for p, (_, batch) in enumerate(self.work):
             try:
                 self._gather(p, batch)
-            except UNREADABLE:
-                self.sequential[r] = True
+            except UNREADABLE as exc:  # rejected as what reading it raised
+                self.rejected[p] = True
+                self.why[p] = exc
         self._arrays()
 
     def _gather(self, p: int, batch: dict) -> None:
@@ -106,10 +106,13 @@ class Plan:
         self.NW = np.asarray([f.windows.next_window if f.windows.next_window is not None else NO_WINDOW
                               for f in self.folders], np.int64)  # a fresh rank's: :meth:`_first_windows`
 
-    def drop(self, r: np.ndarray, bad: np.ndarray) -> None:
-        """Fold the ranks of ``bad`` events one batch at a time."""
+    def reject(self, p: np.ndarray, bad: np.ndarray, why: str) -> None:
+        """Reject the batches (positions ``p``) of ``bad`` events, whole: values no collector sends,
+        beyond what the fold's packed keys hold (the batch is counted, none of it folded)."""
         if bad.any():
-            self.sequential[np.unique(r[bad])] = True
+            for q in np.unique(p[bad]).tolist():
+                self.rejected[q] = True
+                self.why.setdefault(q, why)
 
     # ---- what every event does ---------------------------------------------------------------
     def _plan_comms(self) -> None:
@@ -125,7 +128,7 @@ class Plan:
             wall = floor_ms((self.B_off_f[cp] + self.cstart) + np.maximum(dur, 0))
         cand = inflight | good
         in_range = cand & (wall >= self.B_lo[cp]) & (wall <= self.B_hi[cp])
-        self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
+        self.reject(cp, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)), TIME_RANGE)
         wall_i = np.where(in_range, wall, 0).astype(np.int64)
         wid = wall_i // self.wms
         self.c = dict(r=r, p=cp, valid=valid, fin_start=fin_start, fin=fin, inflight=inflight, good=good,
@@ -150,7 +153,7 @@ class Plan:
             fid.append(self.funcs.id(comm_function(batch["names"][o], group_id)))
             gid.append(self.groups.id(group_id))
             members.append(group)
-        self.drop(r, valid & ((op >= 1 << 20) | (grp >= 1 << 20)))
+        self.reject(cp, valid & ((op >= 1 << 20) | (grp >= 1 << 20)), "a name or group index beyond 2^20")
         self.c["fid"] = np.asarray(fid, np.int64)[inv]
         self.c["gid"] = np.asarray(gid, np.int64)[inv]
         self.c["group"] = inv
@@ -168,12 +171,12 @@ class Plan:
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(dur_f) & (dur_f >= 0) & (dur_f <= self.max_dur)
             start = self.sstart.astype(np.int64)
-        self.drop(r, ok & ~(np.abs(start) < (1 << 61)))
+        self.reject(sp, ok & ~(np.abs(start) < (1 << 61)), "a span start beyond 2^61 ns")
         dur = np.where(ok, dur_f, 0).astype(np.int64)
         valid = ok & (self.sname >= 0) & (self.sname < self.B_names[sp])
         wall = (self.B_off[sp] + start) // 1_000_000
         in_range = valid & (wall >= self.B_lo[sp]) & (wall <= self.B_hi[sp])
-        self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
+        self.reject(sp, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)), TIME_RANGE)
         wid = np.where(in_range, wall, 0) // self.wms
         ordv = sp * ORD_SHIFT + (1 << 30) + np.arange(len(sp)) - np.repeat(self._starts(self.spans), self.spans.lengths)
         self.s = dict(r=r, p=sp, ok=ok, valid=valid, start=start, dur=dur, wall=wall, in_range=in_range,
@@ -181,7 +184,8 @@ class Plan:
         # function per (batch, name, kind)
         name = np.where(valid, self.sname, 0).astype(np.int64)
         kind = np.where(valid, self.skind, 0)
-        self.drop(r, valid & ((kind < 0) | (kind >= 1 << 16) | (kind != np.floor(kind)) | (name >= 1 << 24)))
+        self.reject(sp, valid & ((kind < 0) | (kind >= 1 << 16) | (kind != np.floor(kind)) | (name >= 1 << 24)),
+                    "a span kind that is not a whole number below 2^16, or a name index beyond 2^24")
         kind_i = np.clip(kind, 0, (1 << 16) - 1).astype(np.int64)
         key = (sp * (1 << 24) + name) * (1 << 16) + kind_i
         uniq, inv = np.unique(np.where(valid, key, -1), return_inverse=True)
@@ -209,9 +213,9 @@ class Plan:
         b = a + s["dur"][need]
         sb = self.sp[need]
         rel = [cstart - self.B_mono[cb], cend - self.B_mono[cb], a - self.B_mono[sb], b - self.B_mono[sb]]
-        for k, rr in enumerate((self.batch_rank[cb], self.batch_rank[cb], self.batch_rank[sb], self.batch_rank[sb])):
-            self.drop(rr, np.abs(rel[k]) >= REL_LIMIT)
-            rel[k] = np.clip(rel[k], -REL_LIMIT, REL_LIMIT)  # a rank folded one at a time: its band only
+        for k, pp in enumerate((cb, cb, sb, sb)):
+            self.reject(pp, np.abs(rel[k]) >= REL_LIMIT, "a time more than 2^44 ns from the batch's clock")
+            rel[k] = np.clip(rel[k], -REL_LIMIT, REL_LIMIT)  # a rejected batch: planned again without it
         net = s["dur"].copy()
         if len(a):
             cov = covered_ns(cb * BATCH_SHIFT + rel[0], cb * BATCH_SHIFT + rel[1],
@@ -228,7 +232,7 @@ class Plan:
             timed = good & np.isfinite(start)
             wall = floor_ms((self.B_off_f[ip] + start) + dur)
         in_range = timed & (wall >= self.B_lo[ip]) & (wall <= self.B_hi[ip])
-        self.drop(r, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)))
+        self.reject(ip, in_range & ~((wall >= 0) & (wall < RANK_SHIFT)), TIME_RANGE)
         wall_i = np.where(in_range, wall, 0).astype(np.int64)
         wid = wall_i // self.wms
         self.i = dict(r=r, good=good, timed=timed, in_range=in_range, wall_i=wall_i, wid=wid,
@@ -265,7 +269,7 @@ class Plan:
         for part in (s, i):
             part["late"] = part["in_range"] & (part["wid"] < self.NW[part["r"]])
             part["kept"] = part["in_range"] & ~part["late"]
-        self.drop(i["r"], i["kept"] & ~np.isfinite(self.istep))
+        self.reject(self.ip, i["kept"] & ~np.isfinite(self.istep), "a step that is not a finite number")
 
     def first_window(self, r: int) -> int | None:
         """The first window :meth:`plan` found for fresh rank ``r`` (None: none, or not fresh)."""
@@ -278,6 +282,6 @@ class Plan:
         self._plan_iterations()
         self._first_windows()
         self._lateness()
+        plan_crowding(self)
         self._net_durations()
         plan_latest(self)
-        plan_windows(self)

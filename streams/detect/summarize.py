@@ -2,8 +2,8 @@
 
 The summarizer checks each batch (this job and rank, batch seq increasing per
 process: a repeat is a duplicate, a gap counts lost batches), then hands it on:
-:mod:`.rank_events` folds the events into windows (wall time from the rank's own
-clock, span durations net of nested collective time), hardware samples go to the
+:mod:`.chunk_fold` folds the events into windows (one batch: a chunk of one; wall time
+from the rank's own clock, span durations net of nested collective time), hardware samples go to the
 window of their wall time, :mod:`.rank_windows` decides when each window closes
 (the rank's data past its end by ``close_lag_ms``, or the caller's clock past end +
 grace once the rank went quiet, so a silent rank still produces RankWindows with zero
@@ -27,7 +27,7 @@ from .accumulate import RankHealth, RankMeta, RankProgress, WindowAcc
 from .chunk_fold import ERRORS, ChunkResult, fold_chunk
 from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
-from .rank_events import EventFolder
+from .rank_events import RankFold
 from .rank_records import Closing, close_windows
 from .rank_windows import RankWindows
 from .step_gating import gate_of, recorded_only
@@ -45,7 +45,7 @@ class RankSummarizer:
         self.health = RankHealth()
         self.clock = clock if clock is not None else JobClock(self.policy)  # shared by the job's ranks
         self.windows = RankWindows(self.policy, self.skipped, self.clock)
-        self.events = EventFolder(self.windows, self.progress, self.policy, self.skipped)
+        self.events = RankFold(self.windows, self.progress, self.policy, self.skipped)
         self._batch_seq: tuple[int, int] | None = None  # (pid, last seq)
         self.collector_dropped = 0  # the batch header's cumulative count
         self.batches_since_close = 0  # sign of life, heartbeats included
@@ -58,12 +58,18 @@ class RankSummarizer:
         """Fold one decoded EventBatch in. Never raises on bad content."""
         if self._open(batch):
             try:
-                self.events.fold(recorded_only(batch, gate_of(batch)))
+                self._fold_one(recorded_only(batch, gate_of(batch)))
                 self._folded(batch, now_wall_ms)
             except ERRORS as exc:
                 self._bad(exc)
         self._note_dropped()
         self._note_input(now_wall_ms)
+
+    def _fold_one(self, batch: dict) -> None:
+        """Fold one batch's events in: the chunk fold of a chunk of one (raises what rejected it)."""
+        error = fold_chunk([(self.events, batch)]).errors.get(0)
+        if error is not None:
+            raise error
 
     def _open(self, batch: dict) -> bool:
         """Check a batch's header (job, rank, batch seq) and take its identity; whether to fold it."""

@@ -1,16 +1,86 @@
-"""The event-at-a-time fold that ``rank_events.EventFolder`` replaced (main at 2ae05f2), kept
-as the oracle of the differential test in ``test_fold_equivalence.py``: one Python call chain
-per event (name, plausibility, progress, window slot, accumulator). Not used by the product."""
+"""The event-at-a-time fold, kept as the oracle the product's fold (``chunk_fold.fold_chunk``, a
+single batch being a chunk of one) is held equal to (``test_fold_equivalence.py``,
+``test_chunk_fold.py``): one Python call chain per event (name, plausibility, progress, window
+slot, accumulator), in the order one batch folds them (``rank_events``' module docstring).
+Not used by the product."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import numpy as np
+from perftracker_ml.schemas.vocabulary import SpanKind
+from perftracker_ml.streams.detect.chunk_columns import COMM_KEYS, ITER_KEYS, SPAN_KEYS
 from perftracker_ml.streams.detect.model import comm_function, kind_function
-from perftracker_ml.streams.detect.rank_events import EventFolder
+from perftracker_ml.streams.detect.rank_events import RankFold, covered_ns
+from perftracker_ml.streams.detect.summarize import RankSummarizer
 
 
-class ReferenceFolder(EventFolder):
-    """:class:`EventFolder` with the old per-event comms, spans and iterations."""
+class ReferenceFolder(RankFold):
+    """One batch's comms, spans and iterations folded event by event, then its host evidence."""
+
+    def fold(self, batch: dict) -> None:
+        """Fold one EventBatch in; a batch whose columns cannot be read raises before anything of
+        it is folded (rejected whole)."""
+        for part, keys in (("comms", COMM_KEYS), ("spans", SPAN_KEYS), ("iterations", ITER_KEYS)):
+            for k in keys:
+                np.asarray(batch[part][k], dtype=np.float64)
+        offset_ns = int(batch["wall_ns"]) - int(batch["mono_ns"])
+        self.windows.batch_wall_ms = int(batch["wall_ns"]) // 1_000_000
+        names = list(batch["names"])
+        comm_iv = self._add_comms(batch, names, offset_ns)
+        self._add_spans(batch["spans"], names, offset_ns, comm_iv)
+        self._add_iterations(batch["iterations"], offset_ns)
+        if not (len(batch["spans"]["kind"]) or len(batch["iterations"]["step"]) or len(comm_iv[0])):
+            self.windows.note_data(self.windows.batch_wall_ms)  # a heartbeat: the data reached its time
+        self.add_host_evidence(batch)
+
+    def _valid(self, cols: dict, keys: tuple[str, ...]) -> tuple[np.ndarray, ...] | None:
+        arrays = tuple(np.asarray(cols[k], dtype=np.float64) for k in keys)
+        if len({len(a) for a in arrays}) > 1:
+            self.skipped["ragged_columns"] += 1
+            return None
+        return arrays
+
+    def _bad_dur(self, dur: float) -> bool:
+        if not np.isfinite(dur) or dur < 0 or dur > self.policy.max_duration_s * 1e9:
+            self.skipped["bad_duration"] += 1
+            return True
+        return False
+
+    def _span_rows(self, cols: dict, comm_iv: tuple[np.ndarray, np.ndarray]) -> Iterator[tuple] | None:
+        """(kind, name, start ns, duration net of nested collective time, plausible) per span."""
+        arrays = self._valid(cols, ("kind", "name", "start_ns", "dur_ns"))
+        if arrays is None:
+            return None
+        kind, name, start, dur = arrays
+        ok = np.isfinite(dur) & (dur >= 0) & (dur <= self.policy.max_duration_s * 1e9)
+        if not ok.all():
+            self.skipped["bad_duration"] += int((~ok).sum())
+        start, dur = start.astype(np.int64), np.where(ok, dur, 0).astype(np.int64)
+        net = np.where(kind == SpanKind.DEVICE, dur, dur - covered_ns(comm_iv[0], comm_iv[1], start, start + dur))
+        return zip(kind.tolist(), name.tolist(), start.tolist(), net.tolist(), ok.tolist(), strict=False)
+
+    def _add_iterations(self, cols: dict, offset_ns: int) -> None:
+        arrays = self._valid(cols, ("step", "start_ns", "dur_ns"))
+        if arrays is None:
+            return
+        for step, start, dur in zip(*(a.tolist() for a in arrays), strict=False):
+            if self._bad_dur(dur):
+                continue
+            if not math.isfinite(start):
+                self.skipped["bad_timestamp"] += 1
+                continue
+            wall_ms = int((offset_ns + start + dur) // 1_000_000)
+            if not self.windows.plausible(wall_ms):
+                continue
+            self.windows.note_data(wall_ms)
+            w = self.windows.slot(wall_ms)
+            if w is None:
+                continue
+            w.add_step(int(step), int(dur))
+            self.progress.note_step(int(step))
 
     def _note_event(self, wall_ms: int, function: str) -> None:
         """The rank was in ``function`` at ``wall_ms`` (implausible times are ignored here;
@@ -43,6 +113,9 @@ class ReferenceFolder(EventFolder):
         groups' ranks as ints by ``id`` of the group, filled on first use."""
         group_id = str(group["group_id"])
         fname = comm_function(op, group_id)
+        if not math.isfinite(start):
+            self.skipped["bad_timestamp"] += 1
+            return False
         wall_ms = int((offset_ns + start + max(dur, 0)) // 1_000_000)
         if dur < 0 and np.isfinite(dur):  # entry marker of a call still in flight
             self._note_entry(group_id, int(seq), fname, wall_ms, in_flight=True)
@@ -83,3 +156,14 @@ class ReferenceFolder(EventFolder):
             if w is not None:
                 w.add_duration(fname, int(k), int(d))
                 w.last_event_ms = max(w.last_event_ms, wall_ms)
+
+
+class ReferenceSummarizer(RankSummarizer):
+    """A summarizer that folds each batch with :class:`ReferenceFolder`, event by event."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.events = ReferenceFolder(self.windows, self.progress, self.policy, self.skipped)
+
+    def _fold_one(self, batch: dict) -> None:
+        self.events.fold(batch)

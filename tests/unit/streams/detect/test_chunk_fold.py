@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker_ml.streams.detect.summarize import add_batches
 
+from .reference_fold import ReferenceSummarizer
 from .test_fold_equivalence import MS, POL, WALL0, batches, state
 
 RANKS = 3
@@ -58,7 +59,7 @@ def check(chunks: list[list[tuple[int, bool, dict]]], poll: bool, policy: Detect
     seqs made to increase in each rank's order, and its batches' times to move on mostly (as a
     real rank's do). Returns (batches, folded
     one at a time)."""
-    one = [RankSummarizer("j", r, policy) for r in range(RANKS)]
+    one = [ReferenceSummarizer("j", r, policy) for r in range(RANKS)]
     many = [RankSummarizer("j", r, policy) for r in range(RANKS)]
     seq = [0] * RANKS
     calls: dict[tuple[int, int], int] = {}
@@ -133,7 +134,7 @@ def test_collector_batches_fold_column_wise_and_equal_the_one_at_a_time_fold() -
     for start in range(0, len(decoded), 40):
         chunk = decoded[start:start + 40]
         for b in chunk:
-            one.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)).add_events(b, 0)
+            one.setdefault(b["rank"], ReferenceSummarizer(b["job"], b["rank"], pol)).add_events(b, 0)
         res = add_batches([(many.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)), False, b)
                            for b in chunk], 0)
         assert res.failure is None
@@ -170,7 +171,7 @@ def test_latest_event_among_equal_times_is_the_last_folded_and_calls_in_order_en
     """Two events at the rank's latest millisecond: the one folded last (the span: spans fold after
     collectives) is where the rank was; the last call is pending, not in flight."""
     pol = DetectionPolicy(window_s=1.0)
-    one, many = RankSummarizer("j", 0, pol), RankSummarizer("j", 0, pol)
+    one, many = ReferenceSummarizer("j", 0, pol), RankSummarizer("j", 0, pol)
     first = _batch(0, 0, [], [(0, -500, 10)])
     chunk = [_batch(1, 1000, [(2, 0, -300, 100), (2, 1, -100, 50)], [(3, -50, 5), (0, -400, 1)])]
     for s in (one, many):
@@ -188,7 +189,7 @@ def test_a_malformed_batch_in_a_chunk_is_counted_and_the_others_are_folded() -> 
     without its spans sends its rank; each bad batch is counted as the one-batch fold counts it,
     nothing raises, and every other batch is folded."""
     pol = DetectionPolicy(window_s=1.0)
-    one = [RankSummarizer("j", r, pol) for r in range(3)]
+    one = [ReferenceSummarizer("j", r, pol) for r in range(3)]
     many = [RankSummarizer("j", r, pol) for r in range(3)]
     for r in range(3):
         for s in (one[r], many[r]):
@@ -214,7 +215,7 @@ def test_more_batches_than_fold_at_once_are_folded_in_parts_in_order(monkeypatch
 
     monkeypatch.setattr(chunk_fold, "MAX_BATCHES", 3)
     pol = DetectionPolicy(window_s=1.0)
-    one = [RankSummarizer("j", r, pol) for r in range(2)]
+    one = [ReferenceSummarizer("j", r, pol) for r in range(2)]
     many = [RankSummarizer("j", r, pol) for r in range(2)]
     batches = [dict(_batch(i, 1000 * i, [(2, i, -300, 100)], [(3, -50, 5)]), rank=r) for i in range(5) for r in range(2)]
     for b in batches:
@@ -253,7 +254,8 @@ def test_v8_packed_batches_fold_as_their_v7_encoding_does() -> None:
         summ: dict[int, RankSummarizer] = {}
         for start in range(0, len(decoded), 24):
             chunk = decoded[start:start + 24]
-            fed = [(summ.setdefault(b["rank"], RankSummarizer(b["job"], b["rank"], pol)), False, b) for b in chunk]
+            kind = RankSummarizer if chunked else ReferenceSummarizer
+            fed = [(summ.setdefault(b["rank"], kind(b["job"], b["rank"], pol)), False, b) for b in chunk]
             if chunked:
                 result = add_batches(fed, 0)
                 assert result.failure is None
@@ -287,7 +289,7 @@ def test_a_ranks_first_batch_fixes_its_first_window_column_wise_as_one_at_a_time
         _batch(0, 3000, [(2, 0, -400, 10**7)], [(3, 10**7, 5)]),  # nothing plausible: no window fixed
     ]
     firsts[4]["cpu"] = [{"interval_ns": 10**9, "thread_cpu_ns": 5, "stack_samples": 1}]
-    one = [RankSummarizer("j", r, pol) for r in range(len(firsts))]
+    one = [ReferenceSummarizer("j", r, pol) for r in range(len(firsts))]
     many = [RankSummarizer("j", r, pol) for r in range(len(firsts))]
     later = [dict(_batch(1, 4000, [(2, 1, -300, 100)], [(3, -3950, 5), (3, -50, 5)]), rank=r) for r in range(len(firsts))]
     first_window: list[list[int | None]] = []
@@ -305,3 +307,39 @@ def test_a_ranks_first_batch_fixes_its_first_window_column_wise_as_one_at_a_time
     assert first_window[1][4] == at + 3  # fixed by its next batch's collective
     assert late[0] == [1, 1, 0, 1, 0]  # the events below the first window (the last rank's are implausible)
     assert all(a.poll(0, flush=True) == b.poll(0, flush=True) for a, b in zip(one, many, strict=True))
+
+
+def test_a_batch_with_values_no_collector_sends_is_rejected_whole_and_the_others_folded() -> None:
+    """Values beyond what the fold's packed keys hold -- a batch clock before 1970, a collective seq or
+    a step that is not a number, a span kind that is not a whole number -- reject their batch whole:
+    counted as a bad batch, nothing of it folded (the rank's state is the one before it), the
+    batches around it folded as if it had not come, in a chunk and alone."""
+    pol = DetectionPolicy(window_s=1.0)
+    bad = []
+    for field, value in (("wall_ns", None), ("seq", float("nan")), ("step", float("nan")), ("kind", 1.5)):
+        b = _batch(1, 1000, [(2, 0, -300, 100)], [(3, -50, 5)])
+        if field == "wall_ns":  # its events are plausible for its own clock, but before 1970
+            b["wall_ns"] = 5 * MS
+        elif field == "seq":
+            b["comms"] = dict(b["comms"], seq=[value])
+        elif field == "step":
+            b["iterations"] = {"step": [value], "start_ns": [b["mono_ns"] - 10 * MS], "dur_ns": [5 * MS]}
+        else:
+            b["spans"] = dict(b["spans"], kind=[value])
+        bad.append(b)
+    for chunked in (True, False):
+        with_bad = [RankSummarizer("j", 0, pol) for _ in bad]
+        without = [RankSummarizer("j", 0, pol) for _ in bad]
+        for k, b in enumerate(bad):
+            first = _batch(0, 0, [], [(0, -500, 10)])
+            after = _batch(2, 2000, [(2, 1, -300, 100)], [(3, -50, 5)])
+            for s, fed in ((with_bad[k], [first, b, after]), (without[k], [first, after])):
+                if chunked and s is with_bad[k]:
+                    s.add_events(first, 0)
+                    result = add_batches([(s, False, x) for x in fed[1:]], 0)
+                    assert result.failure is None and result.sequential == 0
+                else:
+                    for x in fed:
+                        s.add_events(x, 0)
+            assert with_bad[k].skipped.pop("bad_batch:ValueError") == 1, bad[k]
+            assert state(with_bad[k]) == state(without[k])

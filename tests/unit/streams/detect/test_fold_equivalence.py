@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 
-from .reference_fold import ReferenceFolder
+from .reference_fold import ReferenceSummarizer
 
 MS = 1_000_000
 WALL0 = 1_700_000_000_000 * MS
@@ -70,8 +70,7 @@ def state(s: RankSummarizer) -> tuple:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(batches(), st.booleans()), min_size=1, max_size=8))
 def test_one_pass_fold_equals_the_event_at_a_time_fold(seq: list[tuple[dict, bool]]) -> None:
-    new, old = RankSummarizer("j", 0, POL), RankSummarizer("j", 0, POL)
-    old.events = ReferenceFolder(old.windows, old.progress, old.policy, old.skipped)
+    new, old = RankSummarizer("j", 0, POL), ReferenceSummarizer("j", 0, POL)
     for i, (batch, poll) in enumerate(seq):
         b = dict(batch, seq=i)
         new.add_events(b, now_wall_ms=0)
