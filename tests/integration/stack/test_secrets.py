@@ -21,6 +21,8 @@ import json
 import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -206,11 +208,18 @@ def test_a_failing_store_never_shows_its_password(tmp_path):
     sink = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", "sink"],
                             env={**env, "PERFTRACKER_STORE_PASSWORD": password},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = sink.communicate(timeout=6)
-    except subprocess.TimeoutExpired:
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(sink.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90  # its first attempt at the store: seconds, more on a loaded machine
+    while sink.poll() is None and time.monotonic() < deadline and not any("store not ready" in x for x in lines):
+        time.sleep(0.2)
+    if sink.poll() is None:
         sink.send_signal(signal.SIGTERM)
-        stdout, stderr = sink.communicate(timeout=30)
+    stdout = sink.stdout.read()
+    sink.wait(timeout=30)
+    reader.join(timeout=30)
+    stderr = "".join(lines)
     out.add("sink (stdout)", stdout)
     out.add("sink (stderr)", stderr)
     assert "store not ready" in stderr
