@@ -163,8 +163,9 @@ def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None
 
     runner = LocalRunner(policy, wire=keep)
     out = []  # a stage evaluates a window once every rank is in: anomalies may leave at any call
-    for _rank, batch in sorted(report.batches.items()):
-        out += runner.feed(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns}, now)
+    # every rank's batch in one chunk, as the worker's agent folds its input
+    out += runner.feed_chunk([(EVENT_BATCH, {**batch, "wall_ns": batch["mono_ns"] + shift_ns})
+                              for _rank, batch in sorted(report.batches.items())], now)
     out += runner.poll(SUMMARIZE, now, flush=True)
     later = now + policy.grace_ms + 1
     out += runner.poll(COMPARE, later)
