@@ -126,6 +126,7 @@ class Stage(Generic[C]):
     # optional: feed a chunk of (core, record name, record) at once, each key's in order (the
     # agent then polls each core fed once, at the chunk's end); what it returns is ignored
     # except a ``failure`` attribute (an unexpected error it recovered from, to be counted)
+    # and a ``failed`` one (the errors of records it left out, each counted as a failed record)
     feed_chunk: Callable[[list[tuple[C, str, Record]], int], Any] | None = None
     # the cores of one job share a JobClock (streams/detect/job_clock.py) whose caught-up bound is
     # ``job_clock(policy)`` ms; ``create`` then takes it as a third argument
@@ -169,6 +170,30 @@ def _feed_summarize_chunk(items: list[tuple[RankSummarizer, str, Record]], now: 
     return add_batches([(s, name == HARDWARE_BATCH, cast(dict, r)) for s, name, r in items], now)
 
 
+@dataclass
+class FedEach:
+    """What :func:`feed_each` did: the errors of the records whose feed raised (left out)."""
+
+    failed: list[Exception]
+
+
+def feed_each(feed: Callable[[C, str, Record, int], None]) -> Callable[[list[tuple[C, str, Record]], int], FedEach]:
+    """A stage's ``feed_chunk`` that feeds each record in turn: the agent then polls each core once
+    at the chunk's end instead of after every record (a poll, and rescheduling its core, costs
+    what a record's feed does: most of the compare stage's time when polled per record). A window
+    is evaluated with at least the records it had a record earlier: a core's windows wait for
+    their ranks or their timers, and the chunk's later records only add to them."""
+    def fed(items: list[tuple[C, str, Record]], now: int) -> FedEach:
+        failed = []
+        for core, name, record in items:
+            try:
+                feed(core, name, record, now)
+            except Exception as exc:  # one bad record is left out and counted, the chunk goes on
+                failed.append(exc)
+        return FedEach(failed)
+    return fed
+
+
 def _feed_compare(c: FunctionComparator, name: str, record: Record, now: int) -> None:
     c.add(cast(FunctionPattern, record), now)
 
@@ -203,12 +228,13 @@ SUMMARIZE: Stage[RankSummarizer] = Stage(
 COMPARE: Stage[FunctionComparator] = Stage(
     name="compare", topic=TopicRole.PATTERNS,
     create=lambda r, policy, clock: FunctionComparator(r["job"], r["function"], policy, clock),
-    feed=_feed_compare, poll=_poll_compare, poll_on_input=True, job_clock=caught_up_ms)
+    feed=_feed_compare, poll=_poll_compare, poll_on_input=True, job_clock=caught_up_ms,
+    feed_chunk=feed_each(_feed_compare))
 DIAGNOSE: Stage[JobDiagnoser] = Stage(
     name="diagnose", topic=TopicRole.FINDINGS,
     create=lambda r, policy, clock: JobDiagnoser(r["job"], policy, clock),
     feed=_feed_diagnose, poll=_poll_diagnose, poll_on_input=True, job_clock=caught_up_ms,
-    backlog=lambda d: d.windows.held())
+    backlog=lambda d: d.windows.held(), feed_chunk=feed_each(_feed_diagnose))
 STAGES: tuple[Stage[Any], ...] = (SUMMARIZE, COMPARE, DIAGNOSE)  # in data-flow order
 
 
@@ -448,7 +474,9 @@ class LocalRunner:
             core = cores.for_record(record)
             items.append((core, name, record))
             fed.setdefault(cores.key_of(record), core)
-        cores.stage.feed_chunk(items, now_ms)
+        result = cores.stage.feed_chunk(items, now_ms)
+        if getattr(result, "failed", None):
+            raise result.failed[0]
         out: list[Routed] = []
         if cores.stage.poll_on_input:
             out, failed = cores.stage.poll_all(list(fed.values()), now_ms, False)
@@ -456,6 +484,7 @@ class LocalRunner:
                 raise failed[0]
         for key, core in fed.items():
             cores.schedule(key, core)
+        self.shed[cores.stage.name] += len(cores.shed())
         return self._route(out, now_ms)
 
     def poll(self, stage: Stage[Any], now_ms: int, flush: bool = False) -> list[Routed]:
@@ -473,7 +502,13 @@ class LocalRunner:
         return [r for cores in list(self.cores.values()) for r in self.poll(cores.stage, now_ms)]
 
     def _route(self, records: list[Routed], now_ms: int) -> list[Routed]:
-        leaving = []
+        """Deliver what a stage handed on as the agents take it: each topic's records in one chunk
+        (in their order; topics in the order they first appear), so a downstream core is polled
+        once per chunk, as the worker's agents poll it."""
+        by_topic: dict[str, list[tuple[str, Record]]] = {}
         for name, record in records:
-            leaving += self.feed(name, self.wire(name, record) if self.wire else record, now_ms)
+            by_topic.setdefault(TOPIC_OF[name], []).append((name, self.wire(name, record) if self.wire else record))
+        leaving = []
+        for chunk in by_topic.values():
+            leaving += self.feed_chunk(chunk, now_ms)
         return leaving

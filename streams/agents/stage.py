@@ -93,6 +93,8 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
             failure = getattr(result, "failure", None)
             if failure is not None:  # recovered from (folded a batch at a time), but a defect to see
                 ctx.failed(f"{stage.name}.chunk", failure)
+            for error in getattr(result, "failed", None) or ():  # records left out, as one by one
+                ctx.failed(stage.name, error)
             one_at_a_time, folded = getattr(result, "sequential", 0), getattr(result, "folded", 0)
             if folded:
                 ctx.counters.inc(StreamCounters.batches_folded, "columnar", by=folded - one_at_a_time)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from perftracker_ml.deploy.workloads.ranks import MS, TICK_MS, SyntheticRanks
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW
-from perftracker_ml.streams.detect import DetectionPolicy
+from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker_ml.streams.topology import Cores, LocalRunner
 
 POL = DetectionPolicy()
@@ -71,14 +71,16 @@ def test_a_tick_with_nothing_due_polls_no_core(monkeypatch):
         runner.feed(EVENT_BATCH, sim.batch(r, 0), t0 + 1020)
     polled = []
     for cores in runner.cores.values():
-        original = cores.stage.poll
+        original, many = cores.stage.poll, cores.stage.poll_many
         monkeypatch.setattr(cores, "stage", cores.stage.__class__(**{
             **{f: getattr(cores.stage, f) for f in cores.stage.__dataclass_fields__},
-            "poll": lambda core, now, flush, original=original: polled.append(core) or original(core, now, flush)}))
+            "poll": lambda core, now, flush, original=original: polled.append(core) or original(core, now, flush),
+            "poll_many": None if many is None else (
+                lambda cs, now, flush, many=many: polled.extend(cs) or many(cs, now, flush))}))
     runner.tick(t0 + 1500)  # window 0 ends at 5 s: nothing closes yet
     assert polled == []
     runner.tick(t0 + 5000 + POL.grace_ms + 1)  # the ranks went quiet a grace past its end: each closes it
-    assert len(polled) >= RANKS
+    assert sum(isinstance(c, RankSummarizer) for c in polled) == RANKS
 
 
 def test_a_silent_jobs_cores_are_dropped_idle_after_s_after_its_last_record_every_stage():
