@@ -12,8 +12,8 @@
 A record travels on the topic :data:`TOPIC_OF` names it, keyed by that topic's key
 function (:data:`TOPIC_KEY`), so all records of one stage key reach the same worker and
 the same core. A stage holds one core per key (:class:`Cores`), created from the first
-record of the key; it feeds every input record to its core, polls a core right after each
-input (a window is evaluated as soon as every rank has reported it) and, each
+record of the key; it feeds every input record to its core, polls each core fed at the end
+of the input's chunk (a window is evaluated as soon as every rank has reported it) and, each
 :data:`POLL_INTERVAL_S`, every core with something due (the timer covers the grace of a
 missing rank; :meth:`Cores.due`), and routes
 what the polls return, and drops a core once it reports idle after a poll.
