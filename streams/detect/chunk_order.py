@@ -116,8 +116,8 @@ def plan_crowding(plan: Plan) -> None:
     plan.crowded_host = set()
     host = np.flatnonzero(np.asarray(plan.has_cpu, bool))
     host_r, host_w = plan.batch_rank[host], plan.B_bw[host] // plan.wms
-    host = host[host_w >= plan.NW[host_r]]  # a late batch's evidence opens nothing
-    host_r, host_w = plan.batch_rank[host], plan.B_bw[host] // plan.wms
+    opens = host_w >= plan.NW[host_r]  # a late batch's evidence opens nothing
+    host, host_r, host_w = host[opens], host_r[opens], host_w[opens]
     ik = np.flatnonzero(i["kept"])
     r = np.concatenate([c["r"][c["kept"]], s["r"][s["kept"]], i["r"][ik], host_r])
     wid = np.concatenate([c["wid"][c["kept"]], s["wid"][s["kept"]], i["wid"][ik], host_w])

@@ -196,23 +196,19 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
     """Feed many decoded batches at once: ``(summarizer, is_hardware, batch)``, each rank's in the
     order they came. The same as :meth:`RankSummarizer.add_events` and
     :meth:`~RankSummarizer.add_hardware` one by one, in order, but the EventBatches are folded
-    together (:mod:`.chunk_fold`): in rounds, a rank's batches up to its next HardwareBatch or
-    final batch in one round (its first batch ever in a round of its own), so what each rank
-    sees comes in its own order."""
+    together (:mod:`.chunk_fold`, which folds a rank's first batch ever before its others): in
+    rounds, a rank's batches up to its next HardwareBatch or final batch in one round, so what
+    each rank sees comes in its own order."""
     rounds: list[list[tuple[RankSummarizer, bool, dict]]] = []
     level: dict[int, int] = {}  # id(summarizer) -> the round its next batch goes to
     for item in items:
         s, hardware, batch = item
-        first = id(s) not in level and s.windows.next_window is None
         k = level.get(id(s), 0)
         if k == len(rounds):
             rounds.append([])
         rounds[k].append(item)
-        if hardware or (isinstance(batch, dict) and batch.get("final")) or first:
-            # what comes after it waits for the round to be folded; so does what comes after the
-            # rank's first batch ever (it fixes the rank's first window: alone in its round, the chunk
-            # fold works that window out column-wise)
-            level[id(s)] = k + 1
+        if hardware or (isinstance(batch, dict) and batch.get("final")):
+            level[id(s)] = k + 1  # what comes after it waits for the round to be folded
     total = ChunkResult()
     for round_items in rounds:
         opened = [(s, b) for s, hardware, b in round_items if not hardware and s._open(b)]
