@@ -14,6 +14,10 @@ Kafka/Faust/codec), fed with the EventBatches of a synthetic job of N ranks:
 * one slow rank (rank 1): one layer block 5 ms per step slower, its DP peers wait that
   long longer in the last all-reduce bucket (the victims).
 
+Each process sets the garbage collector's thresholds as ``perftracker worker`` does after
+start-up (``--gc-young``, default the setting ``streams.gc_young_objects``; 0: CPython's own,
+as this benchmark ran before 2026-11-28: schemas/gc_policy.py), reported as ``gc_young``.
+
 Per size, one fresh process (so memory is that size's own): CPU seconds of the runner's
 ``feed``/``tick`` calls only (building the batches is not timed) divided by the windows
 run (``cpu_s_per_window``, ``cpu_us_per_rank_window``), the same per stage, and the peak
@@ -55,6 +59,8 @@ from perftracker_ml.deploy.workloads.ranks import (  # noqa: F401 (re-exported f
     Layout,
     SyntheticRanks,
 )
+from perftracker_ml.schemas.gc_policy import tune_gc
+from perftracker_ml.schemas.settings import StreamSettings
 from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
 from perftracker_ml.streams.agents.stage import TAKE_MESSAGES
 from perftracker_ml.streams.detect import DetectionPolicy
@@ -253,9 +259,9 @@ def extrapolate(ranks: int, measured: list[dict[str, Any]], f: dict[str, Any]) -
             "from_ranks": last["ranks"]}
 
 
-def run_in_subprocess(ranks: int, windows: int, functions: int) -> dict[str, Any]:
+def run_in_subprocess(ranks: int, windows: int, functions: int, gc_young: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.scale", "--one", str(ranks), "--windows", str(windows),
-           "--functions", str(functions)]
+           "--functions", str(functions), "--gc-young", str(gc_young)]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where ``benchmarks`` imports from
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=root)
     if done.returncode:
@@ -273,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--functions", type=int, default=30, help="functions per rank (collectives aside)")
     ap.add_argument("--windows", type=int, default=0, help="windows per size (default: 3 up to 512 ranks, "
                     "2 up to 4096, then 1)")
+    ap.add_argument("--gc-young", type=int, default=StreamSettings().gc_young_objects,
+                    help="the garbage collector's young threshold, as the worker sets it (0: CPython's)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size in this process
     ap.add_argument("--footprint", type=int, metavar="RANKS",
                     help="instead: topic bytes and store rows/bytes of RANKS ranks' windows (sizing)")
@@ -280,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: the diagnose stage of RANKS ranks unsharded and in shards (benchmarks/scale_shards.py)")
     ap.add_argument("--shard-counts", default="1,4,16", help="with --sharded: the shard counts, comma-separated")
     args = ap.parse_args(argv)
+    tune_gc(args.gc_young)  # as `perftracker worker` does after start-up
     if args.sharded:
         from .scale_shards import run_sharded
         counts = tuple(int(c) for c in args.shard_counts.split(",") if c.strip())
@@ -291,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(footprint(args.footprint, args.windows or 2, args.functions)))
         return 0
     if args.one:
-        print(json.dumps(run_size(args.one, args.windows or windows_for(args.one), args.functions)))
+        print(json.dumps({**run_size(args.one, args.windows or windows_for(args.one), args.functions),
+                          "gc_young": args.gc_young}))
         return 0
     machine = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
                "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")}
@@ -300,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     for ranks in sizes:
         if ranks > args.measure_max:
             break
-        r = run_in_subprocess(ranks, args.windows or windows_for(ranks), args.functions)
+        r = run_in_subprocess(ranks, args.windows or windows_for(ranks), args.functions, args.gc_young)
         results.append(r)
         print(json.dumps(r) if args.json else json.dumps(r, indent=2), flush=True)
     f = fit(results)

@@ -11,8 +11,12 @@ records. :class:`RankProgress` (where the rank last was) and :class:`RankHealth`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...schemas.vocabulary import SpanKind
+
+if TYPE_CHECKING:
+    from .window_columns import PendingCols
 
 MAX_DURATIONS_PER_FUNCTION = 200_000
 # HardwareBatch columns kept per window (RankWindow aggregates them)
@@ -104,9 +108,13 @@ class NetAcc(KnownSums):
 
 @dataclass
 class WindowAcc:
-    """Everything one rank saw in one window."""
+    """Everything one rank saw in one window. Its functions' events come from the chunk fold as
+    column slices (``pending``) and are grouped into ``accs`` by function when read
+    (:mod:`.window_columns`)."""
 
-    functions: dict[str, FunctionAcc] = field(default_factory=dict)
+    accs: dict[str, FunctionAcc] = field(default_factory=dict)
+    pending: list[PendingCols] = field(default_factory=list)
+    pending_events: int = 0
     steps: list[int] = field(default_factory=list)
     step_ns: list[int] = field(default_factory=list)
     last_event_ms: int = 0
@@ -114,6 +122,14 @@ class WindowAcc:
     throttle: int = 0
     cpu: CpuAcc = field(default_factory=CpuAcc)
     net: NetAcc = field(default_factory=NetAcc)
+
+    @property
+    def functions(self) -> dict[str, FunctionAcc]:
+        """Each function's accumulator, the pending columns grouped in first."""
+        if self.pending:
+            from .window_columns import settle  # it builds FunctionAcc: imported when first needed
+            settle([self])
+        return self.accs
 
     def fn(self, name: str, kind: int) -> FunctionAcc:
         acc = self.functions.get(name)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .accumulate import MAX_DURATIONS_PER_FUNCTION, FunctionAcc, WindowAcc
+from .accumulate import WindowAcc
 from .chunk_columns import COLLECTIVE, COMM, ERRORS, SPAN, ChunkResult, count_where
+from .window_columns import SETTLE_EVENTS, PendingCols, new_chunk, settle
 
 if TYPE_CHECKING:
     from .chunk_plan import Plan
@@ -88,45 +89,23 @@ def _apply_accumulators(plan: Plan) -> None:
         same_fn = np.append(False, ~new_window[1:] & (fid[1:] == fid[:-1]))
         starts = np.flatnonzero(~same_fn | np.append(True, typ[1:] != typ[:-1]))
         ends = np.append(starts[1:], len(r))
-        # each (rank, window): its accumulator, looked up once; its latest event
-        wstarts = np.flatnonzero(new_window)
-        wins = _windows(plan, r[wstarts].tolist(), wid[wstarts].tolist(), np.maximum.reduceat(wall, wstarts).tolist())
-        g_win = (np.cumsum(new_window) - 1)[starts]
         # the kind a function's accumulator is created with: its first event's in order (a span
-        # of the same name as a collective can come first: the group after, same function)
+        # of the same name as a collective can come first: the group after, same function);
+        # each event carries its group's (window_columns.settle takes a function's first)
         nxt = np.append(starts[1:], 0)  # the next group's start (the last group's: unused)
         span_first = np.append(same_fn[starts[1:]], False) & (ordv[nxt] < ordv[starts])
-        g_kind = np.where(span_first, kind[nxt], kind[starts])
-        names = plan.funcs.names
-        val_l = val.tolist()
-        groups = zip(starts.tolist(), ends.tolist(), g_win.tolist(), fid[starts].tolist(),
-                     typ[starts].tolist(), g_kind.tolist(), strict=True)
-        comm_groups = []
-        for a, z, gw, f, t, kd in groups:
-            functions = wins[gw].functions
-            name = names[f]
-            acc = functions.get(name)
-            if acc is None:
-                acc = functions[name] = FunctionAcc(kd)
-            if t == COMM:
-                comm_groups.append((acc, a, z))
-            elif len(acc.durations) + (z - a) <= MAX_DURATIONS_PER_FUNCTION:
-                acc.durations.extend(val_l[a:z])
-            else:
-                room = max(MAX_DURATIONS_PER_FUNCTION - len(acc.durations), 0)
-                acc.durations.extend(val_l[a:a + room])
-                acc.overflow += (z - a) - room
-        if comm_groups:
-            seq_l = seq.tolist()
-            c_starts = np.asarray([g[1] for g in comm_groups], np.int64)
-            c_ends = np.asarray([g[2] for g in comm_groups], np.int64)
-            bytes_l = np.add.reduceat(nbytes, c_starts).tolist()
-            last_grp = grp[c_ends - 1].tolist()
-            for (acc, a, z), nb, lg in zip(comm_groups, bytes_l, last_grp, strict=True):
-                acc.seqs.extend(seq_l[a:z])
-                acc.seq_durs.extend(val_l[a:z])
-                acc.group_ranks = _members(plan, lg)
-                acc.bytes += nb
+        g_kind = np.repeat(np.where(span_first, kind[nxt], kind[starts]), ends - starts)
+        # each (rank, window): its accumulator, looked up once, and its slice of the columns
+        wstarts = np.flatnonzero(new_window)
+        wends = np.append(wstarts[1:], len(r))
+        groups = _groups(plan, grp[typ == COMM])
+        wins = _windows(plan, r[wstarts].tolist(), wid[wstarts].tolist(), np.maximum.reduceat(wall, wstarts).tolist())
+        chunk = new_chunk(plan.funcs.names, fid, typ, val, g_kind, seq, nbytes, grp, groups)
+        for acc_w, a, z in zip(wins, wstarts.tolist(), wends.tolist(), strict=True):
+            acc_w.pending.append(PendingCols(chunk, a, z))
+            acc_w.pending_events += z - a
+            if acc_w.pending_events >= SETTLE_EVENTS:
+                settle([acc_w])
     # iterations: steps of each (rank, window), in order
     ik = i["kept"]
     if ik.any():
@@ -162,6 +141,14 @@ def _windows(plan: Plan, ranks: list[int], wids: list[int], latest: list[int]) -
             w.last_event_ms = m
         out.append(w)
     return out
+
+
+def _groups(plan: Plan, used: np.ndarray) -> list[list[int]]:
+    """The ranks of each group the chunk's kept collective calls name, by the chunk's group index."""
+    table: list[list[int]] = [[] for _ in range(len(plan.c_members))]
+    for g in np.unique(used).tolist():
+        table[g] = _members(plan, g)
+    return table
 
 
 def _members(plan: Plan, group: int) -> list[int]:

@@ -1,22 +1,19 @@
-"""Closing a rank's window into records: FunctionPattern per function, one RankWindow.
+"""A rank's closed window as records: the FunctionPattern and RankWindow fields, the signature.
 
-Each function's pattern carries exact p50/p90/p99 from the kept durations plus the
-mergeable log histogram (collectives: their per-seq durations first). Before closing,
-``kind:<name>`` aggregates are added so every rank reports GC, data loading, forward,
-backward and optimizer time, even when it is zero. The RankWindow carries the window's
-steps, the rank's progress and health, and the hardware samples reduced (means; max for
-temperature, errors and clock limit; min for PCIe generation and width).
+The patterns of many windows are made together by :mod:`.window_close`. Each function's
+pattern carries exact p50/p90/p99 from the kept durations plus the mergeable log histogram
+(collectives: their per-seq durations first); ``kind:<name>`` aggregates make every rank
+report GC, data loading, forward, backward and optimizer time, even when it is zero. The
+RankWindow carries the window's steps, the rank's progress and health, and the hardware
+samples reduced (means; max for temperature, errors and clock limit; min for PCIe generation
+and width).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
-
-import numpy as np
 
 from ...schemas.records import (
     FunctionPattern,
@@ -24,18 +21,12 @@ from ...schemas.records import (
     RankWindowHeader,
 )
 from ...schemas.vocabulary import (
-    FUNCTION_PATTERN,
-    FUNCTION_PATTERN_VERSION,
-    RANK_WINDOW,
     RANK_WINDOW_VERSION,
     SpanKind,
 )
 from .accumulate import FunctionAcc, RankHealth, RankMeta, RankProgress, WindowAcc
-from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
-from .histogram import grouped_histograms
+from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX
 from .model import COMM_PREFIX, KIND_PREFIX, STRUCTURAL, comm_op, kind_function
-from .quantiles import grouped_percentiles
-from .step_gating import recorded_steps
 from .window_evidence import cpu_fields, hardware_fields, net_fields
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
@@ -44,7 +35,7 @@ ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
 
 @dataclass(frozen=True)
 class Closing:
-    """One closed window of one rank, waiting for its records (:func:`close_windows`). ``ended``:
+    """One closed window of one rank, waiting for its records (:func:`.window_close.close_windows`). ``ended``:
     the rank's last window (its collector's final batch came): the RankWindow says so."""
 
     meta: RankMeta
@@ -60,32 +51,8 @@ class Closing:
 Routed = tuple[str, FunctionPattern | RankWindow]
 
 
-def close_windows(closing: Sequence[Closing]) -> list[Routed]:
-    """Each closed window's records, in order: [("FunctionPattern", rec), ..., ("RankWindow", rec)],
-    its functions sorted, with the patterns of every window computed together
-    (:func:`pattern_records`): a timer tick closes one window of each of a job's ranks, and the
-    numpy calls then run once for all of them instead of once per rank."""
-    parts: list[PatternSource] = []
-    signatures: list[str] = []
-    for c in closing:
-        w = c.w
-        sig = signature_of(w.functions)
-        if w.functions or w.steps:
-            add_kind_aggregates(w)
-        # a rank gated to one step in n (step_gating) has its functions' times of the recorded steps only
-        per = recorded_steps(w.steps, c.meta.functional_steps)
-        parts.append(PatternSource(c.meta, c.window_id, c.window_s, sig, sorted(w.functions.items()), per))
-        signatures.append(sig)
-    out: list[Routed] = []
-    for c, sig, patterns in zip(closing, signatures, pattern_records(parts), strict=True):
-        out += [(FUNCTION_PATTERN, p) for p in patterns]
-        out.append((RANK_WINDOW, rank_window_record(c.meta, c.window_id, c.window_s, sig, c.w, c.progress,
-                                                     c.health, batches=c.batches, ended=c.ended)))
-    return out
-
-
 def pattern_functions(rw: RankWindow) -> set[str]:
-    """Names of the FunctionPatterns :func:`close_windows` sent before ``rw`` (same window, same
+    """Names of the FunctionPatterns :func:`.window_close.close_windows` sent before ``rw`` (same window, same
     rank): its functions, plus the per-kind aggregates when it had any function or step."""
     names = {str(n) for n in rw.get("functions", [])}
     if names or int(rw.get("steps", 0)) > 0:
@@ -106,37 +73,18 @@ def signature_of(functions: dict[str, FunctionAcc]) -> str:
     """Hash of the structural function set: dataloader/optimizer/forward/backward span names
     and collective op names (group ids left out, so data-parallel replicas match; barriers
     left out, see :data:`UNSTRUCTURAL_OPS`)."""
-    names = set()
-    for name, acc in functions.items():
-        if name.startswith(COMM_PREFIX):
-            if comm_op(name) not in UNSTRUCTURAL_OPS:
-                names.add(COMM_PREFIX + comm_op(name))
-        elif acc.kind in STRUCTURAL and not name.startswith(KIND_PREFIX):
-            names.add(name)
+    names = {t for name, acc in functions.items() if (t := signature_token(name, acc.kind))}
     return hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()[:12]
 
 
-def add_kind_aggregates(w: WindowAcc) -> None:
-    """Add ``kind:<name>`` patterns (sum of that kind's spans) so every rank reports
-    GC, data loading, forward, backward and optimizer time, even when it is zero, and, on a
-    rank with device spans, their sums per phase (:data:`.device_evidence.DEVICE_AGGREGATES`)."""
-    totals: dict[int, list[int]] = {int(k): [] for k in ALWAYS_AGGREGATED}
-    device: dict[int, list[int]] | None = None
-    for name, acc in w.functions.items():
-        if acc.kind in totals and not name.startswith(COMM_PREFIX):
-            totals[acc.kind].extend(acc.durations)
-        elif acc.kind == SpanKind.DEVICE and name.startswith(DEVICE_PREFIX):
-            device = device if device is not None else {k: [] for k in DEVICE_AGGREGATES}
-            phase = device_phase(name)
-            if phase in device:
-                device[phase].extend(acc.durations)
-    for kind, durs in totals.items():
-        w.functions[kind_function(kind)] = FunctionAcc(kind, durations=durs)
-    for phase, durs in (device or {}).items():  # a GPU rank's device time per phase
-        w.functions[DEVICE_AGGREGATES[phase]] = FunctionAcc(int(SpanKind.DEVICE), durations=durs)
+def signature_token(name: str, kind: int) -> str:
+    """What a function of ``name`` and ``kind`` adds to the window's signature ('' nothing)."""
+    if name.startswith(COMM_PREFIX):
+        return "" if comm_op(name) in UNSTRUCTURAL_OPS else COMM_PREFIX + comm_op(name)
+    return name if kind in STRUCTURAL and not name.startswith(KIND_PREFIX) else ""
 
 
-def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float,
+def window_fields(version: int, meta: RankMeta, window_id: int, window_s: float,
                    signature: str) -> RankWindowHeader:
     """The fields every record of a rank's window starts with."""
     return RankWindowHeader(
@@ -145,72 +93,15 @@ def _window_fields(version: int, meta: RankMeta, window_id: int, window_s: float
         rank=meta.rank, world_size=meta.world_size, host=meta.host, gpu=meta.gpu, signature=signature)
 
 
-class PatternSource(NamedTuple):
-    """What one window's FunctionPatterns are made of: its rank, window, signature, functions
-    (sorted) and the steps its per-step figures divide by."""
-
-    meta: RankMeta
-    window_id: int
-    window_s: float
-    signature: str
-    functions: list[tuple[str, FunctionAcc]]
-    steps: int
-
-
-def pattern_records(sources: Sequence[PatternSource]) -> list[list[FunctionPattern]]:
-    """FunctionPattern of each function of each window (collectives: their per-seq durations
-    first), computed together: one sort of every duration of every window by (function, value)
-    gives each function's count, total, max and exact p50/p90/p99 (:func:`.quantiles.grouped_percentiles`),
-    one bincount its histogram -- the numbers of one ``percentiles``/``histogram`` call per
-    function (tests/unit/streams/detect/test_quantiles.py)."""
-    values: list[int] = []
-    lengths: list[int] = []
-    for src in sources:
-        for _, acc in src.functions:
-            before = len(values)
-            if acc.seqs:
-                values += acc.seq_durs
-            values += acc.durations
-            lengths.append(len(values) - before)
-    counts = np.asarray(lengths, np.int64)
-    d = np.asarray(values, dtype=np.int64)
-    group = np.repeat(np.arange(len(lengths)), counts)
-    s = d[np.lexsort((d, group))]
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    cum = np.concatenate([[0], np.cumsum(s)])
-    totals = (cum[starts + counts] - cum[starts]).tolist()
-    maxima = (np.where(counts > 0, s[np.maximum(starts + counts - 1, 0)], 0) if len(s)
-              else np.zeros(len(counts), np.int64)).tolist()
-    q = grouped_percentiles(s, starts, counts).tolist()
-    hists = grouped_histograms(s, starts, counts)
-    out: list[list[FunctionPattern]] = []
-    k = 0
-    for src in sources:
-        header = _window_fields(FUNCTION_PATTERN_VERSION, src.meta, src.window_id, src.window_s, src.signature)
-        mesh = {str(key): int(v) for key, v in src.meta.mesh_coords.items()}
-        steps = int(src.steps)
-        z = k + len(src.functions)
-        out.append([FunctionPattern(
-            **header, function=name, kind=int(acc.kind), steps=steps,
-            count=int(n + acc.overflow), total_ns=int(total),
-            p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(top), hist=hist,
-            group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-            seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh))  # the closed window's own lists
-            for (name, acc), n, total, p50, p90, p99, top, hist
-            in zip(src.functions, lengths[k:z], totals[k:z], q[0][k:z], q[1][k:z], q[2][k:z], maxima[k:z],
-                   hists[k:z], strict=True)])
-        k = z
-    return out
-
-
 def rank_window_record(meta: RankMeta, window_id: int, window_s: float, signature: str, w: WindowAcc,
-                       progress: RankProgress, health: RankHealth, batches: int = 0,
+                       progress: RankProgress, health: RankHealth, functions: list[str], batches: int = 0,
                        ended: bool = False) -> RankWindow:
-    """RankWindow for one closed window. ``batches``: batches that arrived since the
+    """RankWindow for one closed window. ``functions``: the names of its functions' patterns,
+    sorted (the per-kind aggregates left out); ``batches``: batches that arrived since the
     previous window closed (sign of life); ``ended``: the rank's last window (clean exit)."""
     return RankWindow(
-        **_window_fields(RANK_WINDOW_VERSION, meta, window_id, window_s, signature),
-        functions=sorted(n for n in w.functions if not n.startswith(KIND_PREFIX)),
+        **window_fields(RANK_WINDOW_VERSION, meta, window_id, window_s, signature),
+        functions=functions,
         # the window's own last step (the sink numbers step_time_ns back from it); sticky when idle
         steps=len(w.steps), last_step=int(max(w.steps) if w.steps else progress.last_step),
         step_time_ns=[int(x) for x in w.step_ns],

@@ -28,9 +28,10 @@ from .chunk_fold import ERRORS, ChunkResult, fold_chunk
 from .job_clock import DUE_NOW, Due, JobClock
 from .policy import DetectionPolicy
 from .rank_events import RankFold
-from .rank_records import Closing, close_windows
+from .rank_records import Closing
 from .rank_windows import RankWindows
 from .step_gating import gate_of, recorded_only
+from .window_close import close_windows
 
 
 class RankSummarizer:
@@ -237,7 +238,7 @@ def add_batches(items: Sequence[tuple[RankSummarizer, bool, dict]], now_wall_ms:
 def poll_many(summarizers: Sequence[RankSummarizer], now_wall_ms: int,
               flush: bool = False) -> tuple[list[tuple[str, FunctionPattern | RankWindow]], list[Exception]]:
     """:meth:`RankSummarizer.poll` of each, in order, with the records of every window closed made
-    together (:func:`.rank_records.close_windows`). Returns (records, what failed): a summarizer
+    together (:func:`.window_close.close_windows`). Returns (records, what failed): a summarizer
     whose poll raises is left out (its error returned), and should making the records together
     fail, each window's are made alone, the failing ones' errors returned."""
     closing: list[Closing] = []

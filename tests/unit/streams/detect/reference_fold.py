@@ -16,6 +16,8 @@ from perftracker_ml.streams.detect.model import comm_function, kind_function
 from perftracker_ml.streams.detect.rank_events import RankFold, covered_ns
 from perftracker_ml.streams.detect.summarize import RankSummarizer
 
+from . import reference_close
+
 
 class ReferenceFolder(RankFold):
     """One batch's comms, spans and iterations folded event by event, then its host evidence."""
@@ -159,7 +161,8 @@ class ReferenceFolder(RankFold):
 
 
 class ReferenceSummarizer(RankSummarizer):
-    """A summarizer that folds each batch with :class:`ReferenceFolder`, event by event."""
+    """A summarizer that folds each batch with :class:`ReferenceFolder`, event by event, and
+    closes each window one function at a time (:mod:`.reference_close`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -167,3 +170,6 @@ class ReferenceSummarizer(RankSummarizer):
 
     def _fold_one(self, batch: dict) -> None:
         self.events.fold(batch)
+
+    def poll(self, now_wall_ms: int, flush: bool = False) -> list:
+        return reference_close.close_windows(self.closing(now_wall_ms, flush))
