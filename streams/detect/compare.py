@@ -53,6 +53,7 @@ class FunctionComparator:
         self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
         self.expected: dict[int, int] = {}  # window -> ranks its patterns say report this function
         self.evaluated: list[int] = []
+        self.oldest_evaluated = 0  # min(evaluated), kept as it changes
         self.last_now = 0
         self.last_input_ms = 0  # caller clock of the latest pattern (idle counts from it)
         self.rare = RareHorizon.for_policy(self.policy)  # the function's recent windows while it is rare (.rare)
@@ -67,7 +68,7 @@ class FunctionComparator:
         if pattern.get("function") != self.function or pattern.get("job") != self.job:
             self.skipped["wrong_function_or_job"] += 1
             return
-        if wid in self.evaluated or (self.evaluated and wid < min(self.evaluated)):
+        if wid in self.evaluated or (self.evaluated and wid < self.oldest_evaluated):
             self.skipped["late_pattern"] += 1
             return
         if wid not in self.pending and len(self.pending) >= self.policy.max_open_windows:
@@ -80,7 +81,12 @@ class FunctionComparator:
         if coords:
             self.coords[rank] = coords
         self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank, int(pattern.get("world_size", 0) or 0))
-        self.expected[wid] = max(self.expected.get(wid, 0), expected_ranks(pattern))
+        known = self.expected.get(wid, 0)
+        group = pattern.get("group_ranks")
+        # a collective's group no longer than the ranks already expected changes nothing (the set
+        # of a long group is the costly part of a pattern's buffering)
+        if not (isinstance(group, list) and 0 < len(group) <= known and pattern.get("kind") == SpanKind.COLLECTIVE):
+            self.expected[wid] = max(known, expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
         self.last_now = max(self.last_now, now_wall_ms or 0)
@@ -100,6 +106,7 @@ class FunctionComparator:
             self.first_seen.pop(wid, None)
             self.expected.pop(wid, None)
             self.evaluated = (self.evaluated + [wid])[-MAX_EVALUATED_REMEMBERED:]
+            self.oldest_evaluated = min(self.evaluated)
             out.append(self.evaluate(wid, list(patterns.values())))
         return out
 

@@ -39,12 +39,25 @@ from .window_columns import Grouped, group_events
 
 DEVICE = int(SpanKind.DEVICE)
 KIND_AGGREGATES = {int(k): kind_function(k) for k in ALWAYS_AGGREGATED}
+CLOSE_EVENTS = 1 << 20  # events of the windows closed together, at most (past one window's own)
 
 
 def close_windows(closing: Sequence[Closing]) -> list[Routed]:
-    """Each closed window's records, in order: [("FunctionPattern", rec), ..., ("RankWindow", rec)]."""
-    if not closing:
-        return []
+    """Each closed window's records, in order: [("FunctionPattern", rec), ..., ("RankWindow", rec)],
+    the windows closed together in runs of about :data:`CLOSE_EVENTS` events (the close's arrays
+    are a few times its events' bytes: a giant job's tick closes one window of every rank)."""
+    out: list[Routed] = []
+    start = held = 0
+    for i, c in enumerate(closing):
+        held += c.w.pending_events
+        if held >= CLOSE_EVENTS or i == len(closing) - 1:
+            out += _close(closing[start:i + 1])
+            start, held = i + 1, 0
+    return out
+
+
+def _close(closing: Sequence[Closing]) -> list[Routed]:
+    """:func:`close_windows` of windows closed together."""
     g = group_events([c.w for c in closing])
     names = list(g.names)
     ids = {n: i for i, n in enumerate(names)}

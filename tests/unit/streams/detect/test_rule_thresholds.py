@@ -59,6 +59,7 @@ NAMED = {
     ("onset.py", "MAX_CANDIDATES"): "work bound: onset steps tried per window, evenly spaced",
     ("rank_windows.py", "MAX_CLOSED_PER_POLL"): "work bound: windows a rank closes in one poll (the rest next tick)",
     ("window_columns.py", "SETTLE_EVENTS"): "memory bound: a window's pending events grouped early (same result)",
+    ("window_close.py", "CLOSE_EVENTS"): "memory bound: the events of the windows closed together (same records)",
     ("window_evidence.py", "TOP_FRAMES"): "record size: sampled frames a RankWindow carries per kind",
     ("summarize.py", "MAX_MESH_DIMS"): "input bound: mesh dimensions kept from a batch",
     ("decisions.py", "MAX_STORED_DECISIONS"): "record size: the window's trace entries an incident's evidence carries",

@@ -4,7 +4,8 @@ by function at once) against the close one window and one function at a time
 device spans of every phase, spans named like the per-kind aggregates they are then replaced
 by, collective calls and spans named like them, every span kind, durations past a (lowered)
 per-function cap, and windows whose accumulators were read (settled) between batches or settled
-as they fold (a lowered memory bound), close into the same records in the same order."""
+as they fold (a lowered memory bound), close into the same records in the same order, however
+many windows are closed together."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from perftracker_ml.streams.detect import (
     RankSummarizer,
     accumulate,
     chunk_apply,
+    window_close,
     window_columns,
 )
 from perftracker_ml.streams.detect.summarize import add_batches, poll_many
@@ -59,10 +61,11 @@ def batch(draw: st.DrawFn) -> tuple[int, dict]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.lists(batch(), min_size=1, max_size=6), st.booleans()), min_size=1, max_size=5),
-       st.sampled_from([2, 5, 200_000]), st.sampled_from([4, 65_536]))
+       st.sampled_from([2, 5, 200_000]), st.sampled_from([4, 65_536]), st.sampled_from([1, 30, 1 << 20]))
 def test_columnar_close_equals_closing_one_window_and_function_at_a_time(
-        chunks: list[tuple[list[tuple[int, dict]], bool]], cap: int, settle_at: int) -> None:
+        chunks: list[tuple[list[tuple[int, dict]], bool]], cap: int, settle_at: int, close_at: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(window_close, "CLOSE_EVENTS", close_at)  # windows closed together in runs of this many events
         mp.setattr(chunk_apply, "SETTLE_EVENTS", settle_at)  # a window past it settles as it folds
         mp.setattr(accumulate, "MAX_DURATIONS_PER_FUNCTION", cap)  # the reference fold's cap
         mp.setattr(window_columns, "MAX_DURATIONS_PER_FUNCTION", cap)  # the columnar fold's
