@@ -1,7 +1,7 @@
 """Closing many ranks' windows at once into their records, column-wise.
 
-Every window a timer tick closes is closed together: their events grouped by (window,
-function) in one pass (:func:`.window_columns.group_events`), then each window's
+The windows a timer tick closes are closed together, in runs of about :data:`CLOSE_EVENTS`
+events: their events grouped by (window, function) in one pass (:func:`.window_columns.group_events`), then each window's
 FunctionPatterns -- its functions in name order, with the per-kind aggregates
 (:data:`.rank_records.ALWAYS_AGGREGATED`: ``kind:<name>``, the sum of that kind's spans, even
 when zero, on a window with any function or step) and, on a rank with device spans, their
