@@ -113,16 +113,21 @@ def _close(closing: Sequence[Closing]) -> list[Routed]:
         pieces.append((target[eg], g.kept & (src[eg] >= 0)))
     rows = np.concatenate([r[k] for r, k in pieces])
     vals = np.concatenate([g.val[k] for _, k in pieces])
+    return _records(closing, g, names, signatures, p_win, p_name, p_group, p_kind, *_stats(rows, vals, len(p_win)))
+
+
+def _stats(rows: np.ndarray, vals: np.ndarray, n_rows: int) -> tuple[np.ndarray, list[int], list[int],
+                                                                      list[list[int]], list[list[int]]]:
+    """Each row's count, total, max, p50/p90/p99 and histogram of the values given it (``rows[i]``
+    holds ``vals[i]``): one sort of every value by (row, value)."""
     s = vals[np.lexsort((vals, rows))]
-    counts = np.bincount(rows, minlength=len(p_win)).astype(np.int64)
+    counts = np.bincount(rows, minlength=n_rows).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     cum = np.concatenate([[0], np.cumsum(s)])
     totals = (cum[starts + counts] - cum[starts]).tolist()
     maxima = (np.where(counts > 0, s[np.maximum(starts + counts - 1, 0)], 0) if len(s)
               else np.zeros(len(counts), np.int64)).tolist()
-    q = grouped_percentiles(s, starts, counts).tolist()
-    hists = grouped_histograms(s, starts, counts)
-    return _records(closing, g, names, signatures, p_win, p_name, p_group, p_kind, counts, totals, maxima, q, hists)
+    return counts, totals, maxima, grouped_percentiles(s, starts, counts).tolist(), grouped_histograms(s, starts, counts)
 
 
 def _signatures(windows: int, g: Grouped, win: list[int], gid: list[int], kind: list[int]) -> list[str]:

@@ -133,8 +133,8 @@ def group_events(windows: Sequence[WindowAcc]) -> Grouped:
     for k, w in enumerate(windows):
         slices = list(w.pending)
         if w.accs:
-            slices.insert(0, PendingCols(acc_chunk(w.accs), 0, 0))
-            slices[0] = slices[0]._replace(z=len(slices[0].chunk.fid))
+            settled = acc_chunk(w.accs)
+            slices.insert(0, PendingCols(settled, 0, len(settled.fid)))
         for p in slices:
             entry = parts.get(id(p.chunk))
             if entry is None:
@@ -160,12 +160,12 @@ def group_events(windows: Sequence[WindowAcc]) -> Grouped:
             cols[key].append(col[idx])
         cols["member"].append(c.grp[idx] + len(members))
         members += c.groups
-        cols["overflow"].append(c.overflow[idx] if c.overflow is not None else np.zeros(0, np.int64))
+        cols["overflow"].append(c.overflow[idx] if c.overflow is not None else np.zeros(len(idx), np.int64))
 
     def gathered(key: str) -> np.ndarray:  # one column at a time: the events of a tick's windows are many
         return np.concatenate(cols.pop(key))
 
-    pieces = list(cols["win"])  # each chunk's events, for their count
+    settled_before = any(c.overflow is not None for c, *_ in chunks)
     win, gid = gathered("win"), gathered("gid")
     typ = gathered("typ")
     order = np.lexsort((np.arange(len(win)), typ != COMM, gid, win))  # a function's calls first, each in fold order
@@ -179,9 +179,8 @@ def group_events(windows: Sequence[WindowAcc]) -> Grouped:
     kept = is_comm | (place < MAX_DURATIONS_PER_FUNCTION)
     del place
     overflow = np.add.reduceat((~kept).astype(np.int64), starts)
-    if any(len(x) for x in cols["overflow"]):  # accumulators settled before: what they had dropped
-        before = [x if len(x) else np.zeros(len(c), np.int64) for x, c in zip(cols["overflow"], pieces, strict=True)]
-        overflow += np.add.reduceat(np.concatenate(before)[order], starts)
+    if settled_before:  # accumulators settled before: what they had dropped
+        overflow += np.add.reduceat(gathered("overflow")[order], starts)
     nbytes = np.add.reduceat(np.where(is_comm, gathered("nbytes")[order], 0), starts)
     # the accumulator's kind: its first event's in fold order (a call, or a span folded before any call)
     first = np.where((m > starts) & ((m == ends) | (order[starts] < order[np.minimum(m, len(win) - 1)])), starts, m)
