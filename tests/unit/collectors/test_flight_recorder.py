@@ -30,6 +30,11 @@ HANG = textwrap.dedent("""
     dist.init_process_group("gloo", rank=rank, world_size=2)
     x = torch.ones(4)
     dist.all_reduce(x)                      # completed on both ranks
+    from perftracker_ml.collectors.flight_recorder import pending_entries
+    dump = torch._C._distributed_c10d._dump_fr_trace_json
+    deadline = time.monotonic() + 60        # gloo marks the entry completed on its own thread,
+    while pending_entries(dump(True, True), time.time_ns()) and time.monotonic() < deadline:
+        time.sleep(0.05)                    # after the caller's wait returns: let it catch up
     if rank == 1:
         time.sleep(6)                       # never joins the second one
         os._exit(0)
