@@ -23,6 +23,10 @@ collectors send them), then timed in this one process:
 * ``consume_events_per_s``: the consumer loop alone (message values touched, nothing
   decoded): the broker and librdkafka floor.
 
+``--relay-ranks N``: every N ranks share a host whose relay (``perftracker relay``,
+collectors/relay_server.py) sends their batches of each second as one message, grouped by the
+relay's own ``RelayBuffer``; the agent takes a bundle's items each as a message.
+
 Each figure is the best of ``--repeat`` runs (wall clock; ``*_cpu_s`` is this process's
 CPU time for the same run, librdkafka's threads included). On a shared machine compare
 ``load_avg_1m`` and ``cpus``. The process and the Faust worker run with the worker's garbage
@@ -45,7 +49,7 @@ from typing import Any
 
 from perftracker_ml.collectors.batch import event_count
 from perftracker_ml.deploy.workloads.batches import Workload, batches
-from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas import Codec, bundle
 from perftracker_ml.schemas.gc_policy import tune_gc
 from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.settings import StreamSettings
@@ -67,26 +71,59 @@ GOAL_EVENTS_PER_S = 1_000_000
 
 @dataclass
 class Job:
-    """The encoded batches of one workload."""
+    """The encoded batches of one workload, and the Kafka messages that carry them (one each, or
+    with a relay one per host and second)."""
 
     keys: list[bytes]
     values: list[bytes]
     events: int
     ranks: int
+    messages: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, value) as produced
 
     @property
     def batches(self) -> int:
         return len(self.values)
 
 
-def encode_job(w: Workload, wall0_ns: int) -> Job:
+def encode_job(w: Workload, wall0_ns: int, relay_ranks: int = 0) -> Job:
+    """``relay_ranks`` > 1: every ``relay_ranks`` ranks share a host whose relay sends their batches
+    of each second as one message (the relay's own grouping, ``relay_server.RelayBuffer``)."""
     codec = Codec(EVENT_BATCH)  # what the collectors' Sender encodes with
     keys, values, events = [], [], 0
     for rank, record in batches(w, wall0_ns):
         keys.append(f"{w.job}|{rank}".encode())
         values.append(codec.encode(record))
         events += event_count(record)
-    return Job(keys, values, events, w.ranks)
+    job = Job(keys, values, events, w.ranks)
+    job.messages = relayed(job, relay_ranks) if relay_ranks > 1 else list(zip(keys, values, strict=True))
+    return job
+
+
+def relayed(job: Job, per_host: int) -> list[tuple[bytes, bytes]]:
+    """The messages the hosts' relays send: each host's batches of one second (the batches come
+    in rank order each second) through a RelayBuffer of that host, in their order."""
+    from perftracker_ml.collectors.relay import frame
+    from perftracker_ml.collectors.relay_server import RelayBuffer
+
+    out: list[tuple[bytes, bytes]] = []
+    buffers: dict[int, RelayBuffer] = {}
+    last = -1
+    for key, value in zip(job.keys, job.values, strict=True):
+        host = int(key.rsplit(b"|", 1)[1]) // per_host
+        if host < last:  # the next second: what every host held goes out
+            out += _drain(buffers)
+        last = host
+        buf = buffers.setdefault(host, RelayBuffer(f"host{host}"))
+        buf.add(frame(TOPIC, key, value), 0.0)
+    out += _drain(buffers)
+    return out
+
+
+def _drain(buffers: dict[int, Any]) -> list[tuple[bytes, bytes]]:
+    from perftracker_ml.collectors.relay_server import _messages
+
+    return [(key.encode(), message) for _, buf in sorted(buffers.items())
+            for _, key, items in buf.due(0.0, flush=True) for message, _ in _messages(items)]
 
 
 @dataclass
@@ -159,8 +196,9 @@ class AgentCalls:
             self.add(*decoded, now)
 
     def on_messages(self, raws: list[bytes], now: int) -> None:
-        """A chunk of messages as the agent takes them (``TAKE_MESSAGES`` at most)."""
-        decoded = [d for d in map(self.decode, raws) if d is not None]
+        """A chunk of messages as the agent takes them (``TAKE_MESSAGES`` at most; a bundle's items
+        each as a message, as ``ctx.decode_all``)."""
+        decoded = [d for raw in raws for item in bundle.records_in(raw) if (d := self.decode(item)) is not None]
         self.add_chunk(decoded, now)
 
     def tick(self, now: int, flush: bool = False, emit: bool = True) -> list[tuple[str, dict]]:
@@ -248,7 +286,7 @@ def produce(bootstrap: str, job: Job) -> None:
 
     ensure_topics({"bootstrap.servers": bootstrap}, [Topic(TOPIC, PARTITIONS, "job|rank", "bench")])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
-    for key, value in zip(job.keys, job.values, strict=True):
+    for key, value in job.messages:
         while True:
             try:
                 p.produce(TOPIC, key=key, value=value)
@@ -287,7 +325,7 @@ def consume(bootstrap: str, total: int, on_values: Callable[[list[bytes]], None]
 
 def end_to_end(bootstrap: str, job: Job) -> AgentCalls:
     calls = AgentCalls.create()
-    consume(bootstrap, job.batches, lambda vs: calls.on_messages(vs, now_ms()), lambda: calls.tick(now_ms()))
+    consume(bootstrap, len(job.messages), lambda vs: calls.on_messages(vs, now_ms()), lambda: calls.tick(now_ms()))
     calls.tick(now_ms() + 1, flush=True)
     return calls
 
@@ -356,7 +394,7 @@ def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | N
         bootstrap = broker.bootstrap
     try:
         produce(bootstrap, job)
-        consume_s = min(timed(lambda: consume(bootstrap, job.batches, len))[0] for _ in range(repeat))
+        consume_s = min(timed(lambda: consume(bootstrap, len(job.messages), len))[0] for _ in range(repeat))
         e2e = best([timed(lambda: end_to_end(bootstrap, job)) for _ in range(repeat)])
         if profile:
             prof = cProfile.Profile()
@@ -370,14 +408,15 @@ def broker_stages(job: Job, repeat: int, bootstrap: str | None, profile: str | N
 
 
 def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, faust: bool = False,
-        spy: str | None = None) -> dict:
+        spy: str | None = None, relay_ranks: int = 0) -> dict:
     window_ns = DetectionPolicy().window_ms * 1_000_000
     start_ns = time.time_ns() - int(w.seconds * 1e9)
-    job = encode_job(w, start_ns - start_ns % window_ns)  # the job starts on a window edge
+    job = encode_job(w, start_ns - start_ns % window_ns, relay_ranks)  # the job starts on a window edge
     stages = offline_stages(job, repeat)
     consume_s, e2e, calls, worker = broker_stages(job, repeat, bootstrap, profile, faust, spy)
     out = summary(job, e2e, stages["decode"], stages["summarize"], stages["emit"], consume_s, calls.emitted)
     out.update(worker)
+    out["relay_ranks"], out["messages"] = relay_ranks, len(job.messages)
     out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
     out["invalid_end_to_end"] = calls.invalid  # batches validation refused (none: the job is clean)
     out["sequential_batches"] = calls.sequential  # folded alone (none on this clean job)
@@ -403,12 +442,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gc-young", type=int, default=StreamSettings().gc_young_objects,
                     help="this process's and the Faust worker's young GC threshold, as a worker sets it "
                          "(schemas/gc_policy.py; 0 = CPython's defaults)")
+    ap.add_argument("--relay-ranks", type=int, default=0,
+                    help="ranks per host whose batches a host relay sends as one message a second "
+                         "(collectors/relay_server.py; 0 = one message per batch, no relay)")
     args = ap.parse_args(argv)
     w = Workload(ranks=args.ranks, seconds=args.seconds, tp=args.tp, pp=args.pp)
     w.check()
     thresholds = tune_gc(args.gc_young)  # as `perftracker worker` does after start-up
     os.environ["PERFTRACKER_STREAMS_GC_YOUNG_OBJECTS"] = str(args.gc_young)  # the Faust worker's
-    out = run(w, args.repeat, args.bootstrap, args.profile, args.faust or bool(args.faust_spy), args.faust_spy)
+    out = run(w, args.repeat, args.bootstrap, args.profile, args.faust or bool(args.faust_spy), args.faust_spy,
+              args.relay_ranks)
     out["gc_thresholds"] = list(thresholds)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2))
     return 0

@@ -32,6 +32,7 @@ from .iteration import IterationDetector
 from .job_agreement import JobAgreement, torch_distributed
 from .patching import Patches, PostImportHook
 from .recorder import Recorder
+from .relay import RelaySink
 from .safety import ErrorBudget
 from .selfcost import background_cpu_by_thread
 from .transport import KafkaSink, NullSink, Sender, SpoolSink
@@ -115,7 +116,17 @@ class Collector:
         schemas = None if max_version is None else bundled_schemas().restricted(record_name, max_version)
         return codec_for(self.settings, record_name, topic, client=self.registry, schemas=schemas)
 
-    def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink | SpoolSink:
+    def _make_sink(self, bootstrap: str) -> KafkaSink | NullSink | SpoolSink | RelaySink:
+        path = self.settings.collector.relay_socket
+        if path and spool_dir(bootstrap) is None:  # the host's relay, Kafka directly when it does not take one
+            try:
+                return RelaySink(path, self.topics.events, self.counters, lambda: self._direct_sink(bootstrap),
+                                 self.errors)
+            except Exception as exc:  # noqa: BLE001
+                self.errors.caught("relay", exc)
+        return self._direct_sink(bootstrap)
+
+    def _direct_sink(self, bootstrap: str) -> KafkaSink | NullSink | SpoolSink:
         on_lost = self.recorder.lost
         directory = spool_dir(bootstrap)
         if directory is not None:  # no broker: the messages go to local files (schemas.spool)

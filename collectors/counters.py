@@ -27,6 +27,10 @@ class CollectorCounters(CounterSet):
     batches_failed = Counter("batches (and other records, e.g. HardwareBatch) not delivered: "
                              "producer queue full, broker away past message.timeout.ms, or no broker")
     sent_bytes = Counter("encoded bytes of the batches the brokers acknowledged")
+    batches_relayed = Counter("batches handed to the host's relay (relay_socket; counted as sent: the relay "
+                              "counts their delivery)")
+    relay_fallbacks = Counter("messages sent to Kafka directly because the relay did not take them (not "
+                              "running, its queue full, larger than a datagram)")
     events_in_flight = Counter("events produced whose delivery is not yet reported", kind=Kind.GAUGE)
     wire_bytes = Counter("bytes written to the brokers (compressed, with Kafka framing) up to "
                          "librdkafka's last statistics; -1 unknown", kind=Kind.GAUGE, initial=-1)

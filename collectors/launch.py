@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,39 +188,85 @@ def _interactive() -> bool:
         return False
 
 
-def run(command: list[str], job: str | None, settings: Any) -> int:
+def run(command: list[str], job: str | None, settings: Any, relay: bool = False) -> int:
     """Run ``command`` with collectors injected; return its exit code (128+N if killed by N).
-    Raises :class:`LaunchRefused` for a command whose ranks it cannot attach (:func:`route`)."""
+    Raises :class:`LaunchRefused` for a command whose ranks it cannot attach (:func:`route`).
+    ``relay``: run this host's relay (:mod:`.relay_server`) for the command's ranks meanwhile."""
     if not command:
         raise ValueError("launch needs a command, e.g. perftracker launch -- torchrun ... train.py")
     job = job or job_from_command(command, os.environ)
     how = route(command, os.environ, pth_installed() is not None, job)
+    if relay and how.remote:
+        raise LaunchRefused("`--relay` runs one relay on this host, and srun starts ranks on other nodes too: "
+                            "run `perftracker launch --relay` in each node's task instead: "
+                            f"{per_task_form(command, job, name_job=False)}")
     with tempfile.TemporaryDirectory(prefix="perftracker-boot-") as tmp:
         boot_dir = Path(tmp)
         if how.sitecustomize:
             (boot_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
         env = child_env(os.environ, job, boot_dir if how.sitecustomize else None, settings)
-        target = env["PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"] or "no broker (events counted, not sent)"
-        if job:
-            named = job
-        elif how.remote:
-            named = "SLURM_JOB_ID of the allocation srun makes"
-        else:
-            named = f"agreed by the ranks at start-up (rank 0's launcher proposes {env[PROVISIONAL_ENV]})"
-        print(f"perftracker: job {named} -> {target}", file=sys.stderr, flush=True)
-        if how.remote:
-            print("perftracker: ranks on other nodes attach where perftracker-ml is installed in the "
-                  "Python they run; `perftracker status --job <job>` names the ranks that do not report",
-                  file=sys.stderr, flush=True)
+        relay_proc = start_relay(boot_dir / "relay.sock", env) if relay else None
+        if relay_proc is not None:
+            env["PERFTRACKER_COLLECTOR_RELAY_SOCKET"] = str(boot_dir / "relay.sock")
         try:
-            proc = subprocess.Popen(command, env=env)
-        except OSError as exc:
-            print(f"perftracker: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
-            return 127
-        previous = _forward_signals(proc)
-        try:
-            code = proc.wait()
+            return _run_command(command, env, job, how)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            if relay_proc is not None:
+                stop_relay(relay_proc)
+
+
+def start_relay(path: Path, env: Mapping[str, str], wait_s: float = 10.0) -> subprocess.Popen | None:
+    """``perftracker relay`` on ``path`` with the command's Kafka settings, once its socket is bound
+    (None, said on stderr, when it does not start: the ranks then send to Kafka directly)."""
+    if not env.get("PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"):
+        print("perftracker: no Kafka broker, so no relay", file=sys.stderr, flush=True)
+        return None
+    proc = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", "relay", "--socket", str(path)],
+                            env=dict(env), stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and proc.poll() is None and not path.exists():
+        time.sleep(0.05)
+    if not path.exists():
+        print("perftracker: the relay did not start; the ranks send to Kafka directly", file=sys.stderr, flush=True)
+        stop_relay(proc)
+        return None
+    return proc
+
+
+def stop_relay(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """SIGTERM: the relay sends what waits, then exits (killed past ``timeout_s``)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _run_command(command: list[str], env: dict[str, str], job: str, how: Route) -> int:
+    """Start ``command`` and wait for it, forwarding signals; its exit code (128+N if killed by N)."""
+    target = env["PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS"] or "no broker (events counted, not sent)"
+    if job:
+        named = job
+    elif how.remote:
+        named = "SLURM_JOB_ID of the allocation srun makes"
+    else:
+        named = f"agreed by the ranks at start-up (rank 0's launcher proposes {env[PROVISIONAL_ENV]})"
+    print(f"perftracker: job {named} -> {target}", file=sys.stderr, flush=True)
+    if how.remote:
+        print("perftracker: ranks on other nodes attach where perftracker-ml is installed in the "
+              "Python they run; `perftracker status --job <job>` names the ranks that do not report",
+              file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        print(f"perftracker: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    previous = _forward_signals(proc)
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 128 - code if code < 0 else code

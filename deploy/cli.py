@@ -219,13 +219,50 @@ def diagnose(ctx: click.Context, job: str, as_json: bool, explain: int | None) -
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--job", default=None, help="Job id (default: the launcher's run id, or a new one).")
+@click.option("--relay", is_flag=True, help="Run a relay on this host for the command's ranks: one Kafka "
+              "message per flush for all of them (`perftracker relay`).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 @click.pass_context
-def launch(ctx: click.Context, job: str | None, command: tuple[str, ...]) -> None:
+def launch(ctx: click.Context, job: str | None, relay: bool, command: tuple[str, ...]) -> None:
     """Run an unmodified training command (torchrun ... / python ...) with collectors attached."""
     from ..collectors.launch import run as run_launch
 
-    sys.exit(run_launch(list(command), job, _settings(ctx)))
+    sys.exit(run_launch(list(command), job, _settings(ctx), relay=relay))
+
+
+@cli.command()
+@click.option("--socket", "path", required=True, type=click.Path(dir_okay=False),
+              help="The Unix socket the host's ranks send to (their PERFTRACKER_COLLECTOR_RELAY_SOCKET).")
+@click.option("--host", default="", help="This host's name in the messages' keys (default: the hostname).")
+@click.option("--linger-s", type=click.FloatRange(0.0, 5.0), default=0.2, show_default=True,
+              help="How long the first message of a job waits for the host's other ranks.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve the relay's counters for Prometheus at http://127.0.0.1:PORT/metrics.")
+@click.pass_context
+def relay(ctx: click.Context, path: str, host: str, linger_s: float, metrics_port: int | None) -> None:
+    """Relay the messages of this host's ranks to Kafka, one message per job and flush, until SIGTERM."""
+    import socket as socket_mod
+
+    from ..collectors.relay_server import RelayCounters, serve
+    from ..schemas.metrics import MetricsServer, registry_of
+    from ..schemas.stackfile import resolve_bootstrap
+
+    settings = _settings(ctx)
+    bootstrap = settings.collector.bootstrap_servers or resolve_bootstrap(settings)
+    if not bootstrap:
+        raise ConfigError("the relay needs a Kafka broker: set PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS or run "
+                          "`perftracker up`")
+    conf = {**settings.kafka.client_conf(), "bootstrap.servers": bootstrap}
+    host = host or settings.collector.host or socket_mod.gethostname()
+    counters = RelayCounters()
+    server = None if metrics_port is None else MetricsServer(registry_of(counters, const_labels={"host": host}),
+                                                             metrics_port)
+    try:
+        serve(path, conf, host, linger_s, counters=counters)
+    finally:
+        if server is not None:
+            server.close()
+    click.echo("perftracker relay: " + json.dumps(counters.snapshot()), err=True)
 
 
 @cli.command()

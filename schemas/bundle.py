@@ -1,4 +1,5 @@
-"""Record bundles: several framed records of one topic and key in one Kafka message.
+"""Record bundles: several framed records of one topic and key in one Kafka message (or, from a
+host's relay, :mod:`..collectors.relay_server`, of one job's ranks on one host).
 
 A stream worker closes, for every rank and window, one FunctionPattern per function and
 one RankWindow. Sent one message each, a 512-rank backlog made ~4.7 messages for every

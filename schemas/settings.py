@@ -225,6 +225,10 @@ class CollectorSettings:
     bootstrap_servers: str = field(default="", metadata={"doc": "Kafka bootstrap; empty = kafka.bootstrap_servers"})
     host: str = field(default="", metadata={"doc": "machine name reported for this rank; empty = the hostname (in Kubernetes set it to the node name: the pod name is not the machine)"})
     buffer_mb: float = field(default=32.0, metadata={"gt": 0, "doc": "bound of the in-process event buffer; oldest dropped when full"})
+    relay_socket: str = field(default="", metadata={"doc": "the host's relay (`perftracker relay`, `launch --relay`): "
+                                                           "send through its Unix socket at this path, one Kafka "
+                                                           "message per host and flush; Kafka directly when it does "
+                                                           "not take a message; empty = Kafka directly"})
     flush_interval_s: float = field(default=1.0, metadata={"gt": 0, "doc": "a batch is built and sent this often"})
     exit_flush_s: float = field(default=2.0, metadata={"ge": 0, "doc": "longest wait for delivery at process exit"})
     max_batch_events: int = field(default=10_000, metadata={"ge": 1, "doc": "events per Kafka message at most (v8's "

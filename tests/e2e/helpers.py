@@ -24,15 +24,15 @@ def torchrun(script: str, nproc: int = 4) -> list[str]:
             f"--nproc-per-node={nproc}", str(SCRIPTS / script)]
 
 
-def launch(command: list[str], job: str, env: dict[str, str]) -> tuple[int, float]:
-    """``perftracker launch --job JOB -- command`` in-process; returns (exit code, seconds)."""
+def launch(command: list[str], job: str, env: dict[str, str], relay: bool = False) -> tuple[int, float]:
+    """``perftracker launch --job JOB [--relay] -- command`` in-process; returns (exit code, seconds)."""
     from perftracker_ml.collectors.launch import run
 
     saved = dict(os.environ)
     os.environ.update(env)
     try:
         started = time.monotonic()
-        code = run(command, job, load_settings(env=os.environ))
+        code = run(command, job, load_settings(env=os.environ), relay=relay)
         return code, time.monotonic() - started
     finally:
         os.environ.clear()

@@ -110,12 +110,13 @@ def test_every_exported_metric_is_documented():
     from pathlib import Path
 
     from perftracker_ml.collectors.counters import CollectorCounters
+    from perftracker_ml.collectors.relay_server import RelayCounters
     from perftracker_ml.sinks.alerts.worker import AlertCounters
     from perftracker_ml.sinks.service import SinkCounters
     from perftracker_ml.streams.context import StreamCounters
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
-    for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters):
+    for cls in (StreamCounters, SinkCounters, AlertCounters, CollectorCounters, RelayCounters):
         for c in cls.declared:
             name = f"perftracker_{cls.component}_{c.name}" + ("_total" if c.kind is Kind.COUNTER else "")
             assert f"| `{name}` | {c.kind.value} |" in doc, f"document {name} in docs/operations.md"
