@@ -26,14 +26,14 @@ from perftracker_ml.deploy.stack import down
 from perftracker_ml.schemas.settings_loader import load_settings
 
 
-def measure(fault: str, data_dir: Path, steps: int) -> dict:
+def measure(fault: str, data_dir: Path, steps: int, relay: bool = False) -> dict:
     settings = load_settings(env={"PERFTRACKER_DATA_DIR": str(data_dir)})
-    result = run_demo(settings, fault=fault, ranks=4, steps=steps, echo=lambda _line: None)
+    result = run_demo(settings, fault=fault, ranks=4, steps=steps, echo=lambda _line: None, relay=relay)
     right = result.naming_fault(result.rows)
     return {"fault": fault, "culprit_correct": result.culprit_correct,
             "cause": right[0]["cause"] if right else (result.rows[0]["cause"] if result.rows else None),
             "seconds_to_detect": result.seconds_to_detect,
-            "false_alarms": len(result.rows) - len(right), "seconds_total": result.seconds_total}
+            "false_alarms": len(result.rows) - len(right), "seconds_total": result.seconds_total, "relay": relay}
 
 
 def main() -> None:
@@ -41,12 +41,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per fault (default)")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--relay", action="store_true", help="the ranks send through a relay on the host "
+                        "(`perftracker launch --relay`)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pt-demo-bench-") as tmp:
         data_dir = Path(tmp)
         try:
             for fault in args.faults.split(","):
-                print(json.dumps(measure(fault.strip(), data_dir, args.steps)), flush=True)
+                print(json.dumps(measure(fault.strip(), data_dir, args.steps, args.relay)), flush=True)
         finally:
             down(load_settings(env={"PERFTRACKER_DATA_DIR": str(data_dir)}))
 

@@ -420,7 +420,7 @@ def run(w: Workload, repeat: int, bootstrap: str | None, profile: str | None, fa
     out["skipped_end_to_end"] = dict(calls.skipped())  # input the summarizers left out (should be none)
     out["invalid_end_to_end"] = calls.invalid  # batches validation refused (none: the job is clean)
     out["sequential_batches"] = calls.sequential  # folded alone (none on this clean job)
-    out.update({"seconds_of_job": w.seconds, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
+    out.update({"seconds_of_job": w.seconds, "flush_s": w.flush_s, "tp": w.tp, "pp": w.pp, "dp": w.dp, "repeat": repeat,
                 "cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_avg_1m": round(os.getloadavg()[0], 2),
                 "python": platform.python_version(), "date": time.strftime("%Y-%m-%d")})
     return out
@@ -445,8 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relay-ranks", type=int, default=0,
                     help="ranks per host whose batches a host relay sends as one message a second "
                          "(collectors/relay_server.py; 0 = one message per batch, no relay)")
+    ap.add_argument("--flush-s", type=float, default=1.0,
+                    help="seconds of events per batch (the collectors' flush interval; 1 by default)")
     args = ap.parse_args(argv)
-    w = Workload(ranks=args.ranks, seconds=args.seconds, tp=args.tp, pp=args.pp)
+    w = Workload(ranks=args.ranks, seconds=args.seconds, tp=args.tp, pp=args.pp, flush_s=args.flush_s)
     w.check()
     thresholds = tune_gc(args.gc_young)  # as `perftracker worker` does after start-up
     os.environ["PERFTRACKER_STREAMS_GC_YOUNG_OBJECTS"] = str(args.gc_young)  # the Faust worker's

@@ -108,12 +108,13 @@ def _no_phase(text: str) -> None:
 
 def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4, steps: int = 900,
              echo: Callable[[str], None] = print, fault_rank: int = 2,
-             phase: Callable[[str], None] = _no_phase, model: str = "mlp") -> DemoResult:
+             phase: Callable[[str], None] = _no_phase, model: str = "mlp", relay: bool = False) -> DemoResult:
     """Start the stack if needed, train with the fault injected a third of the way in, show the
     live diagnosis, write the report. Ctrl-C stops the ranks and leaves the stack running.
     ``phase`` hears what it is doing now (the CLI's progress display): stack up, training
     (step, ms/step, root causes so far), waiting for the diagnosis, writing the report.
-    ``model``: one of :data:`MODELS` (the MLP under DDP by default)."""
+    ``model``: one of :data:`MODELS` (the MLP under DDP by default); ``relay``: the ranks send through
+    a relay on this host (``launch --relay``)."""
     from ..stack import up
 
     validate(fault, ranks, steps, model)
@@ -129,7 +130,7 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
     onset_file = work / f"{result.job}.onset.json"
     log_path = work / f"{result.job}.log"
     phase(f"starting {ranks} training ranks (torchrun)")
-    proc = _start_training(settings, result, ranks, steps, onset_file, log_path)
+    proc = _start_training(settings, result, ranks, steps, onset_file, log_path, relay)
     echo(f"job {result.job}: {model} model, {ranks} ranks, {steps} steps, fault {fault!r} on rank {fault_rank} "
          f"from step {steps // 3}; training log {log_path}")
     try:
@@ -150,7 +151,7 @@ def run_demo(settings: Settings, fault: str = "slow-dataloader", ranks: int = 4,
 
 
 def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: int,
-                    onset_file: Path, log_path: Path) -> subprocess.Popen:
+                    onset_file: Path, log_path: Path, relay: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PERFTRACKER_DEMO_FAULT": result.fault, "PERFTRACKER_DEMO_RANK": str(result.fault_rank),
            "PERFTRACKER_DEMO_AT_STEP": str(steps // 3), "PERFTRACKER_DEMO_ONSET_FILE": str(onset_file),
            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
@@ -159,7 +160,7 @@ def _start_training(settings: Settings, result: DemoResult, ranks: int, steps: i
            "PYTHONFAULTHANDLER": "1"}  # a rank that crashes prints every thread's Python stack
     script, args = MODELS[result.model]
     cmd = [sys.executable, "-m", "perftracker_ml.deploy.cli", "--data-dir", str(settings.data_dir.resolve()),
-           "launch", "--job", result.job, "--",
+           "launch", "--job", result.job, *(["--relay"] if relay else []), "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
            str(script), "--steps", str(steps), *args]
     with open(log_path, "wb") as log:
