@@ -120,10 +120,8 @@ def relayed(job: Job, per_host: int) -> list[tuple[bytes, bytes]]:
 
 
 def _drain(buffers: dict[int, Any]) -> list[tuple[bytes, bytes]]:
-    from perftracker_ml.collectors.relay_server import _messages
-
     return [(key.encode(), message) for _, buf in sorted(buffers.items())
-            for _, key, items in buf.due(0.0, flush=True) for message, _ in _messages(items)]
+            for _, key, items in buf.due(0.0, flush=True) for message in bundle.bundled(items)]
 
 
 @dataclass

@@ -34,6 +34,7 @@ from .relay import FrameError, parse_frame
 log = logging.getLogger(__name__)
 
 LINGER_S = 0.2
+MAX_DATAGRAM = 4 << 20  # read buffer: a rank's datagram is at most its socket's send buffer (the kernel's wmem_max)
 MAX_BUFFER_BYTES = 64 << 20
 RCVBUF_BYTES = 8 << 20  # asked for: a burst of a host's ranks while the relay sends
 
@@ -125,6 +126,17 @@ def bind(path: str) -> socket.socket:
     return sock
 
 
+def receive(sock: socket.socket, buf: RelayBuffer) -> None:
+    """One datagram into ``buf``; one cut short by the read buffer is dropped and counted as bad
+    (OSError, BlockingIOError or TimeoutError when there is none)."""
+    data, _, flags, _ = sock.recvmsg(MAX_DATAGRAM)
+    if flags & socket.MSG_TRUNC:
+        buf.counters.inc(RelayCounters.frames_bad)
+        log.warning("relay: dropped a datagram larger than %d bytes", MAX_DATAGRAM)
+        return
+    buf.add(data, time.monotonic())
+
+
 def make_producer(conf: Mapping[str, str]) -> Any:
     from confluent_kafka import Producer
 
@@ -138,7 +150,7 @@ def make_producer(conf: Mapping[str, str]) -> Any:
 def send_groups(producer: Any, groups: list[Send], counters: RelayCounters) -> None:
     """Produce each group as bundles; deliveries and losses counted per message and per item."""
     for topic, key, items in groups:
-        for message, n in _messages(items):
+        for message, n in bundle.bundled_counted(items):
             def delivered(err: object, _msg: object, n: int = n) -> None:
                 if err is None:
                     counters.inc(RelayCounters.messages_out)
@@ -151,14 +163,6 @@ def send_groups(producer: Any, groups: list[Send], counters: RelayCounters) -> N
             except BufferError:
                 delivered("producer queue full", None)
     producer.poll(0)
-
-
-def _messages(items: list[bytes]) -> list[tuple[bytes, int]]:
-    """The Kafka messages carrying ``items`` and how many items each holds."""
-    out = []
-    for message in bundle.bundled(items):
-        out.append((message, len(bundle.records_in(message)) if bundle.is_bundle(message) else 1))
-    return out
 
 
 def serve(path: str, conf: Mapping[str, str], host: str, linger_s: float = LINGER_S,
@@ -181,10 +185,10 @@ def serve(path: str, conf: Mapping[str, str], host: str, linger_s: float = LINGE
         while not stopping[0] and not (stop is not None and stop()):
             sock.settimeout(max(0.001, buf.next_due_s(time.monotonic())))
             try:
-                buf.add(sock.recv(1 << 20), time.monotonic())
+                receive(sock, buf)
                 sock.setblocking(False)
                 while True:  # what else is queued, without waiting
-                    buf.add(sock.recv(1 << 20), time.monotonic())
+                    receive(sock, buf)
             except (BlockingIOError, TimeoutError, InterruptedError):
                 pass
             send_groups(producer, buf.due(time.monotonic()), buf.counters)
@@ -196,7 +200,7 @@ def serve(path: str, conf: Mapping[str, str], host: str, linger_s: float = LINGE
         sock.setblocking(False)
         try:
             while True:  # what the ranks sent before that
-                buf.add(sock.recv(1 << 20), time.monotonic())
+                receive(sock, buf)
         except OSError:
             pass
         sock.close()

@@ -86,15 +86,21 @@ def bundled(items: Iterable[bytes], max_records: int | None = None, max_bytes: i
     ``max_records`` items and ``max_bytes`` bytes (default :data:`MAX_RECORDS`, :data:`MAX_BYTES`;
     an item larger than that alone), and a group of one item as the item itself (a plain
     message, as before bundles)."""
+    return [message for message, _ in bundled_counted(items, max_records, max_bytes)]
+
+
+def bundled_counted(items: Iterable[bytes], max_records: int | None = None,
+                    max_bytes: int | None = None) -> list[tuple[bytes, int]]:
+    """:func:`bundled`, each message with the number of items it carries."""
     max_records = MAX_RECORDS if max_records is None else max_records
     max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-    messages: list[bytes] = []
+    messages: list[tuple[bytes, int]] = []
     group: list[bytes] = []
     size = 0
 
     def close() -> None:
         if group:
-            messages.append(group[0] if len(group) == 1 else pack(group))
+            messages.append((group[0] if len(group) == 1 else pack(group), len(group)))
 
     for item in items:
         if group and (len(group) >= max_records or size + len(item) > max_bytes):

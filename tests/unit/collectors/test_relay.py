@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perftracker_ml.collectors.counters import CollectorCounters
 from perftracker_ml.collectors.relay import FrameError, RelaySink, frame, parse_frame
-from perftracker_ml.collectors.relay_server import RelayBuffer, RelayCounters, _messages
+from perftracker_ml.collectors.relay_server import RelayBuffer, RelayCounters
 from perftracker_ml.collectors.safety import ErrorBudget
 from perftracker_ml.schemas import bundle
 
@@ -65,7 +65,7 @@ def test_a_bad_datagram_is_counted_and_the_rest_go_on():
 
 def test_a_group_is_sent_as_bundles_whose_items_are_the_ranks_messages():
     items = [bytes([i % 256]) * 100 for i in range(1200)]  # past a bundle's records limit
-    messages = _messages(items)
+    messages = bundle.bundled_counted(items)
     assert sum(n for _, n in messages) == len(items) and len(messages) == 2
     assert [i for m, _ in messages for i in bundle.records_in(m)] == items
 
@@ -141,3 +141,23 @@ def test_a_full_relay_queue_never_blocks_the_rank(tmp_path):
 
 def test_counters_are_declared_with_help():
     assert RelayCounters.frames_in.help and CollectorCounters.relay_fallbacks.help
+
+
+def test_the_relay_reads_each_datagram_whole_and_counts_one_cut_short(tmp_path, monkeypatch):
+    from perftracker_ml.collectors import relay_server
+
+    monkeypatch.setattr(relay_server, "MAX_DATAGRAM", 64)
+    path = str(tmp_path / "r.sock")
+    sock = relay_server.bind(path)
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sender.sendto(frame("t", b"j|0", b"small"), path)
+        sender.sendto(frame("t", b"j|1", b"x" * 100), path)  # past the read buffer
+        buf = RelayBuffer("h")
+        relay_server.receive(sock, buf)
+        relay_server.receive(sock, buf)
+        assert buf.counters.frames_in == 1 and buf.counters.frames_bad == 1
+        assert buf.due(0.0, flush=True) == [("t", "j|relay:h", [b"small"])]
+    finally:
+        sender.close()
+        sock.close()
