@@ -46,6 +46,7 @@ STATS_INTERVAL_MS = 1000  # librdkafka statistics (wire bytes) this often, parse
 # waited 0.5-1.5 s, the job its slowest rank: ~1.3 s at 4 ranks, ~1.5 s at thousands.
 FLUSH_PHASE = 0.7
 FLUSH_SPREAD = 0.1
+WINDOW_CLOSE_LAG_S = 0.5  # the workers close a rank's window once its data is this far past the end (close_lag_ms)
 
 
 def flush_delay(now_s: float, interval_s: float, key: bytes = b"") -> float:
@@ -56,6 +57,13 @@ def flush_delay(now_s: float, interval_s: float, key: bytes = b"") -> float:
     phase = (FLUSH_PHASE + FLUSH_SPREAD * (zlib.crc32(key) % 1000) / 1000) * interval_s
     delay = interval_s - (now_s - phase) % interval_s
     return delay + interval_s if delay < interval_s / 10 else delay
+
+
+def window_slot(wall_s: float, window_s: float) -> int | None:
+    """Which window a send at wall time ``wall_s`` closes the one before of: windows start at
+    multiples of ``window_s`` and close once a rank's data is :data:`WINDOW_CLOSE_LAG_S` past
+    their end, so every cycle of one slot closes the same windows (None: no slots)."""
+    return int((wall_s - WINDOW_CLOSE_LAG_S) // window_s) if window_s > 0 else None
 
 
 class BatchSink(Protocol):
@@ -255,6 +263,8 @@ class Sender(threading.Thread):
         self._lock = threading.Lock()  # sending (drain, build, send): short, never held by a task
         self._ended = False  # the exit flush sent the final batch: nothing is sent after it
         self._last_send = 0.0
+        self._last_slot: int | None = None  # batch_window_s: the window slot of the last send
+        self.wall: Callable[[], float] = time.time  # the wall clock the window slots follow
         self._may_send: Callable[[], bool] = lambda: True
         self.flight: FlightRecorder | None = None  # read on a suspected hang (collectors/flight_recorder.py)
 
@@ -320,11 +330,15 @@ class Sender(threading.Thread):
                 self._ended = self._ended or final
 
     def _holding(self, now: float) -> bool:
-        """Whether this cycle keeps the buffered events for a larger message: fewer than
-        ``batch_min_events`` of them, and the last send less than ``batch_max_delay_s`` ago
-        (to the nearest cycle). Entry markers, profile summaries and the exit flush never
-        wait (checked by the caller)."""
+        """Whether this cycle keeps the buffered events for a larger message. With
+        ``batch_window_s``: this cycle falls in the window slot of the last send (it would close
+        no window; at most one window long). Else: fewer than ``batch_min_events`` of them, and
+        the last send less than ``batch_max_delay_s`` ago (to the nearest cycle). Entry markers,
+        profile summaries and the exit flush never wait (checked by the caller)."""
         cfg = self.config
+        if cfg.batch_window_s > 0:
+            return (window_slot(self.wall(), cfg.batch_window_s) == self._last_slot
+                    and now - self._last_send < cfg.batch_window_s)
         if cfg.batch_min_events <= 0 or len(self.recorder.events) >= cfg.batch_min_events:
             return False
         return now - self._last_send < cfg.batch_max_delay_s - cfg.flush_interval_s / 2
@@ -366,6 +380,7 @@ class Sender(threading.Thread):
                 raise
             self.sink.send(self.key, payload, event_count(record))
             self._last_send = now
+            self._last_slot = window_slot(self.wall(), self.config.batch_window_s)
             final = False
             if not more and not self._kernels:
                 return

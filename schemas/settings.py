@@ -242,6 +242,11 @@ class CollectorSettings:
                                                                    "batch_max_delay_s (0 = send every cycle)"})
     batch_max_delay_s: float = field(default=1.0, metadata={"gt": 0, "le": 5.0, "doc": "longest an event waits for a "
                                                                                "larger message (at most the 5 s heartbeat)"})
+    batch_window_s: float = field(default=0.0, metadata={"ge": 0, "le": 5.0, "doc": "send only the first cycle past each "
+                                                                              "multiple of this (+ the 0.5 s close lag), "
+                                                                              "the one that closes a comparison window: one "
+                                                                              "batch per window, no later (the workers' "
+                                                                              "window_s or a divisor; 0 = every cycle)"})
     functions: str = field(default="", metadata={"doc": "extra functions to time, 'module:qualname' comma-separated"})
     comms: bool = field(default=True, metadata={"doc": "time torch.distributed collectives and p2p calls"})
     ddp_hook: bool = field(default=True, metadata={"doc": "register a timed all-reduce comm hook in DDP models"})

@@ -105,3 +105,44 @@ def test_the_largest_default_message_fits_kafkas_one_megabyte():
     events = [(COMM, "all_gather_into_tensor", group, 10**9 + i, 1 << 40, 10**6 + i, 10**15 + i, 10**9)
               for i in range(limit)]
     assert len(Codec("EventBatch").encode(BatchBuilder(IDENT).build(events, 0))) < 600_000
+
+
+def test_with_window_batching_only_the_cycle_that_closes_a_window_sends():
+    """``batch_window_s``: cycles at 0.7 s past each second (the flush phase) send only once a
+    window's end plus the 0.5 s close lag has passed since the last send: one batch per window,
+    sent at the cycle that would have closed it anyway."""
+    rec, sink, sender = _sender(batch_window_s=5.0)
+    clock = [1_000_000.7]  # a cycle 0.7 s past a window's start (1,000,000 is a multiple of 5)
+    sender.wall = lambda: clock[0]
+    sent_at = []
+    for second in range(12):
+        clock[0] = 1_000_000.7 + second
+        _spans(rec, 1)
+        before = len(sink.batches)
+        sender.flush_once()
+        if len(sink.batches) > before:
+            sent_at.append(second)
+    assert sent_at == [0, 5, 10]  # 1,000,005.7 and 1,000,010.7: the first cycles past 5.5 and 10.5
+    assert sink.batches == [1, 5, 5] and rec.counters.cycles_held == 9
+
+
+def test_window_batching_never_holds_longer_than_a_window_nor_an_entered_collective():
+    from perftracker_ml.collectors.events import GroupRef
+
+    rec, sink, sender = _sender(batch_window_s=5.0)
+    clock = [2_000_001.7]
+    sender.wall = lambda: clock[0]
+    _spans(rec, 1)
+    sender.flush_once()
+    _spans(rec, 1)
+    clock[0] += 1
+    sender.flush_once()
+    assert sink.batches == [1]  # held: the same window slot
+    rec.blocking = ("all_reduce", GroupRef("pg0-2-x", (0, 1)), 3, 8, 0, time.perf_counter_ns() - 2_000_000_000)
+    sender.flush_once()
+    assert sink.batches == [1, 2]  # the entry marker goes at once, with the held span
+    rec.blocking = None
+    _spans(rec, 1)
+    sender._last_send = time.monotonic() - 5.0  # a stalled clock: no more than a window held
+    sender.flush_once()
+    assert sink.batches == [1, 2, 1]
