@@ -57,36 +57,45 @@ def test_receiver_failing_three_times_then_recovering_gets_exactly_one_delivery(
 
 
 def test_hung_receiver_does_not_stall_other_incidents():
+    """The other incidents arrive while the receiver still holds the first one (it is released
+    only after they are in): no timing bound, the order proves it."""
     release = threading.Event()
 
     def behave(r, n):
         if r.json()["incident"]["incident_id"] == "stuck":
-            release.wait(5)
+            release.wait(120)
         return 200
 
     with Receiver(behave) as rx:
         d = run([WebhookChannel(rx.url, Secret("k"))],
-                AlertPolicy(delivery=DeliveryPolicy(timeout_s=5, max_attempts=1, workers=4)))
-        t0 = time.monotonic()
+                AlertPolicy(delivery=DeliveryPolicy(timeout_s=150, max_attempts=1, workers=4)))
         d.submit(samples.anomaly("job-h", incident_id="stuck"))
         for i in range(3):
             d.submit(samples.anomaly("job-h", incident_id=f"fine-{i}"))
-        wait_for(lambda: len(rx.received) == 3, 3, 0.01)
-        assert time.monotonic() - t0 < 1.5
+        wait_for(lambda: len(rx.received) == 3, 60, 0.01)
+        assert not release.is_set()
+        assert {r.json()["incident"]["incident_id"] for r in rx.received} == {"fine-0", "fine-1", "fine-2"}
         release.set()
         d.stop()
 
 
 def test_submit_never_blocks_on_a_dead_channel():
-    d = run([WebhookChannel("http://127.0.0.1:9/none", Secret(""))],
-            AlertPolicy(delivery=DeliveryPolicy(timeout_s=1, max_attempts=2, retry_base_s=0.1,
-                                                queue_size=5, workers=1)))
-    t0 = time.monotonic()
-    for i in range(100):
-        d.submit(samples.anomaly("job-dead", incident_id=f"i{i}"))
-    assert time.monotonic() - t0 < 0.5
-    assert d.stats()["webhook"]["dropped"] >= 90
-    d.stop(0.1)
+    """A receiver that holds every delivery: 100 submits return while the one worker is stuck in
+    the first delivery (they are submitted from a thread joined long before the receiver lets
+    go), and what the bounded queue cannot hold is dropped and counted."""
+    release = threading.Event()
+    with Receiver(lambda r, n: release.wait(120) and 200) as rx:
+        d = run([WebhookChannel(rx.url, Secret(""))],
+                AlertPolicy(delivery=DeliveryPolicy(timeout_s=150, max_attempts=2, retry_base_s=0.1,
+                                                    queue_size=5, workers=1)))
+        submitting = threading.Thread(target=lambda: [d.submit(samples.anomaly("job-dead", incident_id=f"i{i}"))
+                                                      for i in range(100)])
+        submitting.start()
+        submitting.join(60)
+        assert not submitting.is_alive() and not release.is_set()
+        assert d.stats()["webhook"]["dropped"] >= 90
+        release.set()
+        d.stop(5)
 
 
 def test_resolve_is_sent_when_the_finding_clears_to_every_channel():
