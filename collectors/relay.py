@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from .counters import CollectorCounters
 from .safety import ErrorBudget
-from .transport import BatchSink
+from .transport import BatchSink, count_sent
 
 MAGIC = b"PTR1"
 _HEAD = struct.Struct("<4sHH")
@@ -97,11 +97,8 @@ class RelaySink:
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
         if self._relay(self.topic, key, payload):
-            counters = self.counters
-            counters.inc(CollectorCounters.batches_relayed)
-            counters.inc(CollectorCounters.batches_sent)
-            counters.inc(CollectorCounters.events_sent, by=n_events)
-            counters.inc(CollectorCounters.sent_bytes, by=len(payload))
+            self.counters.inc(CollectorCounters.batches_relayed)
+            count_sent(self.counters, n_events, len(payload))
         else:
             self.direct().send(key, payload, n_events)
 

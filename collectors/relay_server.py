@@ -141,9 +141,8 @@ def make_producer(conf: Mapping[str, str]) -> Any:
     from confluent_kafka import Producer
 
     from ..schemas.kafka_admin import quiet_kafka_logger
-    return Producer({**conf, "linger.ms": 5, "compression.type": "lz4",
-                     "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
-                     "log.connection.close": False, "log_level": 3,
+    from .transport import PRODUCER_CONF
+    return Producer({**conf, **PRODUCER_CONF, "linger.ms": 5,
                      "logger": quiet_kafka_logger("perftracker_ml.relay.librdkafka")})
 
 

@@ -59,6 +59,19 @@ def flush_delay(now_s: float, interval_s: float, key: bytes = b"") -> float:
     return delay + interval_s if delay < interval_s / 10 else delay
 
 
+# what a rank's producer (and a host's relay, collectors/relay_server.py) holds and how long it
+# retries: lz4, a 16 MB queue, 60 s to deliver, quiet reconnects
+PRODUCER_CONF = {"compression.type": "lz4", "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
+                 "log.connection.close": False, "log_level": 3}
+
+
+def count_sent(counters: CollectorCounters, n_events: int, n_bytes: int) -> None:
+    """One batch delivered (or handed to the host's relay): its events and encoded bytes."""
+    counters.inc(CollectorCounters.batches_sent)
+    counters.inc(CollectorCounters.events_sent, by=n_events)
+    counters.inc(CollectorCounters.sent_bytes, by=n_bytes)
+
+
 def window_slot(wall_s: float, window_s: float) -> int | None:
     """Which window a send at wall time ``wall_s`` closes the one before of: windows start at
     multiples of ``window_s`` and close once a rank's data is :data:`WINDOW_CLOSE_LAG_S` past
@@ -91,10 +104,7 @@ class KafkaSink:
         self._errors = errors
         self._wire = WireBytes()
         self.producer = Producer({
-            **conf,
-            "linger.ms": 50, "compression.type": "lz4",
-            "queue.buffering.max.kbytes": 16 * 1024, "message.timeout.ms": 60_000,
-            "reconnect.backoff.max.ms": 5_000, "log.connection.close": False, "log_level": 3,
+            **conf, **PRODUCER_CONF, "linger.ms": 50, "reconnect.backoff.max.ms": 5_000,
             "error_cb": self._on_error, "logger": quiet_kafka_logger(LIBRDKAFKA_LOGGER),
             "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self._on_stats,
         })
@@ -105,9 +115,7 @@ class KafkaSink:
         def delivered(err: object, _msg: object) -> None:
             counters.inc(CollectorCounters.events_in_flight, by=-n_events)
             if err is None:
-                counters.inc(CollectorCounters.batches_sent)
-                counters.inc(CollectorCounters.events_sent, by=n_events)
-                counters.inc(CollectorCounters.sent_bytes, by=len(payload))
+                count_sent(counters, n_events, len(payload))
             else:
                 counters.inc(CollectorCounters.batches_failed)
                 self._on_lost(n_events)
@@ -211,9 +219,7 @@ class SpoolSink:
 
     def send(self, key: bytes, payload: bytes, n_events: int) -> None:
         if self._write(self.topic, key, payload):
-            self.counters.inc(CollectorCounters.batches_sent)
-            self.counters.inc(CollectorCounters.events_sent, by=n_events)
-            self.counters.inc(CollectorCounters.sent_bytes, by=len(payload))
+            count_sent(self.counters, n_events, len(payload))
         else:
             self.counters.inc(CollectorCounters.batches_failed)
             self._on_lost(n_events)
