@@ -87,6 +87,22 @@ def produce(conf: dict, topic: str, records: list[tuple[int, dict]]) -> None:
     assert p.flush(60) == 0
 
 
+def differences(stored: dict, live: dict, counters: dict, log_tail: str) -> str:
+    """What a failed comparison needs to be explained: per rank whose windows differ, the window ids
+    and steps stored and live, with the worker's counters when it was stopped and its log's end."""
+    ranks = sorted({r for (r, _w), _s in set(stored.items()) ^ set(live.items())})
+    lines = [f"{len(ranks)} ranks differ"]
+    for rank in ranks[:5]:
+        mine = {w: s for (r, w), s in stored.items() if r == rank}
+        theirs = {w: s for (r, w), s in live.items() if r == rank}
+        lines.append(f"rank {rank}: stored {len(mine)} windows {min(mine, default=None)}..{max(mine, default=None)}, "
+                     f"live {len(theirs)} {min(theirs, default=None)}..{max(theirs, default=None)}; "
+                     f"differing {sorted(set(mine.items()) ^ set(theirs.items()))[:12]}")
+    lines.append(f"worker counters at stop: {counters}")
+    lines.append(f"worker log: ...{log_tail}")
+    return "\n".join(lines)
+
+
 def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deployment, unique):
     d = deployment()
     ensure_topics(d.kafka_conf, all_topics(d.prefix, d.partitions))
@@ -114,6 +130,8 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
     wait_for(lambda: opened() >= live_incidents, 180, 2.0, state)
     dropped = {k: v for k, v in counters().items() if k.startswith("events_dropped")}
     folded = {k: v for k, v in counters().items() if k.startswith("batches_folded")}
+    at_stop = {k: v for k, v in counters().items() if k.startswith(("records_", "events_", "batches_"))}
+    log_tail = worker.tail(3000)
     stop_workers(d)
     for c in d.components:
         c.stop()
@@ -131,6 +149,7 @@ def test_backlog_of_512_ranks_is_diagnosed_as_live_with_no_event_dropped(deploym
     assert folded.get("batches_folded.columnar", 0) > len(records) / 2, folded
     assert max(int(x) for *_, x in rows) == 0  # no RankWindow reports an event dropped
     assert {r for r, _ in stored} == set(range(RANKS))
-    assert stored == live_windows  # the final batches close every window: the same windows, same steps
+    # the final batches close every window: the same windows, same steps
+    assert stored == live_windows, differences(stored, live_windows, at_stop, log_tail)
     assert opened() == live_incidents
     assert all(r == (SLOW_RANK,) for _c, r, _f in opened())
