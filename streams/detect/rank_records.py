@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from itertools import repeat
 
 from ...schemas.records import (
     FunctionPattern,
@@ -31,6 +32,8 @@ from .window_evidence import cpu_fields, hardware_fields, net_fields
 
 ALWAYS_AGGREGATED = (SpanKind.DATALOADER, SpanKind.OPTIMIZER, SpanKind.FORWARD,
                      SpanKind.BACKWARD, SpanKind.GC)
+ALWAYS_AGGREGATED_FUNCTIONS = frozenset(kind_function(k) for k in ALWAYS_AGGREGATED)  # their pattern names
+DEVICE_AGGREGATE_FUNCTIONS = frozenset(DEVICE_AGGREGATES.values())
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,11 @@ Routed = tuple[str, FunctionPattern | RankWindow]
 def pattern_functions(rw: RankWindow) -> set[str]:
     """Names of the FunctionPatterns :func:`.window_close.close_windows` sent before ``rw`` (same window, same
     rank): its functions, plus the per-kind aggregates when it had any function or step."""
-    names = {str(n) for n in rw.get("functions", [])}
+    names = set(map(str, rw.get("functions", [])))
+    if any(map(str.startswith, names, repeat(DEVICE_PREFIX))):
+        names |= DEVICE_AGGREGATE_FUNCTIONS
     if names or int(rw.get("steps", 0)) > 0:
-        names.update(kind_function(k) for k in ALWAYS_AGGREGATED)
-    if any(n.startswith(DEVICE_PREFIX) for n in names):
-        names.update(DEVICE_AGGREGATES.values())
+        names |= ALWAYS_AGGREGATED_FUNCTIONS
     return names
 
 

@@ -199,6 +199,7 @@ def uncompared_collectives(rank_windows: dict[int, RankWindow], comparisons: lis
     group for someone else, a propagated victim, cannot be told, so its late entries are not
     raised from this window (decisions table, docs/detection.md: "uncompared collectives")."""
     compared = {c["function"] for c in comparisons}
+    # the functions a rank names that have no comparison are few (most often none): only they are looked at
     return {int(r) for r, rw in rank_windows.items()
-            if any(str(f).startswith(COMM_PREFIX) and f not in compared for f in rw.get("functions") or [])}
+            if any(str(f).startswith(COMM_PREFIX) for f in set(rw.get("functions") or ()).difference(compared))}
 

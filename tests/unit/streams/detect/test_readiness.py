@@ -104,6 +104,31 @@ def test_diagnoser_waits_for_every_comparison_its_rank_windows_name():
     assert d.windows.evaluated_upto == T0_WINDOW
 
 
+def test_a_redelivered_rank_window_naming_another_function_makes_the_window_wait_for_its_comparison():
+    """What the window still waits for is worked out once every rank is in, then struck off as
+    comparisons come; a RankWindow added after that (a re-delivered copy that names one more
+    function) makes it be worked out again."""
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    cmps = comparisons(rws)
+    for rw in rws:
+        d.add("RankWindow", rw, NOW)
+    for cmp in cmps[:-1]:
+        d.add("FunctionComparison", cmp, NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto is None  # one comparison missing
+    extra = [rank_window(r, world=WORLD, functions=["Model.forward", "Model.loss"]) for r in range(WORLD)]
+    for rw in extra:  # every rank's copy now names Model.loss too
+        d.add("RankWindow", rw, NOW)
+    d.add("FunctionComparison", cmps[-1], NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto is None  # Model.loss, which every rank names, is not compared yet
+    (loss,) = [c for c in comparisons(extra) if c["function"] == "Model.loss"]
+    d.add("FunctionComparison", loss, NOW)
+    d.poll(NOW)
+    assert d.windows.evaluated_upto == T0_WINDOW
+
+
 def test_diagnoser_falls_back_to_the_grace_when_a_rank_is_missing():
     d = JobDiagnoser("job", POL)
     rws = rank_windows()
