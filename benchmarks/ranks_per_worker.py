@@ -10,8 +10,11 @@ and encoded before the trial starts, so the sender costs only the producer's cal
 Per trial: ``--warmup-s`` seconds, then ``--judge-s`` seconds during which the consumer lag
 (batches sent minus batches the workers' ``records_in.EventBatch`` counters say were
 consumed, sampled every 0.5 s) must stay **bounded**: below two windows of the job's batches
-(2 x window_s x N) at every sample, and not growing -- the mean of the judged period's last
-quarter at most one second of batches (N) above the mean of its first quarter. The rank
+(2 x window_s x N / P, P = ``--batch-s``) at every sample, and not growing -- the mean of the
+judged period's last quarter at most one second of batches (N / P) above the mean of its first
+quarter. ``--batch-s P``: one batch per rank every P seconds holding those P seconds' events (what
+``PERFTRACKER_COLLECTOR_BATCH_WINDOW_S`` makes; the collectors' default is one a second), sent
+spread over each period. The rank
 count is doubled from ``--start`` while trials pass, then bisected ``--bisect`` times between
 the last passing and the first failing count. The same search runs with two workers in one
 consumer group, starting at one worker's count (``scale_2_workers``: their largest N over one
@@ -76,8 +79,10 @@ def _assigned(port: int) -> int:
     return len((worker_stats(port) or {}).get("assigned") or [])
 
 
-def build(ranks: int, seconds: int, functions: int, job: str) -> tuple[list[list[tuple[bytes, bytes]]], int, int]:
-    """Encoded batches per second (wall times from a start fixed after building: returned)."""
+def build(ranks: int, seconds: int, functions: int, job: str,
+          batch_s: int = 1) -> tuple[list[list[tuple[bytes, bytes]]], int, int]:
+    """Encoded batches per period of ``batch_s`` seconds (one batch per rank each; wall times from a
+    start fixed after building: returned)."""
     from perftracker_ml.schemas import Codec
 
     codec = Codec(EVENT_BATCH)
@@ -88,16 +93,20 @@ def build(ranks: int, seconds: int, functions: int, job: str) -> tuple[list[list
     per_batch = (time.perf_counter() - t0) / min(ranks, 50)
     start_ms = time.time_ns() // MS + int(per_batch * ranks * seconds * 1000 * 1.3) + 3000
     sim = SyntheticRanks(ranks, functions, job=job, wall0_ns=(start_ms - 1000) * MS)
-    out = [[(f"{job}|{r}".encode(), codec.encode(sim.batch(r, s))) for r in range(ranks)] for s in range(seconds)]
+    out = [[(f"{job}|{r}".encode(), codec.encode(sim.batch(r, s, batch_s))) for r in range(ranks)]
+           for s in range(0, seconds - batch_s + 1, batch_s)]
     return out, start_ms, sim.events_per_batch
 
 
 class Sender(threading.Thread):
-    """Sends second s's batches spread over [start + s, start + s + 1) (wall clock)."""
+    """Sends period s's batches spread over [start + s P, start + (s + 1) P) (wall clock; P =
+    ``period_s``, the collectors' batch period)."""
 
-    def __init__(self, bootstrap: str, topic: str, seconds: list[list[tuple[bytes, bytes]]], start_ms: int):
+    def __init__(self, bootstrap: str, topic: str, seconds: list[list[tuple[bytes, bytes]]], start_ms: int,
+                 period_s: int = 1):
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.seconds, self.start_ms = bootstrap, topic, seconds, start_ms
+        self.period_ms = period_s * 1000
         self.sent = 0
         self.stop_flag = threading.Event()
 
@@ -108,7 +117,7 @@ class Sender(threading.Thread):
         for s, batch in enumerate(self.seconds):
             n = len(batch)
             for i, (key, value) in enumerate(batch):
-                due = self.start_ms + s * 1000 + i * 1000 // n
+                due = self.start_ms + s * self.period_ms + i * self.period_ms // n
                 while (wait := due - time.time_ns() // MS) > 0:
                     if self.stop_flag.wait(min(wait, 50) / 1000):
                         return
@@ -143,10 +152,10 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
         time.sleep(2)
         rss0 = [_rss_mb(p.pid) for p, _ in procs]
         cpu0 = [_cpu_s(p.pid) for p, _ in procs]
-        batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}")
+        batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}", args.batch_s)
         if time.time_ns() // MS > start_ms:  # building took longer than planned: no real-time run
             return {"ranks": ranks, "workers": workers, "error": "batches were built too late"}
-        sender = Sender(bootstrap, TopicNames.for_prefix(prefix).events, batches, start_ms)
+        sender = Sender(bootstrap, TopicNames.for_prefix(prefix).events, batches, start_ms, args.batch_s)
         sender.start()
         samples: list[tuple[float, int]] = []
         unanswered = 0  # samples left out: a worker's stats did not answer
@@ -175,12 +184,13 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
     judged = [lag for t, lag in samples if t >= args.warmup_s]
     q = max(1, len(judged) // 4)
     growth = (sum(judged[-q:]) / q - sum(judged[:q]) / q) if judged else float("inf")
-    limit = 2 * WINDOW_S * ranks
-    ok = bool(judged) and max(judged) < limit and growth <= ranks
+    per_s = ranks / args.batch_s  # batches of one second of the job
+    limit = 2 * WINDOW_S * per_s
+    ok = bool(judged) and max(judged) < limit and growth <= max(per_s, 1)
     return {"ranks": ranks, "workers": workers, "bounded": ok, "lag_max_batches": max(judged, default=-1),
             "lag_limit_batches": int(limit), "lag_growth_batches": round(growth, 1),
-            "lag_last_s": round((judged[-1] if judged else 0) / ranks, 2),
-            "events_per_s": ranks * events_per_batch, "rss_mb": [round(x, 1) for x in rss],
+            "lag_last_s": round((judged[-1] if judged else 0) / per_s, 2),
+            "events_per_s": round(ranks * events_per_batch / args.batch_s), "rss_mb": [round(x, 1) for x in rss],
             "rss_growth_mb": round(sum(rss) - sum(rss0), 1), "worker_cpu_s": [round(c, 1) for c in cpu],
             "events_per_worker_cpu_s": round(consumed * events_per_batch / max(sum(cpu), 1e-9)),
             "stats_unanswered": unanswered, "load_avg_1m": round(os.getloadavg()[0], 2)}
@@ -239,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge-s", type=int, default=16)
     ap.add_argument("--functions", type=int, default=10)
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker search")
+    ap.add_argument("--batch-s", type=int, default=1,
+                    help="seconds of events per batch: one batch per rank every this many seconds (the "
+                         "collectors' default is 1; PERFTRACKER_COLLECTOR_BATCH_WINDOW_S=5 makes 5)")
     args = ap.parse_args(argv)
     from perftracker_ml.deploy.tansu import start_broker
 
@@ -257,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "ranks_per_worker": ranks_1, "ranks_2_workers": ranks_2 if not args.no_two else None,
         "scale_2_workers": round(ranks_2 / ranks_1, 2) if ranks_1 and not args.no_two else None,
         "events_per_rank_s": round(one["events_per_s"] / ranks_1) if one else None,
-        "batches_per_rank_s": 1,
+        "batches_per_rank_s": round(1 / args.batch_s, 3),
         "events_per_s_1_worker": one["events_per_s"] if one else 0,
         "first_unbounded_1_worker": one.get("first_unbounded") if one else None,
         "first_unbounded_2_workers": two.get("first_unbounded") if two else None,
@@ -268,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "memory_mb_per_rank": round(one["rss_growth_mb"] / ranks_1, 3) if one else None,
         "worker_rss_mb": one["rss_mb"] if one else None,
         "bounded": "lag < 2 windows of batches at every sample of the judged period and its last quarter's mean "
-                   "at most 1 s of batches above its first quarter's",
+                   "at most 1 s of batches above its first quarter's", "batch_s": args.batch_s,
         "warmup_s": args.warmup_s, "judge_s": args.judge_s, "trials": trials,
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -17,7 +17,11 @@ shards are spread over workers by the Kafka key (job, shard):
   ``buffer_comparisons_cpu_s``: the comparisons, which go to the merge;
 * ``merge_side_cpu_s`` = merge + job checks + comparisons buffered: the merge owner's share;
   ``shard_side_cpu_s`` = the slowest shard + its share of the RankWindows buffered;
-* ``same_findings``: every shard count's Anomaly records byte-identical to the unsharded run's.
+* ``same_findings``: every shard count's Anomaly records byte-identical to the unsharded run's;
+* ``input``: what reading those records costs the worker that takes them from Kafka, which the
+  figures above leave out (they feed decoded records): each RankWindow and FunctionComparison
+  encoded as the summarizers and comparators send it, then decoded (``Codec.decode``) and
+  validated (:func:`perftracker_ml.schemas.validate.validate`, the worker's limits), CPU s per window.
 
 The run is one process (shard counts one after another: CPU time, not wall time, is reported).
 """
@@ -28,6 +32,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.rules import limits_for
+from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
 from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser
 from perftracker_ml.streams.detect import shards as shards_module
@@ -133,6 +140,7 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
     records = [(n, r) for n, r in captured if n in (RANK_WINDOW, FUNCTION_COMPARISON)]
     built_s = time.monotonic() - t
     del captured  # the other stages' records: not the diagnose stage's heap
+    read = input_cost(records, policy, windows)
     base = diagnose_captured(records, None, policy, windows)
     runs = [diagnose_captured(records, s, policy, windows) for s in shard_counts]
     same = all(r["_anomalies"] == base["_anomalies"] for r in runs)
@@ -140,4 +148,24 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
     for r in (base, *runs):
         del r["_anomalies"]
     return {"ranks": ranks, "windows": windows, "functions": functions, "unsharded": base, "sharded": runs,
-            "same_findings": same, "anomalies_opened": opened, "build_s": round(built_s, 1)}
+            "same_findings": same, "anomalies_opened": opened, "build_s": round(built_s, 1), "input": read}
+
+
+def input_cost(records: list[Routed], policy: DetectionPolicy, windows: int) -> dict[str, Any]:
+    """CPU s per window to decode and validate the diagnose stage's input, by record (see the
+    module docstring), and the records' mean encoded size."""
+    limits = limits_for(policy.max_duration_s)
+    out: dict[str, Any] = {}
+    for name in (RANK_WINDOW, FUNCTION_COMPARISON):
+        codec = Codec(name)
+        data = codec.encode_many([r for n, r in records if n == name])
+        t = time.process_time()
+        decoded = [codec.decode(b) for b in data]
+        decode_s = time.process_time() - t
+        t = time.process_time()
+        bad = sum(validate(name, r, limits) is not None for r in decoded)
+        validate_s = time.process_time() - t
+        out[name] = {"records_per_window": round(len(data) / windows), "bytes_mean": round(sum(map(len, data)) / max(len(data), 1)),
+                     "decode_cpu_s": round(decode_s / windows, 4), "validate_cpu_s": round(validate_s / windows, 4),
+                     "us_per_record": round((decode_s + validate_s) / max(len(data), 1) * 1e6, 1), "invalid": bad}
+    return out

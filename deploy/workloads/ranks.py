@@ -153,10 +153,12 @@ class SyntheticRanks:
             g = self._groups[key] = {"group_id": ref.group_id, "ranks": list(ref.ranks)}
         return g
 
-    def batch(self, rank: int, second: int) -> dict[str, Any]:
-        """The batch rank ``rank`` sends at the end of simulated second ``second`` (0-based)."""
+    def batch(self, rank: int, second: int, seconds: int = 1) -> dict[str, Any]:
+        """The batch rank ``rank`` sends at the end of simulated second ``second + seconds - 1``
+        (0-based), holding the events of the ``seconds`` seconds from ``second`` on (a collector
+        sending one batch per ``seconds``: its batch number ``second // seconds``)."""
         t = self.templates[self.kind[rank]]
-        steps = np.arange(second * STEPS_PER_S, (second + 1) * STEPS_PER_S)
+        steps = np.arange(second * STEPS_PER_S, (second + seconds) * STEPS_PER_S)
         base = self.mono0[rank] + steps * STEP_MS * MS
         ns, nc = len(t.span_kind), len(t.comm_op)
         jit_s = self.rng.lognormal(0.0, self.jitter, (len(steps), ns))
@@ -169,9 +171,9 @@ class SyntheticRanks:
         rec = {
             "job": self.job, "rank": rank, "local_rank": rank % 8, "world_size": self.layout.ranks,
             "host": f"node{rank // 8:05d}", "gpu": rank % 8, "gpu_uuid": "", "pid": 10_000 + rank,
-            "seq": second, "dropped_events": 0,
-            "mono_ns": int(self.mono0[rank] + (second + 1) * 1_000_000_000),
-            "wall_ns": int(self.wall0_ns + (second + 1) * 1_000_000_000),
+            "seq": second // seconds, "dropped_events": 0,
+            "mono_ns": int(self.mono0[rank] + (second + seconds) * 1_000_000_000),
+            "wall_ns": int(self.wall0_ns + (second + seconds) * 1_000_000_000),
             "names": self.names, "groups": groups,
             "iterations": {"step": steps.tolist(), "start_ns": base.tolist(),
                            "dur_ns": [t.step_ns] * len(steps)},

@@ -40,6 +40,18 @@ def test_synthetic_batches_are_valid_event_batches_with_realistic_function_count
     assert [len(g["ranks"]) for g in rec["groups"]] == [8, 8]  # TP 8 x DP 8
 
 
+def test_a_batch_of_five_seconds_holds_five_one_second_batches_events_and_is_numbered_by_period() -> None:
+    one, five = SyntheticRanks(64, functions=10), SyntheticRanks(64, functions=10)
+    ones = [one.batch(3, s) for s in range(5, 10)]
+    rec = five.batch(3, 5, seconds=5)
+    assert validate(EVENT_BATCH, rec, limits_for(3600.0)) is None
+    assert rec["seq"] == 1 and rec["wall_ns"] == ones[-1]["wall_ns"] and rec["mono_ns"] == ones[-1]["mono_ns"]
+    for block in ("iterations", "spans", "comms"):
+        for col in ("step", "start_ns"):
+            assert rec[block][col] == [v for b in ones for v in b[block][col]], (block, col)
+    assert rec["comms"]["seq"] == [v for b in ones for v in b["comms"]["seq"]]  # each group's calls in order
+
+
 def test_fit_slopes_and_extrapolation() -> None:
     measured = [{"ranks": n, "cpu_s_per_window": n * 0.001, "peak_rss_mb": 0.5 * n, "extrapolated": False,
                  "cpu_s_per_window_by_stage": {"summarize": n * 0.0008, "diagnose": 1e-6 * n * n}}
@@ -61,6 +73,10 @@ def test_sharded_diagnose_stage_json_splits_shard_and_merge_and_keeps_the_findin
     out = run_sharded(64, 2, shard_counts=(1, 3))
     assert out["same_findings"] and out["anomalies_opened"] >= 1
     assert [r["shards"] for r in out["sharded"]] == [1, 3]
+    rw = out["input"]["RankWindow"]
+    assert rw["records_per_window"] == 64 + 64 // 2  # each rank's two windows and its trailing one, over 2
+    assert rw["invalid"] == 0 and rw["bytes_mean"] > 100 and rw["decode_cpu_s"] > 0
+    assert out["input"]["FunctionComparison"]["invalid"] == 0
     for r in out["sharded"]:
         assert set(r["ranks_per_window"]) == {64}  # whole windows, not released early
         assert r["shard_side_cpu_s"] > 0 and r["merge_side_cpu_s"] > 0
