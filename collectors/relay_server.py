@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 from ..schemas import bundle
 from ..schemas.counters import Counter, CounterSet
+from ..schemas.errors import ConfigError
 from .relay import FrameError, parse_frame
 
 log = logging.getLogger(__name__)
@@ -111,11 +113,22 @@ class RelayBuffer:
 
 
 def bind(path: str) -> socket.socket:
-    """The relay's socket at ``path`` (a stale socket file there is replaced)."""
+    """The relay's socket at ``path``. A stale socket file there (a relay that died without
+    removing it) is replaced; anything else there is left alone and refused with a
+    :class:`ConfigError` naming it: a file that is not a socket (a mistyped path must not delete
+    it), or a socket another relay still serves (two relays would each take some of the ranks'
+    messages, and the first to stop would remove the other's socket)."""
     try:
-        os.unlink(path)
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        pass
+        mode = None
+    if mode is not None:
+        if not stat.S_ISSOCK(mode):
+            raise ConfigError(f"the relay's socket path {path} is taken by a file that is not a socket; "
+                              "not replaced: remove it or choose another --socket")
+        if serving(path):
+            raise ConfigError(f"another relay serves {path}: stop it first or choose another --socket")
+        os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
@@ -124,6 +137,19 @@ def bind(path: str) -> socket.socket:
     sock.bind(path)
     os.chmod(path, 0o660)  # the ranks run as the relay's user or group
     return sock
+
+
+def serving(path: str) -> bool:
+    """Whether a process reads the datagram socket at ``path`` (connecting to a socket file whose
+    relay died is refused)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def receive(sock: socket.socket, buf: RelayBuffer) -> None:

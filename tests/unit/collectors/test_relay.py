@@ -161,3 +161,28 @@ def test_the_relay_reads_each_datagram_whole_and_counts_one_cut_short(tmp_path, 
     finally:
         sender.close()
         sock.close()
+
+
+def test_the_relay_replaces_a_stale_socket_and_refuses_a_live_one_or_a_file(tmp_path):
+    from perftracker_ml.collectors import relay_server
+    from perftracker_ml.schemas.errors import ConfigError
+
+    stale = str(tmp_path / "stale.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(stale)
+    dead.close()  # the file stays, nobody reads it: a relay that died
+    assert not relay_server.serving(stale)
+    sock = relay_server.bind(stale)
+    try:
+        assert relay_server.serving(stale)
+        with pytest.raises(ConfigError, match="another relay serves"):
+            relay_server.bind(stale)  # the first relay is left serving
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"still mine", stale)
+        assert sock.recv(64) == b"still mine"
+    finally:
+        sock.close()
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep me")
+    with pytest.raises(ConfigError, match="not a socket"):
+        relay_server.bind(str(taken))
+    assert taken.read_text() == "keep me"
