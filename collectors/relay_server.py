@@ -198,6 +198,7 @@ def serve(path: str, conf: Mapping[str, str], host: str, linger_s: float = LINGE
     buf = RelayBuffer(host, linger_s, max_buffer_bytes, counters)
     producer = make_producer(conf)
     sock = bind(path)
+    mine = os.stat(path).st_ino  # the socket file this relay made
     stopping = [False]
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -219,7 +220,8 @@ def serve(path: str, conf: Mapping[str, str], host: str, linger_s: float = LINGE
             send_groups(producer, buf.due(time.monotonic()), buf.counters)
     finally:
         try:
-            os.unlink(path)  # the ranks send to Kafka directly from here on
+            if os.stat(path).st_ino == mine:  # not a socket another relay made there since
+                os.unlink(path)  # the ranks send to Kafka directly from here on
         except OSError:
             pass
         sock.setblocking(False)

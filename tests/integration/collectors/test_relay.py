@@ -60,8 +60,9 @@ def test_a_hosts_ranks_go_out_as_one_message_and_straight_to_kafka_once_the_rela
     path = str(tmp_path / "relay.sock")
     port = free_port()
     env = {**os.environ, "PERFTRACKER_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap}
+    # a linger of 2 s: the four senders' flushes below fall in one group even on a loaded machine
     relay = subprocess.Popen([sys.executable, "-m", "perftracker_ml.deploy.cli", "relay", "--socket", path,
-                              "--host", "node-a", "--linger-s", "0.5", "--metrics-port", str(port)], env=env, stderr=subprocess.PIPE, text=True)
+                              "--host", "node-a", "--linger-s", "2", "--metrics-port", str(port)], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(path) and relay.poll() is None and time.monotonic() < deadline:
