@@ -14,7 +14,12 @@ consumed, sampled every 0.5 s) must stay **bounded**: below two windows of the j
 judged period's last quarter at most one second of batches (N / P) above the mean of its first
 quarter. ``--batch-s P``: one batch per rank every P seconds holding those P seconds' events (what
 ``PERFTRACKER_COLLECTOR_BATCH_WINDOW_S`` makes; the collectors' default is one a second), sent
-spread over each period. The rank
+spread over each period. **Named**: rank ``SLOW_RANK`` runs the normal step until
+``--onset-s`` (10; rounded up to a whole batch period), then its layer is slower and its
+data-parallel peers wait for it; the trial reads the anomalies topic as the workers write it and
+times the first incident opened naming that rank alone, on the wall clock, from the onset's wall
+time. A trial **passes** when its lag is bounded and the rank is named at most
+``--named-within-s`` (15) s after the onset. The rank
 count is doubled from ``--start`` while trials pass, then bisected ``--bisect`` times between
 the last passing and the first failing count. The same search runs with two workers in one
 consumer group, starting at one worker's count (``scale_2_workers``: their largest N over one
@@ -43,8 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perftracker_ml.deploy.workloads.ranks import MS, SyntheticRanks
-from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.deploy.workloads.ranks import MS, SLOW_RANK, SyntheticRanks
+from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, Status
 from perftracker_ml.streams.detect import DetectionPolicy
 
 from .faust_worker import start_worker
@@ -79,8 +84,8 @@ def _assigned(port: int) -> int:
     return len((worker_stats(port) or {}).get("assigned") or [])
 
 
-def build(ranks: int, seconds: int, functions: int, job: str,
-          batch_s: int = 1) -> tuple[list[list[tuple[bytes, bytes]]], int, int]:
+def build(ranks: int, seconds: int, functions: int, job: str, batch_s: int = 1,
+          slow_from_s: int = 0) -> tuple[list[list[tuple[bytes, bytes]]], int, int]:
     """Encoded batches per period of ``batch_s`` seconds (one batch per rank each; wall times from a
     start fixed after building: returned)."""
     from perftracker_ml.schemas import Codec
@@ -92,7 +97,7 @@ def build(ranks: int, seconds: int, functions: int, job: str,
         codec.encode(probe.batch(r, 0))
     per_batch = (time.perf_counter() - t0) / min(ranks, 50)
     start_ms = time.time_ns() // MS + int(per_batch * ranks * seconds * 1000 * 1.3) + 3000
-    sim = SyntheticRanks(ranks, functions, job=job, wall0_ns=(start_ms - 1000) * MS)
+    sim = SyntheticRanks(ranks, functions, job=job, wall0_ns=(start_ms - 1000) * MS, slow_from_s=slow_from_s)
     out = [[(f"{job}|{r}".encode(), codec.encode(sim.batch(r, s, batch_s))) for r in range(ranks)]
            for s in range(0, seconds - batch_s + 1, batch_s)]
     return out, start_ms, sim.events_per_batch
@@ -133,6 +138,47 @@ class Sender(threading.Thread):
         p.flush(30)
 
 
+class AnomalyWatch(threading.Thread):
+    """Reads the anomalies topic as the workers write it: when (wall clock, ms) the first OPEN
+    incident naming the slow rank alone came, and the other incidents opened meanwhile."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.named_ms: int | None = None
+        self.named: dict[str, Any] = {}
+        self.others: list[dict[str, Any]] = []
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from perftracker_ml.schemas import Codec, bundle
+
+        codec = Codec(ANOMALY)
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"rpw-watch-{time.time_ns()}",
+                      "enable.auto.commit": False})
+        try:
+            parts = c.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+            while not self.stop_flag.is_set() and self.named_ms is None:
+                for m in c.consume(50, timeout=0.2):
+                    if m.error():
+                        continue
+                    for item in bundle.records_in(m.value()):
+                        self.note(codec.decode(item))
+        finally:
+            c.close()
+
+    def note(self, a: dict[str, Any]) -> None:
+        if a["status"] != Status.OPEN:
+            return
+        seen = {"cause": a["cause"], "ranks": list(a["ranks"]), "function": a["function"]}
+        if list(a["ranks"]) == [SLOW_RANK] and self.named_ms is None:
+            self.named_ms, self.named = time.time_ns() // MS, seen
+        elif self.named_ms is None:
+            self.others.append(seen)
+
+
 def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     from perftracker_ml.schemas.kafka_admin import ensure_topics
     from perftracker_ml.schemas.topics import TopicNames, all_topics
@@ -152,10 +198,15 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
         time.sleep(2)
         rss0 = [_rss_mb(p.pid) for p, _ in procs]
         cpu0 = [_cpu_s(p.pid) for p, _ in procs]
-        batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}", args.batch_s)
+        onset_s = -(-args.onset_s // args.batch_s) * args.batch_s  # a whole batch period: no batch spans it
+        batches, start_ms, events_per_batch = build(ranks, seconds, args.functions, f"rpw{ranks}", args.batch_s,
+                                                    onset_s)
+        onset_ms = start_ms - 1000 + onset_s * 1000  # the wall time of the slow rank's first slow step
         if time.time_ns() // MS > start_ms:  # building took longer than planned: no real-time run
             return {"ranks": ranks, "workers": workers, "error": "batches were built too late"}
         sender = Sender(bootstrap, TopicNames.for_prefix(prefix).events, batches, start_ms, args.batch_s)
+        watch = AnomalyWatch(bootstrap, TopicNames.for_prefix(prefix).anomalies)
+        watch.start()
         sender.start()
         samples: list[tuple[float, int]] = []
         unanswered = 0  # samples left out: a worker's stats did not answer
@@ -170,6 +221,18 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
             samples.append((t, sent - sum(c for c in consumed_now if c is not None)))
         sender.stop_flag.set()
         sender.join(10)
+        named_by = onset_ms + int(args.named_within_s * 1000)
+        while watch.named_ms is None and time.time_ns() // MS < named_by + 2000:
+            time.sleep(0.2)  # the job's last seconds still being diagnosed: the culprit may come yet
+        watch.stop_flag.set()
+        watch.join(10)
+        from perftracker_ml.deploy.stack import worker_stats
+
+        out_counts: dict[str, int] = {}  # what the workers' stages handed on, and set aside
+        for _, port in procs:
+            for k, v in ((worker_stats(port) or {}).get("counters") or {}).items():
+                if k.startswith(("records_out.", "records_skipped.", "records_late", "rule_decisions.")):
+                    out_counts[k] = out_counts.get(k, 0) + int(v)
         rss = [_rss_mb(p.pid) for p, _ in procs]
         cpu = [_cpu_s(p.pid) - c0 for (p, _), c0 in zip(procs, cpu0, strict=True)]
         consumed = sum(_consumed(port) or 0 for _, port in procs)
@@ -187,7 +250,12 @@ def trial(bootstrap: str, ranks: int, workers: int, args: argparse.Namespace) ->
     per_s = ranks / args.batch_s  # batches of one second of the job
     limit = 2 * WINDOW_S * per_s
     ok = bool(judged) and max(judged) < limit and growth <= max(per_s, 1)
-    return {"ranks": ranks, "workers": workers, "bounded": ok, "lag_max_batches": max(judged, default=-1),
+    named_s = None if watch.named_ms is None else round((watch.named_ms - onset_ms) / 1000, 1)
+    named = named_s is not None and named_s <= args.named_within_s
+    return {"ranks": ranks, "workers": workers, "passed": ok and named, "bounded": ok, "named": named,
+            "named_s": named_s, "named_incident": watch.named, "others_opened": watch.others[:5],
+            "onset_s": onset_s, "worker_counts": out_counts if not named else {},
+            "lag_max_batches": max(judged, default=-1),
             "lag_limit_batches": int(limit), "lag_growth_batches": round(growth, 1),
             "lag_last_s": round((judged[-1] if judged else 0) / per_s, 2),
             "events_per_s": round(ranks * events_per_batch / args.batch_s), "rss_mb": [round(x, 1) for x in rss],
@@ -213,7 +281,7 @@ def search(bootstrap: str, workers: int, args: argparse.Namespace, log: list[dic
         r = trial(bootstrap, n, workers, args)
         log.append(r)
         _progress(r)
-        if r.get("bounded"):
+        if r.get("passed"):
             good, n = r, n * 2
         else:
             bad = n
@@ -226,7 +294,7 @@ def search(bootstrap: str, workers: int, args: argparse.Namespace, log: list[dic
         r = trial(bootstrap, mid, workers, args)
         log.append(r)
         _progress(r)
-        if r.get("bounded"):
+        if r.get("passed"):
             good = r
         else:
             bad = mid
@@ -249,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge-s", type=int, default=16)
     ap.add_argument("--functions", type=int, default=10)
     ap.add_argument("--no-two", action="store_true", help="skip the two-worker search")
+    ap.add_argument("--onset-s", type=int, default=10,
+                    help="second of the job at which its slow rank slows down (the onset the naming is timed from)")
+    ap.add_argument("--named-within-s", type=float, default=15.0,
+                    help="a trial passes only if the slow rank is named (an incident opened naming it alone) "
+                         "this soon after the onset")
     ap.add_argument("--batch-s", type=int, default=1,
                     help="seconds of events per batch: one batch per rank every this many seconds (the "
                          "collectors' default is 1; PERFTRACKER_COLLECTOR_BATCH_WINDOW_S=5 makes 5)")
@@ -280,8 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         if one else None,
         "memory_mb_per_rank": round(one["rss_growth_mb"] / ranks_1, 3) if one else None,
         "worker_rss_mb": one["rss_mb"] if one else None,
-        "bounded": "lag < 2 windows of batches at every sample of the judged period and its last quarter's mean "
-                   "at most 1 s of batches above its first quarter's", "batch_s": args.batch_s,
+        "named_s": one["named_s"] if one else None,
+        "passed": "bounded and named: lag < 2 windows of batches at every sample of the judged period and its "
+                  f"last quarter's mean at most 1 s of batches above its first quarter's, and rank {SLOW_RANK} "
+                  f"named alone at most {args.named_within_s:g} s after its onset",
+        "batch_s": args.batch_s, "onset_s": args.onset_s,
         "warmup_s": args.warmup_s, "judge_s": args.judge_s, "trials": trials,
         "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -129,9 +129,10 @@ class SyntheticRanks:
     """One batch per rank per simulated second, built from the step templates (vectorized per rank)."""
 
     def __init__(self, ranks: int, functions: int = 30, job: str = "scale", seed: int = 0,
-                 jitter: float = 0.03, wall0_ns: int = 1_700_000_000_000 * MS):
+                 jitter: float = 0.03, wall0_ns: int = 1_700_000_000_000 * MS, slow_from_s: int = 0):
         self.layout = Layout.for_ranks(ranks)
         self.job, self.jitter, self.wall0_ns = job, jitter, wall0_ns
+        self.slow_from_s = slow_from_s  # the slow rank (and its victims' wait) from this simulated second on
         self.rng = np.random.default_rng(seed)
         self.mono0 = self.rng.integers(10**12, 10**13, ranks)
         self.names = names_for(functions)
@@ -156,8 +157,11 @@ class SyntheticRanks:
     def batch(self, rank: int, second: int, seconds: int = 1) -> dict[str, Any]:
         """The batch rank ``rank`` sends at the end of simulated second ``second + seconds - 1``
         (0-based), holding the events of the ``seconds`` seconds from ``second`` on (a collector
-        sending one batch per ``seconds``: its batch number ``second // seconds``)."""
-        t = self.templates[self.kind[rank]]
+        sending one batch per ``seconds``: its batch number ``second // seconds``). Before
+        ``slow_from_s`` every rank runs the normal step; a batch may not span that second."""
+        if second < self.slow_from_s < second + seconds:
+            raise ValueError(f"a batch of seconds {second}..{second + seconds - 1} spans the onset {self.slow_from_s}")
+        t = self.templates[self.kind[rank] if second >= self.slow_from_s else "normal"]
         steps = np.arange(second * STEPS_PER_S, (second + seconds) * STEPS_PER_S)
         base = self.mono0[rank] + steps * STEP_MS * MS
         ns, nc = len(t.span_kind), len(t.comm_op)

@@ -85,7 +85,8 @@ DUE_NOW = Due(at=0)
 class JobClock:
     """See the module docstring."""
 
-    __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "live_ms", "margin_ms",
+    __slots__ = ("_watermark", "caught_up_ms", "data_ms", "input_ms", "input_pending", "relayed_pending",
+                 "live_ms", "margin_ms",
                  "policy", "first_ms", "ranks", "straggle_ms", "world", "live_straggle_ms",
                  "behind_straggle_ms")
 
@@ -97,6 +98,9 @@ class JobClock:
         self.live_ms = 0  # ... of the inputs that carried data (not a silent rank's empty window)
         self.input_ms: int | None = None  # caller clock of the latest input
         self.input_pending = False  # the caller knows messages of the stage's input wait unread
+        # ... of the topics between stages (not the collectors' raw input), unread or in a stage's
+        # hands: what the stages upstream will hand on from data already in is still coming
+        self.relayed_pending = False
         self.ranks: dict[int, int] = {}  # rank -> the latest data time of its inputs (stages fed with windows)
         # a rank this far behind the job's latest is left out: live, and behind the job
         self.live_straggle_ms = policy.window_ms * max(1, policy.max_open_windows // 2)
@@ -185,6 +189,12 @@ class JobClocks:
         """The caller's input has unread messages (or none): every job's clock is told."""
         for clock in self.by_job.values():
             clock.input_pending = pending
+
+    def relayed_pending(self, pending: bool) -> None:
+        """Records of the topics between stages wait for a stage (unread, or in an agent's hands):
+        every job's clock is told (``JobClock.relayed_pending``)."""
+        for clock in self.by_job.values():
+            clock.relayed_pending = pending
 
     def of(self, job: str, partition: int | None = None) -> JobClock:
         key = (job, partition)

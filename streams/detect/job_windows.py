@@ -10,11 +10,18 @@ nothing more of W is coming except the comparisons of functions only some ranks 
 (a GC pause here and there): their comparators wait out a grace for the ranks that never
 report, and such a comparison arriving after W was evaluated is late (counted, and with
 fewer ranks than the job it rarely has peers enough to name anyone). When a rank
-or a comparison is missing, the timers stay the fallback: W is ready half a grace after
-its first FunctionComparison arrived (the comparators of all functions fire within one
-grace of each other), or two graces + 1 s after its first RankWindow when no comparison
-comes (a hung job produces no patterns) -- while the job's :class:`.job_clock.JobClock` lets the
-caller's clock decide; behind the job (a backlog), a window with a missing record is ready once
+or a comparison is missing, the timers stay the fallback: W is ready once its records have
+stopped coming for half a grace, a comparison among them (the comparators of all functions
+fire within one grace of each other), or two graces + 1 s after its latest RankWindow when no
+comparison comes (a hung job produces no patterns). Timed from the latest record, not the
+first: a worker near its capacity reads one window's RankWindows and comparisons over
+seconds (the ranks' batches come spread over each second and are closed chunk by chunk; a
+whole-job function's comparison follows the last rank's pattern), while a small group's
+comparison can come with the window's first ranks (decisions table, docs/detection.md:
+"quiet, not first"). The caller's clock decides only while the job's
+:class:`.job_clock.JobClock` lets it, and, once every rank's RankWindow is in and only
+comparisons are missing, only while nothing waits between the stages (``relayed_pending``:
+patterns not compared yet, findings not read yet); behind the job (a backlog), a window with a missing record is ready once
 records show the job's data a grace and a margin past the window's close -- or, when every
 rank's RankWindow is in and only comparisons are missing, past half the window buffer
 (``max_open_windows`` / 2 windows) later: behind, the RankWindows of later windows come
@@ -57,6 +64,8 @@ class JobWindows:
         self.comparisons: dict[int, dict[str, FunctionComparison]] = {}
         self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
         self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
+        self.last_rw: dict[int, int] = {}  # ... of its latest RankWindow
+        self.last_in: dict[int, int] = {}  # ... of its latest record, RankWindow or comparison
         self.evaluated_upto: int | None = None
         self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
         self.named: dict[int, Counter[str]] = {}  # window -> function -> ranks whose RankWindow names it
@@ -96,6 +105,7 @@ class JobWindows:
         elif record_name == FUNCTION_COMPARISON:
             function = str(record.get("function", ""))
             self.comparisons.setdefault(wid, {})[function] = cast(FunctionComparison, record)
+            self.last_in[wid] = now_wall_ms if now_wall_ms is not None else -1
             missing = self._missing.get(wid)
             if missing is not None:
                 missing.discard(function)
@@ -119,20 +129,21 @@ class JobWindows:
         self.world[wid] = max(self.world.get(wid, 0), world)
         if self.first_rw[wid] is None:
             self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
+        self.last_rw[wid] = self.last_in[wid] = now_wall_ms if now_wall_ms is not None else -1
 
     def _evict_oldest(self) -> None:
         oldest = min(self.first_rw)
         self.skipped["window_evicted"] += 1
         for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.named,
-                  self._missing):
+                  self._missing, self.last_rw, self.last_in):
             d.pop(oldest, None)
 
     def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
         """Remove and return the ready windows, in order, up to the first one not ready."""
         out = []
         for wid in sorted(self.first_rw):
-            for d in (self.first_rw, self.first_cmp):  # records added without a clock
-                if d[wid] == -1:
+            for d in (self.first_rw, self.first_cmp, self.last_rw, self.last_in):  # records added without a clock
+                if d.get(wid) == -1:
                     d[wid] = now_wall_ms
             if not self._ready(wid, now_wall_ms):
                 break
@@ -173,33 +184,35 @@ class JobWindows:
             return True
         if not self.clock.by_wall(now):
             return False
+        if self._all_ranks_in(wid) and self.clock.relayed_pending:
+            return False  # only comparisons are missing, and the compare stage may still send them
         grace = self.policy.grace_ms
-        cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
-        if cmp_t is not None and now > cmp_t + grace // 2:
+        last_in, last_rw = self.last_in.get(wid), self.last_rw.get(wid)
+        if self.first_cmp.get(wid) is not None and last_in is not None and now > last_in + grace // 2:
             return True
-        return rw_t is not None and now > rw_t + 2 * grace + self.policy.rank_window_wait_ms
+        return last_rw is not None and now > last_rw + 2 * grace + self.policy.rank_window_wait_ms
 
     def due(self) -> Due:
         """When :meth:`take_ready` may next release a window without new input (job_clock.Due):
         the conditions of :meth:`_ready` for the oldest window (released first)."""
         if not self.first_rw:
             return Due()
-        if any(t == -1 for d in (self.first_rw, self.first_cmp) for t in d.values()):
+        if any(t == -1 for d in (self.first_rw, self.first_cmp, self.last_rw, self.last_in) for t in d.values()):
             return DUE_NOW  # records added without a clock: stamped at the next poll
         wid = min(self.first_rw)
         if self.complete(wid):
             return DUE_NOW
         grace = self.policy.grace_ms
-        cmp_t, rw_t = self.first_cmp.get(wid), self.first_rw.get(wid)
-        walls = ([cmp_t + grace // 2 + 1] if cmp_t is not None else []) + \
-            ([rw_t + 2 * grace + self.policy.rank_window_wait_ms + 1] if rw_t is not None else [])
+        last_in, last_rw = self.last_in.get(wid), self.last_rw.get(wid)
+        walls = ([last_in + grace // 2 + 1] if self.first_cmp.get(wid) is not None and last_in is not None else []) + \
+            ([last_rw + 2 * grace + self.policy.rank_window_wait_ms + 1] if last_rw is not None else [])
         return Due(wall=min(walls) if walls else None, data=self._data_point(wid))
 
     def _take(self, wid: int) -> ReadyWindow:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
         named = self.named.pop(wid, Counter())
-        for d in (self.first_rw, self.first_cmp, self.world, self._missing):
+        for d in (self.first_rw, self.first_cmp, self.world, self._missing, self.last_rw, self.last_in):
             d.pop(wid, None)
         self.evaluated_upto = wid
         return ReadyWindow(wid, rws, cmps, named)

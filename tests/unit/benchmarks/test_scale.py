@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from perftracker_ml.schemas import Codec
 from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.validate import validate
@@ -50,6 +51,18 @@ def test_a_batch_of_five_seconds_holds_five_one_second_batches_events_and_is_num
         for col in ("step", "start_ns"):
             assert rec[block][col] == [v for b in ones for v in b[block][col]], (block, col)
     assert rec["comms"]["seq"] == [v for b in ones for v in b["comms"]["seq"]]  # each group's calls in order
+
+
+def test_the_slow_rank_slows_at_its_onset_and_a_batch_may_not_span_it() -> None:
+    from perftracker_ml.deploy.workloads.ranks import SLOW_EXCESS_MS, STEPS_PER_S
+
+    onset, never = SyntheticRanks(64, functions=10, jitter=0.0, slow_from_s=5), \
+        SyntheticRanks(64, functions=10, jitter=0.0, slow_from_s=10**6)
+    assert onset.batch(SLOW_RANK, 4)["spans"]["dur_ns"] == never.batch(SLOW_RANK, 4)["spans"]["dur_ns"]
+    extra = sum(onset.batch(SLOW_RANK, 5)["spans"]["dur_ns"]) - sum(never.batch(SLOW_RANK, 5)["spans"]["dur_ns"])
+    assert extra == 2 * STEPS_PER_S * SLOW_EXCESS_MS * 1_000_000  # its layer and the forward holding it, each step
+    with pytest.raises(ValueError, match="spans the onset"):
+        onset.batch(SLOW_RANK, 3, seconds=5)
 
 
 def test_fit_slopes_and_extrapolation() -> None:

@@ -129,6 +129,36 @@ def test_a_redelivered_rank_window_naming_another_function_makes_the_window_wait
     assert d.windows.evaluated_upto == T0_WINDOW
 
 
+def test_a_window_whose_ranks_are_all_in_waits_for_its_comparisons_while_the_stages_between_hold_records():
+    """Half a grace after the first comparison the window would go on the caller's clock; while
+    patterns or findings still wait between the stages (the compare stage behind), it waits for
+    the comparisons its RankWindows announce, and goes once nothing waits."""
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    cmps = comparisons(rws)
+    for rw in rws:
+        d.add("RankWindow", rw, NOW)
+    d.add("FunctionComparison", cmps[0], NOW)
+    d.windows.clock.relayed_pending = True
+    d.poll(NOW + POL.grace_ms)
+    assert d.windows.evaluated_upto is None  # the other comparisons may still come
+    d.windows.clock.relayed_pending = False
+    d.poll(NOW + POL.grace_ms + 1)
+    assert d.windows.evaluated_upto == T0_WINDOW  # nothing waits upstream: the grace decides again
+
+
+def test_a_missing_rank_is_waited_for_half_a_grace_whatever_waits_between_the_stages():
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    for rw in rws[:-1]:  # rank 3's RankWindow never comes
+        d.add("RankWindow", rw, NOW)
+    for cmp in comparisons(rws):
+        d.add("FunctionComparison", cmp, NOW)
+    d.windows.clock.relayed_pending = True
+    d.poll(NOW + POL.grace_ms // 2 + 1)
+    assert d.windows.evaluated_upto == T0_WINDOW
+
+
 def test_diagnoser_falls_back_to_the_grace_when_a_rank_is_missing():
     d = JobDiagnoser("job", POL)
     rws = rank_windows()
