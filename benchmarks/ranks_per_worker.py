@@ -14,7 +14,7 @@ consumed, sampled every 0.5 s) must stay **bounded**: below two windows of the j
 judged period's last quarter at most one second of batches (N / P) above the mean of its first
 quarter. ``--batch-s P``: one batch per rank every P seconds holding those P seconds' events (what
 ``PERFTRACKER_COLLECTOR_BATCH_WINDOW_S`` makes; the collectors' default is one a second), sent
-spread over each period. **Named**: rank ``SLOW_RANK`` runs the normal step until
+spread over the second after the period's data ends. **Named**: rank ``SLOW_RANK`` runs the normal step until
 ``--onset-s`` (10; rounded up to a whole batch period), then its layer is slower and its
 data-parallel peers wait for it; the trial reads the anomalies topic as the workers write it and
 times the first incident opened naming that rank alone, on the wall clock, from the onset's wall
@@ -104,8 +104,9 @@ def build(ranks: int, seconds: int, functions: int, job: str, batch_s: int = 1,
 
 
 class Sender(threading.Thread):
-    """Sends period s's batches spread over [start + s P, start + (s + 1) P) (wall clock; P =
-    ``period_s``, the collectors' batch period)."""
+    """Sends period s's batches, whose data ends at ``start + (s + 1) P - 1 s`` (P = ``period_s``,
+    the collectors' batch period), spread over the second after that end, as a job's ranks send
+    theirs (wall clock): for P = 1 one second's batches over the next second."""
 
     def __init__(self, bootstrap: str, topic: str, seconds: list[list[tuple[bytes, bytes]]], start_ms: int,
                  period_s: int = 1):
@@ -122,7 +123,7 @@ class Sender(threading.Thread):
         for s, batch in enumerate(self.seconds):
             n = len(batch)
             for i, (key, value) in enumerate(batch):
-                due = self.start_ms + s * self.period_ms + i * self.period_ms // n
+                due = self.start_ms + (s + 1) * self.period_ms - 1000 + i * 1000 // n
                 while (wait := due - time.time_ns() // MS) > 0:
                     if self.stop_flag.wait(min(wait, 50) / 1000):
                         return
