@@ -3,7 +3,9 @@
 A window is evaluated as soon as every rank expected in it has sent its pattern (the
 collective's ``group_ranks``, else the job's ``world_size``), or else once ``grace`` has
 passed on the caller's clock since its first pattern arrived (a missing rank, or a
-function only some ranks run, gets that long) while the job's :class:`.job_clock.JobClock`
+function only some ranks run, gets that long) and no pattern came for half a grace (a worker
+near its capacity reads one window's patterns over seconds; decisions table,
+docs/detection.md: "quiet, not first") while the job's :class:`.job_clock.JobClock`
 lets the caller's clock decide, or once the job's patterns show its data a grace and a
 margin past the window's close (a backlog: patterns read long after they were made, a
 window's spread over many seconds of reading); at most ``max_open_windows`` wait
@@ -51,6 +53,7 @@ class FunctionComparator:
         self.skipped: Counter[str] = Counter()
         self.pending: dict[int, dict[int, FunctionPattern]] = {}  # window -> rank -> pattern
         self.first_seen: dict[int, int | None] = {}  # window -> caller ms of its first pattern
+        self.last_seen: dict[int, int] = {}  # window -> caller ms of its latest pattern
         self.expected: dict[int, int] = {}  # window -> ranks its patterns say report this function
         self.evaluated: list[int] = []
         self.oldest_evaluated = 0  # min(evaluated), kept as it changes
@@ -75,6 +78,7 @@ class FunctionComparator:
             oldest = min(self.pending)
             self.skipped["window_evicted"] += len(self.pending.pop(oldest))
             self.first_seen.pop(oldest, None)
+            self.last_seen.pop(oldest, None)
             self.expected.pop(oldest, None)
         self.pending.setdefault(wid, {})[rank] = pattern
         coords = coords_of(pattern)
@@ -89,6 +93,8 @@ class FunctionComparator:
             self.expected[wid] = max(known, expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
+        if now_wall_ms is not None:
+            self.last_seen[wid] = int(now_wall_ms)
         self.last_now = max(self.last_now, now_wall_ms or 0)
         self.last_input_ms = max(self.last_input_ms, now_wall_ms or 0)
 
@@ -104,6 +110,7 @@ class FunctionComparator:
                 continue
             patterns = self.pending.pop(wid)
             self.first_seen.pop(wid, None)
+            self.last_seen.pop(wid, None)
             self.expected.pop(wid, None)
             self.evaluated = (self.evaluated + [wid])[-MAX_EVALUATED_REMEMBERED:]
             self.oldest_evaluated = min(self.evaluated)
@@ -113,7 +120,7 @@ class FunctionComparator:
     def _waited(self, wid: int, now_wall_ms: int) -> bool:
         """Window ``wid`` waited its grace for missing patterns (see the module docstring)."""
         first = self.first_seen.get(wid)
-        if first is None or (now_wall_ms > first + self.policy.grace_ms and self.clock.by_wall(now_wall_ms)):
+        if first is None or (now_wall_ms > self._wall_due(wid, first) and self.clock.by_wall(now_wall_ms)):
             return True
         return self.clock.data_past(closed_at_ms(self.policy, wid))
 
@@ -129,9 +136,15 @@ class FunctionComparator:
             first = self.first_seen.get(wid)
             if first is None or self.complete(wid):
                 return DUE_NOW
-            w, d = first + self.policy.grace_ms + 1, closed_at_ms(self.policy, wid)
+            w, d = self._wall_due(wid, first) + 1, closed_at_ms(self.policy, wid)
             wall, data = (w, d) if wall is None or data is None else (min(wall, w), min(data, d))
         return Due(wall=wall, data=data)
+
+    def _wall_due(self, wid: int, first: int) -> int:
+        """Caller time past which window ``wid`` is evaluated without its missing patterns: a grace
+        after its first pattern, and half a grace after its latest (patterns still coming are
+        waited for; see the module docstring)."""
+        return max(first + self.policy.grace_ms, self.last_seen.get(wid, first) + self.policy.grace_ms // 2)
 
     def complete(self, wid: int) -> bool:
         """Every rank expected in window ``wid`` has sent its pattern."""

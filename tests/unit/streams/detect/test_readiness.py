@@ -57,6 +57,22 @@ def test_comparator_falls_back_to_the_grace_when_a_rank_is_missing():
     assert rec["ranks_seen"] == WORLD - 1
 
 
+def test_comparator_waits_past_its_grace_while_patterns_of_the_window_still_come():
+    """A worker near its capacity reads one window's patterns over seconds: a grace after the
+    first pattern, with the last come half a grace ago or less, the window waits; once the
+    patterns stop for half a grace it is evaluated with the ranks that came."""
+    c = FunctionComparator("job", "Model.forward", POL)
+    pats = patterns_of("Model.forward", world=WORLD + 1)  # rank 4 never reports
+    half = POL.grace_ms // 2
+    for i, p in enumerate(pats[:WORLD]):
+        c.add(p, NOW + i * half)  # one every half grace
+    last = NOW + (WORLD - 1) * half
+    assert last > NOW + POL.grace_ms
+    assert c.poll(last) == [] and c.poll(last + half) == []
+    (rec,) = c.poll(last + half + 1)
+    assert rec["ranks_seen"] == WORLD
+
+
 # ---- diagnoser -----------------------------------------------------------------------
 def rank_windows(world: int = WORLD) -> list[dict]:
     return [rank_window(r, world=world, functions=["Model.forward"]) for r in range(world)]
