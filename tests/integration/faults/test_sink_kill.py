@@ -23,7 +23,7 @@ KILLS = 3  # the sink is killed this many times while the stream runs, restarted
 
 
 def test_sink_killed_mid_flush_and_restarted_loses_and_duplicates_nothing(deployment, unique):
-    """A worker turns 2 jobs (8 ranks, 45 s of job time sent in 30 s) into the sink's input
+    """A worker turns 2 jobs (8 ranks, 90 s of job time sent in 60 s) into the sink's input
     while the sink flushes every 50 ms (so a flush is in progress most of the time); the sink
     is killed with SIGKILL 3 times, each time once it has flushed and holds rows taken but not
     confirmed written, and restarted at once on the same chDB directory.
@@ -40,7 +40,10 @@ def test_sink_killed_mid_flush_and_restarted_loses_and_duplicates_nothing(deploy
     sink = d.start_sink()
     worker = d.start_worker()
     wait_for(lambda: partitions_of(worker.stats().get("assigned", []), d.topics.events), 180, 0.5)
-    jobs = [SyntheticJob(f"sinkkill-{unique}-{i}", ranks=8, seconds=45, slow_rank=3 + i, seed=i, final=True)
+    # long enough that three kills, each waiting for a flush in progress, and three restarts on a
+    # loaded machine all fall while the stream still runs (with 30 s of traffic, one CI run found no
+    # flush in progress before its third kill: the stream had ended)
+    jobs = [SyntheticJob(f"sinkkill-{unique}-{i}", ranks=8, seconds=90, slow_rank=3 + i, seed=i, final=True)
             for i in range(2)]
     traffic = Traffic(d.kafka_conf, d.topics.events, jobs, speed=1.5)
     traffic.start()
@@ -49,7 +52,8 @@ def test_sink_killed_mid_flush_and_restarted_loses_and_duplicates_nothing(deploy
         def writing(s=sink):
             st = s.stats()
             return st if st and st["flushes"] >= 1 and st["rows_buffered"] > st["rows_written"] else None
-        st = wait_for(writing, 180, 0.01)
+        st = wait_for(writing, 180, 0.01, lambda s=sink: {"kills": len(pending), "traffic_running": traffic.is_alive(),
+                                                   "restarts_s": restarts, "sink": s.stats()})
         sink.kill9()
         killed_at = time.monotonic()
         assert sink.proc.returncode == -9
