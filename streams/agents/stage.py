@@ -149,8 +149,8 @@ def register(app: Any, ctx: StreamContext, stage: Stage[Any], observer: Observer
     @app.timer(POLL_INTERVAL_S, name=f"perftracker.{stage.name}.tick")
     async def tick() -> None:
         pending = {role: ctx.held[role] > 0 or input_pending(app, ctx.topics[role]) for role in (stage.topic, *upstream)}
-        cores.clocks.input_pending(any(pending.values()))
-        cores.clocks.relayed_pending(any(v for role, v in pending.items() if role != TopicRole.INPUTS))
+        cores.clocks.input_pending(any(pending.values()),
+                                   relayed=any(v for role, v in pending.items() if role != TopicRole.INPUTS))
         now = now_ms()
         due = cores.due(now)  # the cores with something due (topology.Cores.due)
         out, failed = stage.poll_all([core for _, core in due], now, False)

@@ -185,16 +185,12 @@ class JobClocks:
         self.policy, self.caught_up_ms = policy, caught_up_ms
         self.by_job: dict[tuple[str, int | None], JobClock] = {}
 
-    def input_pending(self, pending: bool) -> None:
-        """The caller's input has unread messages (or none): every job's clock is told."""
+    def input_pending(self, pending: bool, relayed: bool = False) -> None:
+        """The caller's input has unread messages (or none), and ``relayed``: those of the topics
+        between stages among them (unread, or in an agent's hands): every job's clock is told
+        (``JobClock.input_pending``, ``JobClock.relayed_pending``)."""
         for clock in self.by_job.values():
-            clock.input_pending = pending
-
-    def relayed_pending(self, pending: bool) -> None:
-        """Records of the topics between stages wait for a stage (unread, or in an agent's hands):
-        every job's clock is told (``JobClock.relayed_pending``)."""
-        for clock in self.by_job.values():
-            clock.relayed_pending = pending
+            clock.input_pending, clock.relayed_pending = pending, relayed
 
     def of(self, job: str, partition: int | None = None) -> JobClock:
         key = (job, partition)

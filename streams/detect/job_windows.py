@@ -62,9 +62,8 @@ class JobWindows:
         self.skipped = skipped  # shared with the diagnoser
         self.rank_windows: dict[int, dict[int, RankWindow]] = {}
         self.comparisons: dict[int, dict[str, FunctionComparison]] = {}
-        self.first_rw: dict[int, int | None] = {}  # window -> caller ms of its first RankWindow
-        self.first_cmp: dict[int, int | None] = {}  # ... of its first FunctionComparison
-        self.last_rw: dict[int, int] = {}  # ... of its latest RankWindow
+        self.waiting: set[int] = set()  # the windows with a record buffered, not evaluated yet
+        self.last_rw: dict[int, int] = {}  # window -> caller ms of its latest RankWindow (-1: none given)
         self.last_in: dict[int, int] = {}  # ... of its latest record, RankWindow or comparison
         self.evaluated_upto: int | None = None
         self.world: dict[int, int] = {}  # window -> largest world_size its RankWindows state
@@ -90,10 +89,9 @@ class JobWindows:
         if self.evaluated_upto is not None and wid <= self.evaluated_upto:
             self.skipped["late_record"] += 1
             return
-        if wid not in self.first_rw and len(self.first_rw) >= self.policy.max_open_windows:
+        if wid not in self.waiting and len(self.waiting) >= self.policy.max_open_windows:
             self._evict_oldest()
-        self.first_rw.setdefault(wid, None)
-        self.first_cmp.setdefault(wid, None)
+        self.waiting.add(wid)
         rank, world, empty = -1, 0, False  # a RankWindow is one rank's: the job clock follows each rank's progress
         if record_name == RANK_WINDOW:
             rw = cast(RankWindow, record)
@@ -109,8 +107,6 @@ class JobWindows:
             missing = self._missing.get(wid)
             if missing is not None:
                 missing.discard(function)
-            if self.first_cmp[wid] is None:
-                self.first_cmp[wid] = now_wall_ms if now_wall_ms is not None else -1
         else:
             self.skipped["unknown_record"] += 1
 
@@ -127,22 +123,21 @@ class JobWindows:
         self.rank_windows[wid][rank] = rw
         named.update(pattern_functions(rw))
         self.world[wid] = max(self.world.get(wid, 0), world)
-        if self.first_rw[wid] is None:
-            self.first_rw[wid] = now_wall_ms if now_wall_ms is not None else -1
         self.last_rw[wid] = self.last_in[wid] = now_wall_ms if now_wall_ms is not None else -1
 
     def _evict_oldest(self) -> None:
-        oldest = min(self.first_rw)
+        oldest = min(self.waiting)
         self.skipped["window_evicted"] += 1
-        for d in (self.first_rw, self.first_cmp, self.rank_windows, self.comparisons, self.world, self.named,
-                  self._missing, self.last_rw, self.last_in):
+        self.waiting.discard(oldest)
+        for d in (self.rank_windows, self.comparisons, self.world, self.named, self._missing, self.last_rw,
+                  self.last_in):
             d.pop(oldest, None)
 
     def take_ready(self, now_wall_ms: int) -> list[ReadyWindow]:
         """Remove and return the ready windows, in order, up to the first one not ready."""
         out = []
-        for wid in sorted(self.first_rw):
-            for d in (self.first_rw, self.first_cmp, self.last_rw, self.last_in):  # records added without a clock
+        for wid in sorted(self.waiting):
+            for d in (self.last_rw, self.last_in):  # records added without a clock
                 if d.get(wid) == -1:
                     d[wid] = now_wall_ms
             if not self._ready(wid, now_wall_ms):
@@ -188,23 +183,23 @@ class JobWindows:
             return False  # only comparisons are missing, and the compare stage may still send them
         grace = self.policy.grace_ms
         last_in, last_rw = self.last_in.get(wid), self.last_rw.get(wid)
-        if self.first_cmp.get(wid) is not None and last_in is not None and now > last_in + grace // 2:
+        if wid in self.comparisons and last_in is not None and now > last_in + grace // 2:
             return True
         return last_rw is not None and now > last_rw + 2 * grace + self.policy.rank_window_wait_ms
 
     def due(self) -> Due:
         """When :meth:`take_ready` may next release a window without new input (job_clock.Due):
         the conditions of :meth:`_ready` for the oldest window (released first)."""
-        if not self.first_rw:
+        if not self.waiting:
             return Due()
-        if any(t == -1 for d in (self.first_rw, self.first_cmp, self.last_rw, self.last_in) for t in d.values()):
+        if any(t == -1 for d in (self.last_rw, self.last_in) for t in d.values()):
             return DUE_NOW  # records added without a clock: stamped at the next poll
-        wid = min(self.first_rw)
+        wid = min(self.waiting)
         if self.complete(wid):
             return DUE_NOW
         grace = self.policy.grace_ms
         last_in, last_rw = self.last_in.get(wid), self.last_rw.get(wid)
-        walls = ([last_in + grace // 2 + 1] if self.first_cmp.get(wid) is not None and last_in is not None else []) + \
+        walls = ([last_in + grace // 2 + 1] if wid in self.comparisons and last_in is not None else []) + \
             ([last_rw + 2 * grace + self.policy.rank_window_wait_ms + 1] if last_rw is not None else [])
         return Due(wall=min(walls) if walls else None, data=self._data_point(wid))
 
@@ -212,13 +207,14 @@ class JobWindows:
         rws = self.rank_windows.pop(wid, {})
         cmps = list(self.comparisons.pop(wid, {}).values())
         named = self.named.pop(wid, Counter())
-        for d in (self.first_rw, self.first_cmp, self.world, self._missing, self.last_rw, self.last_in):
+        self.waiting.discard(wid)
+        for d in (self.world, self._missing, self.last_rw, self.last_in):
             d.pop(wid, None)
         self.evaluated_upto = wid
         return ReadyWindow(wid, rws, cmps, named)
 
     def empty(self) -> bool:
-        return not self.first_rw
+        return not self.waiting
 
     def held(self) -> int:
         """Records waiting (RankWindows and comparisons of the windows not evaluated yet): the job's

@@ -84,6 +84,16 @@ def comparisons(rws: list[dict]) -> list[dict]:
     return [FunctionComparator("job", f, POL).evaluate(T0_WINDOW, patterns_of(f, world=len(rws))) for f in names]
 
 
+def every_rank_in() -> tuple[JobDiagnoser, list[dict]]:
+    """A diagnoser holding every rank's RankWindow of the window, no comparison yet; and the
+    comparisons the comparators send for the functions they name."""
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    for rw in rws:
+        d.add("RankWindow", rw, NOW)
+    return d, comparisons(rws)
+
+
 def test_rank_windows_name_the_kind_aggregates_their_ranks_sent():
     (rw,) = rank_windows(world=1)
     assert pattern_functions(rw) == {"Model.forward", "kind:dataloader", "kind:optimizer", "kind:forward",
@@ -106,11 +116,7 @@ def test_diagnoser_evaluates_the_window_when_its_last_rank_reports_and_not_befor
 
 
 def test_diagnoser_waits_for_every_comparison_its_rank_windows_name():
-    d = JobDiagnoser("job", POL)
-    rws = rank_windows()
-    cmps = comparisons(rws)
-    for rw in rws:
-        d.add("RankWindow", rw, NOW)
+    d, cmps = every_rank_in()
     for cmp in cmps[:-1]:
         d.add("FunctionComparison", cmp, NOW)
         d.poll(NOW)
@@ -124,11 +130,7 @@ def test_a_redelivered_rank_window_naming_another_function_makes_the_window_wait
     """What the window still waits for is worked out once every rank is in, then struck off as
     comparisons come; a RankWindow added after that (a re-delivered copy that names one more
     function) makes it be worked out again."""
-    d = JobDiagnoser("job", POL)
-    rws = rank_windows()
-    cmps = comparisons(rws)
-    for rw in rws:
-        d.add("RankWindow", rw, NOW)
+    d, cmps = every_rank_in()
     for cmp in cmps[:-1]:
         d.add("FunctionComparison", cmp, NOW)
     d.poll(NOW)
@@ -149,11 +151,7 @@ def test_a_window_whose_ranks_are_all_in_waits_for_its_comparisons_while_the_sta
     """Half a grace after the first comparison the window would go on the caller's clock; while
     patterns or findings still wait between the stages (the compare stage behind), it waits for
     the comparisons its RankWindows announce, and goes once nothing waits."""
-    d = JobDiagnoser("job", POL)
-    rws = rank_windows()
-    cmps = comparisons(rws)
-    for rw in rws:
-        d.add("RankWindow", rw, NOW)
+    d, cmps = every_rank_in()
     d.add("FunctionComparison", cmps[0], NOW)
     d.windows.clock.relayed_pending = True
     d.poll(NOW + POL.grace_ms)
