@@ -42,12 +42,20 @@ class FunctionPattern(RankWindowHeader):
     p90_ns: int
     p99_ns: int
     max_ns: int
-    hist: list[int]
+    hist: list[int]  # the histogram from bucket 0 (up to v2; empty from v3: hist_first, hist_counts)
     group_ranks: list[int]
     bytes: int
     seqs: list[int]  # collectives: the seq of every call
     seq_dur_ns: list[int]  # and the time spent inside it
     mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v2)
+    hist_first: int  # the bucket of hist_counts[0] (v3)
+    hist_counts: list[int]  # the histogram from its lowest bucket held to its highest (v3)
+
+
+def full_histogram(pattern: FunctionPattern | dict) -> list[int]:
+    """A pattern's histogram from bucket 0, whatever its version wrote: ``hist`` (v1, v2), or
+    ``hist_first`` zeros and ``hist_counts`` (v3)."""
+    return [*(pattern.get("hist") or ()), *[0] * int(pattern.get("hist_first") or 0), *(pattern.get("hist_counts") or ())]
 
 
 class RankHardware(TypedDict):

@@ -34,6 +34,7 @@ class Limits:
     max_text_bytes: int = 64 << 10
     max_items: int = 1 << 20
     max_kind: int = (1 << 15) - 1  # stored as Int16
+    max_hist_bucket: int = 255  # FunctionPattern.hist_first: a duration of 2^63 ns is bucket 252
     max_count: int = INT64_MAX  # counters, sequence numbers, bytes: only non-negative
     max_float: float = 1e15
     min_time_ms: int = 946_684_800_000  # 2000-01-01

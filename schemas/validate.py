@@ -159,8 +159,9 @@ _FUNCTION_PATTERN: tuple[Rule, ...] = _WINDOW + (Times(("window_start_ms",)),) +
     Strs(("function",), FUNCTION, required=True), Ints(("kind",), 0, Lim("max_kind")),
     Ints(("count", "bytes"), 0, COUNT), Ints(("p50_ns", "p90_ns", "p99_ns", "max_ns"), 0, DURATION),
     Ints(("total_ns",), 0, COUNT), TotalWithin("total_ns", "count"),
-    IntArrays(("hist", "seqs"), 0, COUNT), IntArrays(("group_ranks",), -1, RANK),
+    IntArrays(("hist", "seqs", "hist_counts"), 0, COUNT), IntArrays(("group_ranks",), -1, RANK),
     IntArrays(("seq_dur_ns",), 0, DURATION), SameLength(("seqs", "seq_dur_ns")),
+    Ints(("hist_first",), 0, Lim("max_hist_bucket")),  # v3
 )
 
 _RANK_WINDOW: tuple[Rule, ...] = _WINDOW + (Times(("window_start_ms",)),) + _RANK + (

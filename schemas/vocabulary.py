@@ -30,7 +30,7 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
 EVENT_BATCH_VERSION = 8  # EventBatch built by the trace importer (streams/traces/kineto.py; its list columns are packed when encoded)
-FUNCTION_PATTERN_VERSION = 2
+FUNCTION_PATTERN_VERSION = 3
 RANK_WINDOW_VERSION = 6
 FUNCTION_COMPARISON_VERSION = 3
 ANOMALY_VERSION = 2

@@ -208,6 +208,12 @@ def _job_end_statements() -> tuple[str, ...]:
     return (*adds, *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
 
 
+def _recreate_view(view: str) -> tuple[str, ...]:
+    from .raw import recreate_view
+
+    return recreate_view(view)
+
+
 def _mesh_statements() -> tuple[str, ...]:
     """RankWindow v4 ``mesh_coords`` as a column; the raw RankWindow table and its view again."""
     from .raw import recreate_view
@@ -233,6 +239,9 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "the findings carry them)", statements=_raw_constraint_statements()),
     Migration(9, "remediations: what the remediation hook did about an incident's node",
               tables=("remediations",)),
+    Migration(10, "FunctionPattern v3 hist_first/hist_counts (the histogram trimmed on the wire): the raw "
+                  "tables again, and the view that stores the whole histogram from them",
+              statements=(*_raw_constraint_statements(), *_recreate_view("mv_function_stats"))),
 )
 
 

@@ -2,7 +2,11 @@
 
 Bucket i holds durations in [2^(i/4), 2^((i+1)/4)) ns (quarter-octaves, ~19% wide),
 so a 1 ms duration lands in bucket 79 and an hour in bucket 167. Durations < 1 ns go
-to bucket 0. Counts are trimmed of trailing zeros, as FunctionPattern.hist stores them.
+to bucket 0. A histogram travels trimmed, as FunctionPattern v3 carries it: ``(first, counts)``,
+the counts of buckets ``first .. first + len(counts) - 1`` from the lowest to the highest bucket
+holding a duration (a window's durations of one function span a few buckets of the ~170, so
+the zeros below them were most of a pattern's bytes and of its decoding; :func:`expand` gives
+the whole list from bucket 0).
 """
 
 from __future__ import annotations
@@ -18,11 +22,20 @@ def bucket_of(dur_ns: np.ndarray) -> np.ndarray:
     return np.floor(np.log2(d) * BUCKETS_PER_OCTAVE).astype(np.int64)
 
 
-def histogram(dur_ns: np.ndarray) -> list[int]:
-    """Counts per bucket, trailing zeros trimmed."""
+def histogram(dur_ns: np.ndarray) -> tuple[int, list[int]]:
+    """``(first, counts)``: the counts per bucket from the lowest bucket holding a duration to the
+    highest; ``(0, [])`` for no durations."""
     if len(dur_ns) == 0:
-        return []
-    return np.bincount(bucket_of(dur_ns)).tolist()  # type: ignore[no-any-return]
+        return 0, []
+    b = bucket_of(dur_ns)
+    first = int(b.min())
+    return first, np.bincount(b - first).tolist()
+
+
+def expand(first: int, counts: list[int]) -> list[int]:
+    """The counts from bucket 0 of a trimmed histogram (trailing zeros trimmed, as FunctionPattern
+    v1/v2 ``hist`` held them)."""
+    return [0] * first + list(counts) if counts else []
 
 
 def merge(a: list[int], b: list[int]) -> list[int]:
@@ -44,18 +57,25 @@ def quantile(hist: list[int], q: float) -> float:
     return float(2.0 ** ((idx + 0.5) / BUCKETS_PER_OCTAVE))
 
 
-def grouped_histograms(s: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> list[list[int]]:
+def grouped_histograms(s: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> list[tuple[int, list[int]]]:
     """:func:`histogram` of many groups at once (``s``: each group's values sorted, group ``i``
     at ``s[starts[i]:starts[i] + counts[i]]``): one bucketing and one bincount for all."""
     groups = len(counts)
     if len(s) == 0:
-        return [[] for _ in range(groups)]
+        return [(0, []) for _ in range(groups)]
     bucket = bucket_of(s)
-    width = int(bucket.max()) + 1
+    held = counts > 0
+    lo = np.zeros(groups, np.int64)
+    hi = np.zeros(groups, np.int64)
+    # sorted values: a group's first value has its lowest bucket, its last its highest
+    lo[held] = bucket[starts[held]]
+    hi[held] = bucket[(starts + counts - 1)[held]]
     group = np.repeat(np.arange(groups), counts)
-    table = np.bincount(group * width + bucket, minlength=groups * width).reshape(groups, width)
-    ends = (starts + counts - 1).tolist()
-    top = bucket.tolist()
-    rows = table.tolist()
-    # sorted values: a group's last value has its highest bucket (trailing zeros trimmed)
-    return [row[:top[e] + 1] if c else [] for row, e, c in zip(rows, ends, counts.tolist(), strict=True)]
+    rel = bucket - lo[group]  # each value's bucket from its group's lowest: a narrow table
+    width = int(rel.max()) + 1
+    table = np.bincount(group * width + rel, minlength=groups * width).reshape(groups, width)
+    lens = np.where(held, hi - lo + 1, 0)
+    flat = table[np.arange(width) < lens[:, None]].tolist()  # row by row, each group's own buckets
+    ends = np.cumsum(lens).tolist()
+    firsts = lo.tolist()
+    return [(firsts[i], flat[e - n:e]) for i, (e, n) in enumerate(zip(ends, lens.tolist(), strict=True))]

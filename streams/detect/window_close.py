@@ -117,8 +117,8 @@ def _close(closing: Sequence[Closing]) -> list[Routed]:
 
 
 def _stats(rows: np.ndarray, vals: np.ndarray, n_rows: int) -> tuple[np.ndarray, list[int], list[int],
-                                                                      list[list[int]], list[list[int]]]:
-    """Each row's count, total, max, p50/p90/p99 and histogram of the values given it (``rows[i]``
+                                                                      list[list[int]], list[tuple[int, list[int]]]]:
+    """Each row's count, total, max, p50/p90/p99 and histogram (trimmed) of the values given it (``rows[i]``
     holds ``vals[i]``): one sort of every value by (row, value)."""
     s = vals[np.lexsort((vals, rows))]
     counts = np.bincount(rows, minlength=n_rows).astype(np.int64)
@@ -142,7 +142,7 @@ def _signatures(windows: int, g: Grouped, win: list[int], gid: list[int], kind: 
 
 def _records(closing: Sequence[Closing], g: Grouped, names: list[str], signatures: list[str], p_win: np.ndarray,
              p_name: np.ndarray, p_group: np.ndarray, p_kind: np.ndarray, counts: np.ndarray, totals: list[int],
-             maxima: list[int], q: list[list[int]], hists: list[list[int]]) -> list[Routed]:
+             maxima: list[int], q: list[list[int]], hists: list[tuple[int, list[int]]]) -> list[Routed]:
     """The records of each window, its patterns (name order) then its RankWindow."""
     a, m = g.a.tolist(), g.m.tolist()
     overflow, nbytes = g.overflow.tolist(), g.nbytes.tolist()
@@ -163,10 +163,12 @@ def _records(closing: Sequence[Closing], g: Grouped, names: list[str], signature
                 seqs, durs = (g.seq[a[grp]:m[grp]].tolist(), g.val[a[grp]:m[grp]].tolist()) if m[grp] > a[grp] else ([], [])
             else:
                 ranks, nb, over, seqs, durs = [], 0, 0, [], []
+            first, hist = hists[i]
             out.append((FUNCTION_PATTERN, FunctionPattern(
                 **header, function=name, kind=kind_l[i], steps=steps, count=count_l[i] + over, total_ns=totals[i],
-                p50_ns=p50[i], p90_ns=p90[i], p99_ns=p99[i], max_ns=maxima[i], hist=hists[i],
-                group_ranks=ranks, bytes=nb, seqs=seqs, seq_dur_ns=durs, mesh_coords=dict(mesh))))
+                p50_ns=p50[i], p90_ns=p90[i], p99_ns=p99[i], max_ns=maxima[i], hist=[],
+                group_ranks=ranks, bytes=nb, seqs=seqs, seq_dur_ns=durs, mesh_coords=dict(mesh),
+                hist_first=first, hist_counts=hist)))
         functions = [f for f in functions if not f.startswith(KIND_PREFIX)]
         out.append((RANK_WINDOW, rank_window_record(c.meta, c.window_id, c.window_s, signatures[k], c.w, c.progress,
                                                     c.health, functions, batches=c.batches, ended=c.ended)))

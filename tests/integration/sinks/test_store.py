@@ -187,3 +187,41 @@ def test_diagnose_names_what_the_job_end_resolved_but_not_what_cleared(store):
     assert shown == {"open": "", "at-end": "job finished", "died": "job died"}
     every = run_query(store, "incidents", {"job": "ended", "include_resolved": True}).dicts()
     assert {r["incident_id"] for r in every} == {"open", "cleared", "at-end", "died"}
+
+
+def test_migration_10_stores_the_whole_histogram_of_trimmed_and_older_patterns(store):
+    """A store at migration 9 (the raw table of FunctionPattern v2, the view storing ``hist`` as
+    sent): migration 10 makes the raw table v3's and the view rebuild the whole histogram, so a v3
+    pattern (``hist_first`` zeros, then ``hist_counts``) stores the same ``hist`` through the raw
+    path and the Python path as a v2 pattern that sent it whole."""
+    import time
+
+    from perftracker_ml.schemas import Codec, bundled_schemas
+    from perftracker_ml.sinks.raw import RAW_TABLES, VIEWS, RawMessage, _ch_type, container
+
+    migrate(store)
+    v2_fields = bundled_schemas().restricted("FunctionPattern", 2).latest("FunctionPattern").raw["fields"]
+    v2_table = ", ".join(f"`{f['name']}` {_ch_type(f['type'])}" for f in v2_fields)
+    old_view = VIEWS["mv_function_stats"][1].replace(
+        "arrayConcat(hist, arrayWithConstant(hist_first, toInt64(0)), hist_counts) AS hist", "hist")
+    assert old_view != VIEWS["mv_function_stats"][1]
+    for sql in ("DROP TABLE mv_function_stats", "DROP TABLE raw_function_patterns",
+                f"CREATE TABLE raw_function_patterns ({v2_table}) ENGINE = Null",
+                f"CREATE MATERIALIZED VIEW mv_function_stats TO function_stats AS {old_view}",
+                f"ALTER TABLE {MIGRATIONS_TABLE} DELETE WHERE version = 10 SETTINGS mutations_sync = 2"):
+        store.command(sql)
+    assert migrate(store) == [10]
+
+    w = int(time.time() // 5)
+    whole = [0] * 9 + [1] + [0] * 69 + [2]  # bucket 9 once, bucket 79 (1 ms) twice
+    v2 = {**samples.pattern("mig10", w, 0, "f"), "hist": whole}
+    v3 = {**samples.pattern("mig10", w, 0, "f"), "hist": [], "hist_first": 9, "hist_counts": whole[9:]}
+    old = Codec("FunctionPattern", bundled_schemas().restricted("FunctionPattern", 2))
+    new = Codec("FunctionPattern")
+    store.raw_insert(RAW_TABLES["FunctionPattern"], container(
+        "FunctionPattern", [RawMessage(new.encode({**v3, "rank": 1}), "t", 0, 0)]), "Avro")
+    load(store, [("FunctionPattern", {**new.decode(new.encode(v3)), "rank": 2}),
+                 ("FunctionPattern", {**new.decode(old.encode(v2)), "rank": 3})])
+    got = store.query("SELECT rank, hist FROM function_stats FINAL WHERE job = 'mig10' ORDER BY rank").rows
+    assert [(r, list(h)) for r, h in got] == [(1, whole), (2, whole), (3, whole)]
+    assert migrate(store) == []

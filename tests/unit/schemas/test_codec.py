@@ -115,6 +115,8 @@ STALL = {"rank": 1, "host": "h1", "gpu": -1, "seq": 480, "wait_ms": 512.5, "seqs
     (RANK_WINDOW, "mesh_coords", {"dp": 1, "tp": 0}, {}, 3),
     (ANOMALY, "resolved_reason", "job finished", "", 1),
     (FUNCTION_PATTERN, "mesh_coords", {"pp": 1, "tp": 0}, {}, 1),
+    (FUNCTION_PATTERN, "hist_first", 9, 0, 2),
+    (FUNCTION_PATTERN, "hist_counts", [1, 0, 2], [], 2),
     (FUNCTION_COMPARISON, "minor_outliers", [MINOR], [], 1),
     (FUNCTION_COMPARISON, "stalls", [STALL], [], 2),
 ])
@@ -135,6 +137,24 @@ def test_appended_job_end_fields_round_trip_old_and_new(name, field, value, defa
     assert new.decode(new.encode({**base, field: value}))[field] == value
     assert field not in old.decode(new.encode({**base, field: value}))
     assert new.decode(old.encode(base))[field] == default
+
+
+def test_v3_trimmed_histogram_is_no_histogram_to_a_v2_reader_and_the_whole_one_to_every_reader():
+    """FunctionPattern v3 sends ``hist`` empty and the histogram as ``hist_first`` + ``hist_counts``:
+    a v2 reader (an older sink) sees no histogram, never one shifted to bucket 0; the whole
+    histogram (:func:`full_histogram`) of a v3 pattern and of a v2 one is the same list."""
+    from perftracker_ml.deploy.workloads.store_records import pattern
+    from perftracker_ml.schemas.records import full_histogram
+
+    whole = [0] * 9 + [1] + [0] * 69 + [2]
+    base = {k: v for k, v in pattern("j", 3, 1, "f").items() if k != "schema_version"}
+    new = Codec(FUNCTION_PATTERN)
+    old = Codec(FUNCTION_PATTERN, bundled_schemas().restricted(FUNCTION_PATTERN, 2))
+    v3 = {**base, "hist": [], "hist_first": 9, "hist_counts": whole[9:]}
+    assert old.decode(new.encode(v3))["hist"] == []
+    assert full_histogram(new.decode(new.encode(v3))) == whole
+    assert full_histogram(new.decode(old.encode({**base, "hist": whole}))) == whole
+    assert len(new.encode(v3)) < len(old.encode({**base, "hist": whole}))
 
 
 @pytest.mark.parametrize("old_version", [3, 4])

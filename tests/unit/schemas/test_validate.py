@@ -147,6 +147,8 @@ def test_limits_follow_the_detection_policy():
     ("FunctionPattern", "total_ns", 2**62, "FunctionPattern.total_ns = 4611686018427387904: more than count"),
     ("FunctionPattern", "window_s", math.nan, "FunctionPattern.window_s = nan: not a finite number"),
     ("FunctionPattern", "window_start_ms", 5000, "FunctionPattern.window_start_ms = 5000 ms"),
+    ("FunctionPattern", "hist_first", 1 << 30, "FunctionPattern.hist_first = 1073741824: outside [0, 255]"),
+    ("FunctionPattern", "hist_counts", [3, -1], "FunctionPattern.hist_counts[1] = -1"),
     ("RankWindow", "step_time_ns", [1, -3], "RankWindow.step_time_ns[1] = -3"),
     ("RankWindow", "sm_clock_mhz", math.inf, "RankWindow.sm_clock_mhz = inf"),
     ("RankWindow", "restarts", -1, "RankWindow.restarts = -1"),  # a UInt32 column: it wrapped around

@@ -60,12 +60,13 @@ def pattern_records(sources: Sequence[PatternSource]) -> list[list[FunctionPatte
         for name, acc in src.functions:
             d = np.sort(np.asarray((acc.seq_durs if acc.seqs else []) + acc.durations, dtype=np.int64))
             p50, p90, p99 = percentiles(d)
+            first, hist = histogram(d)
             patterns.append(FunctionPattern(
                 **header, function=name, kind=int(acc.kind), steps=int(src.steps),
                 count=int(len(d) + acc.overflow), total_ns=int(d.sum()),
                 p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(d[-1]) if len(d) else 0,
-                hist=histogram(d), group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-                seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh)))
+                hist=[], group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
+                seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh), hist_first=first, hist_counts=hist))
         out.append(patterns)
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perftracker_ml.streams.detect.histogram import grouped_histograms, histogram
+from perftracker_ml.streams.detect.histogram import bucket_of, expand, grouped_histograms, histogram
 from perftracker_ml.streams.detect.quantiles import grouped_percentiles, percentiles
 
 
@@ -21,10 +21,23 @@ def test_percentiles_of_nothing_are_zero() -> None:
     assert percentiles(np.zeros(0, np.int64)) == [0, 0, 0]
 
 
-def test_histogram_counts_are_plain_ints() -> None:
-    counts = histogram(np.asarray([1_000_000, 1_000_000, 5], dtype=np.int64))
-    assert counts[79] == 2 and counts[9] == 1 and sum(counts) == 3
+def test_histogram_counts_are_plain_ints_from_the_lowest_bucket_held() -> None:
+    first, counts = histogram(np.asarray([1_000_000, 1_000_000, 5], dtype=np.int64))
+    assert first == 9 and len(counts) == 79 - 9 + 1 and counts[0] == 1 and counts[-1] == 2 and sum(counts) == 3
     assert all(type(c) is int for c in counts)
+    full = expand(first, counts)
+    assert full[79] == 2 and full[9] == 1 and sum(full) == 3 and len(full) == 80
+    assert histogram(np.zeros(0, np.int64)) == (0, []) and expand(0, []) == []
+
+
+@pytest.mark.parametrize("low, high", [(1, 2), (0, 10**7), (10**9, 4 * 10**12)])
+def test_trimmed_histogram_is_the_bincount_from_bucket_0_without_its_zeros_at_either_end(low: int, high: int) -> None:
+    rng = np.random.default_rng(3)
+    for n in [1, 2, 5, 50]:
+        d = rng.integers(low, high, n, dtype=np.int64)
+        first, counts = histogram(d)
+        whole = np.bincount(bucket_of(d)).tolist()
+        assert expand(first, counts) == whole and counts[0] > 0 and counts[-1] > 0
 
 
 @pytest.mark.parametrize("low, high", [(0, 5), (0, 10**7), (10**9, 4 * 10**12), (2**60, 2**62)])
