@@ -1,6 +1,8 @@
 """Builds the columnar EventBatch record from drained event tuples (off the hot path).
 
-The record's columns are lists; the sender thread's ``Codec.encode`` writes EventBatch v8,
+A process group whose members are equally spaced is written as a range (EventBatch v9) when
+the builder is told the readers take it (``compact_groups``). The record's columns are lists;
+the sender thread's ``Codec.encode`` writes EventBatch v8 and later,
 packing each numeric column into little-endian bytes with one ``array.array`` conversion
 (:mod:`perftracker_ml.schemas.columns`), so the training thread never pays for it and a
 value that cannot be packed fails that encode (the batch's events counted as lost)."""
@@ -11,6 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..schemas.records import members_range
 from .events import COMM, ITER, SPAN, GroupRef, OpSummary
 from .identity import RankIdentity
 
@@ -38,9 +41,13 @@ def _columns(*names: str) -> dict[str, list]:
 class BatchBuilder:
     """Turns event tuples into one EventBatch dict; numbers batches per (job, rank, pid)."""
 
-    def __init__(self, identity: RankIdentity):
+    def __init__(self, identity: RankIdentity, compact_groups: bool = False):
         self.identity = identity
         self.seq = 0
+        # EventBatch v9: a group whose members are equally spaced sends them as a range (a DP
+        # group of a 100k-rank job has thousands); False writes the list every reader knows
+        self.compact_groups = compact_groups
+        self._group_entries: dict[GroupRef, dict[str, Any]] = {}  # built once, never mutated
         self.mesh_coords: dict[str, int] = {}  # replaced whole, never mutated (read by the sender)
         self.functional_steps = 1  # functional collectives recorded one step in this many (EventBatch v8)
 
@@ -84,7 +91,7 @@ class BatchBuilder:
         spans["path"] = [-1] * len(spans["kind"])
         record = self._header(dropped)
         record.update(
-            groups=[{"group_id": g.group_id, "ranks": list(g.ranks)} for g in groups],
+            groups=[self._group_entry(g) for g in groups],
             iterations=iters, spans=spans, comms=comms,
             kernels=[_kernel(k, names) for k in kernels], cpu=list(cpu),
             stacks={"frame": [names(r[0]) for r in stacks], "line": [r[1] for r in stacks],
@@ -94,6 +101,17 @@ class BatchBuilder:
         record["names"] = list(index)
         self.seq += 1
         return record
+
+    def _group_entry(self, g: GroupRef) -> dict[str, Any]:
+        """The batch's entry of group ``g`` (shared by every batch that names it: read only)."""
+        entry = self._group_entries.get(g)
+        if entry is None:
+            span = members_range(g.ranks) if self.compact_groups else None
+            entry = ({"group_id": g.group_id, "ranks": list(g.ranks)} if span is None else
+                     {"group_id": g.group_id, "ranks": [], "ranks_first": span[0], "ranks_step": span[1],
+                      "ranks_count": span[2]})
+            self._group_entries[g] = entry
+        return entry
 
     def _header(self, dropped: int) -> dict[str, Any]:
         ident = self.identity

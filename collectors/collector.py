@@ -92,7 +92,8 @@ class Collector:
         # the version written: the newest the stream workers read (a rollout keeps it at 7 until
         # every worker reads v8's packed columns)
         codec = self.codec(EVENT_BATCH, self.topics.events, max_version=cfg.event_batch_version)
-        self.sender = Sender(self.recorder, BatchBuilder(identity), codec.encode, self.sink, cfg,
+        builder = BatchBuilder(identity, compact_groups=codec.version >= 9)  # v9: members as ranges
+        self.sender = Sender(self.recorder, builder, codec.encode, self.sink, cfg,
                              identity.key)
         self.torch_hooks = False
         self._parts: list[Part] = []  # closed first to last

@@ -12,6 +12,7 @@ Anomaly and Control (see ``perftracker_ml.streams.topology``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypedDict
 
 
@@ -50,6 +51,44 @@ class FunctionPattern(RankWindowHeader):
     mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v2)
     hist_first: int  # the bucket of hist_counts[0] (v3)
     hist_counts: list[int]  # the histogram from its lowest bucket held to its highest (v3)
+
+
+MEMBERS_RANGE_FROM = 9  # the first EventBatch version whose process groups may give members as a range
+
+
+def listed_groups(batch: dict) -> dict:
+    """``batch`` with every process group's members listed (a writer before EventBatch v9, which
+    would drop a range's fields and send a group without members); ``batch`` itself when none is
+    a range. The batch is not changed."""
+    groups = batch.get("groups") or []
+    if not any(g.get("ranks_count") for g in groups):
+        return batch
+    return {**batch, "groups": [{"group_id": g["group_id"], "ranks": group_members(g)} if g.get("ranks_count") else g
+                                for g in groups]}
+
+
+def group_members(group: dict) -> list[int]:
+    """An EventBatch process group's members, whatever its version wrote: ``ranks`` listed, then
+    (v9) the range of ``ranks_count`` ranks from ``ranks_first`` by ``ranks_step``."""
+    listed = [int(r) for r in group.get("ranks") or ()]
+    count = int(group.get("ranks_count") or 0)
+    if count <= 0:
+        return listed
+    first, step = int(group.get("ranks_first") or 0), int(group.get("ranks_step") or 0)
+    return listed + list(range(first, first + step * count, step)) if step > 0 else listed + [first] * count
+
+
+def members_range(ranks: Sequence[int], least: int = 3) -> tuple[int, int, int] | None:
+    """``(first, step, count)`` when ``ranks`` (at least ``least`` of them) are a range of
+    equally spaced increasing ranks (a data-, tensor- or pipeline-parallel group always is),
+    else None: they travel listed."""
+    n = len(ranks)
+    if n < least:
+        return None
+    first, step = int(ranks[0]), int(ranks[1]) - int(ranks[0])
+    if step < 1 or any(int(r) != first + i * step for i, r in enumerate(ranks)):
+        return None
+    return first, step, n
 
 
 def full_histogram(pattern: FunctionPattern | dict) -> list[int]:

@@ -354,6 +354,38 @@ class RankInWorld(Rule):
 
 
 @dataclass(frozen=True)
+class MembersRange(Rule):
+    """EventBatch v9's process group given as a range (``<prefix>_first``, ``_step``, ``_count``;
+    absent or a count of 0: listed in ``<prefix>``, checked apart): a count of at most
+    ``max_items``, a step of at least 1, every member in [0, ``world``), and no list beside it."""
+
+    prefix: str
+    world: str
+
+    def bind(self, limits: Limits) -> Check:
+        listed, world_f, most = self.prefix, self.world, limits.max_items
+        first_f, step_f, count_f = (f"{self.prefix}_{x}" for x in ("first", "step", "count"))
+
+        def check(rec: dict, root: dict, path: str) -> str | None:
+            count = rec.get(count_f, 0)
+            if not count:
+                return None
+            first, step, world = rec.get(first_f, 0), rec.get(step_f, 0), root[world_f]
+            if not 0 < count <= most:
+                return f"{path}{count_f} = {show(count)}: outside [0, {most}]"
+            if step < 1:
+                return f"{path}{step_f} = {show(step)}: a range of members needs a step of at least 1"
+            last = first + step * (count - 1)
+            if first < 0 or last >= world:
+                return f"{path}{first_f} = {first}, {step_f} = {step}, {count_f} = {count}: members up to {last}, " \
+                       f"outside [0, {world_f} = {world})"
+            if len(rec[listed]):
+                return f"{path}{listed}: listed beside a range of {count} members"
+            return None
+        return check
+
+
+@dataclass(frozen=True)
 class TotalWithin(Rule):
     """A summed duration is at most ``max(count, 1)`` times the longest plausible one."""
 

@@ -234,9 +234,10 @@ class CollectorSettings:
     max_batch_events: int = field(default=10_000, metadata={"ge": 1, "doc": "events per Kafka message at most (v8's "
                                                                         "fixed-width columns: <= 48 bytes an event, "
                                                                         "~0.5 MB, under Kafka's 1 MB per message)"})
-    event_batch_version: int = field(default=8, metadata={"ge": 7, "le": 8, "doc": "EventBatch version written: 8 "
-                                                                          "(packed columns) once every stream worker "
-                                                                          "reads it, 7 while some do not"})
+    event_batch_version: int = field(default=9, metadata={"ge": 7, "le": 9, "doc": "EventBatch version written: 9 "
+                                                                          "(process groups' members as ranges) once "
+                                                                          "every stream worker reads it, 8 (packed "
+                                                                          "columns) or 7 while some do not"})
     batch_min_events: int = field(default=0, metadata={"ge": 0, "doc": "a send cycle with fewer events than this "
                                                                    "keeps them for a larger message, at most "
                                                                    "batch_max_delay_s (0 = send every cycle)"})

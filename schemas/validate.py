@@ -49,6 +49,7 @@ from .rules import (
     LastIndexOf,
     Lim,
     Limits,
+    MembersRange,
     Packed,
     RankInWorld,
     Rule,
@@ -108,7 +109,8 @@ _EVENT_BATCH: tuple[Rule, ...] = (
     Ints(("gpu",), -1, Lim("max_gpu")), Ints(("pid", "seq", "dropped_events", "mono_ns"), 0, COUNT),
     Ints(("wall_ns",), Lim("min_time_ns"), Lim("max_time_ns")),
     StrArrays(("names",), NAME),
-    Items("groups", (Strs(("group_id",), NAME, required=True), IntArrays(("ranks",), -1, Below("world_size")))),
+    Items("groups", (Strs(("group_id",), NAME, required=True), IntArrays(("ranks",), -1, Below("world_size")),
+                     MembersRange("ranks", "world_size"))),  # v9
     Block("iterations", (
         Packed("iterations"), SameLength(("step", "start_ns", "dur_ns")), IntArrays(("step",), -1, COUNT),
         IntArrays(("start_ns",), 0, COUNT), IntArrays(("dur_ns",), 0, DURATION))),

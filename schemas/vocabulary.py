@@ -29,7 +29,7 @@ RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNC
 # --- schema versions a record's ``schema_version`` field is set to where it is built ----
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
 # the latest bundled schema of the record: bump it together with the new ``.vN.avsc``.
-EVENT_BATCH_VERSION = 8  # EventBatch built by the trace importer (streams/traces/kineto.py; its list columns are packed when encoded)
+EVENT_BATCH_VERSION = 9  # EventBatch built by the trace importer (streams/traces/kineto.py; its list columns are packed when encoded)
 FUNCTION_PATTERN_VERSION = 3
 RANK_WINDOW_VERSION = 6
 FUNCTION_COMPARISON_VERSION = 3

@@ -197,7 +197,7 @@ def batches(w: Workload, wall0_ns: int = 1_700_000_000_000 * MS) -> Iterator[tup
     w.check()
     rng = np.random.default_rng(w.seed)
     g = _Groups(w)
-    builders = [BatchBuilder(identity(w, r)) for r in range(w.ranks)]
+    builders = [BatchBuilder(identity(w, r), compact_groups=True) for r in range(w.ranks)]  # as collectors write v9
     mono0 = rng.integers(10**12, 10**13, w.ranks)
     skew = rng.integers(-50, 50, w.ranks // GPUS_PER_HOST + 1) * MS
     seqs: list[dict[str, int]] = [{} for _ in range(w.ranks)]

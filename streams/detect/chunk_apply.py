@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...schemas.records import group_members
 from .accumulate import WindowAcc
 from .chunk_columns import COLLECTIVE, COMM, ERRORS, SPAN, ChunkResult, count_where
 from .window_columns import SETTLE_EVENTS, PendingCols, new_chunk, settle
@@ -153,13 +154,14 @@ def _groups(plan: Plan, used: np.ndarray) -> list[list[int]]:
 
 def _members(plan: Plan, group: int) -> list[int]:
     """A group's ranks as ints (shared by the calls, never mutated): converted once per group id
-    while its batches state the same ranks."""
+    while its batches state the same ranks (listed, or as a range: EventBatch v9)."""
     sent = plan.c_members[group]
     gid = str(sent["group_id"])
-    ranks = plan.member_cache.get(gid)
-    if ranks is None or ranks != sent["ranks"]:
-        ranks = plan.member_cache[gid] = [int(x) for x in sent["ranks"]]
-    return ranks
+    stated = (sent["ranks"], sent.get("ranks_first", 0), sent.get("ranks_step", 0), sent.get("ranks_count", 0))
+    cached = plan.member_cache.get(gid)
+    if cached is None or cached[0] != stated:
+        cached = plan.member_cache[gid] = (stated, group_members(sent))
+    return cached[1]
 
 
 def _apply_progress(plan: Plan) -> None:

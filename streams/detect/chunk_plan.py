@@ -45,7 +45,8 @@ class Plan:
         self.max_dur_ms, self.slack_ms = pol.max_duration_s * 1000, pol.future_slack_ms
         self.funcs = Names()
         self.groups = Names()
-        self.member_cache: dict[str, list[int]] = {}  # group id -> its ranks as ints (chunk_apply)
+        # group id -> (its members as the batch stated them, its ranks as ints) (chunk_apply)
+        self.member_cache: dict[str, tuple[tuple, list[int]]] = {}
         self.latest: dict[int, tuple[int, int]] = {}  # rank -> (wall ms, function id) of its latest event
         self.pending: dict[int, tuple[int, int, bool]] = {}  # rank -> (group id, seq, in flight) pending
 

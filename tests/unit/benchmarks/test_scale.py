@@ -6,6 +6,7 @@ import json
 
 import pytest
 from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas.records import group_members
 from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH
@@ -38,7 +39,7 @@ def test_synthetic_batches_are_valid_event_batches_with_realistic_function_count
     assert spans_per_step == 30
     assert {rec["names"][op] for op in rec["comms"]["op"]} == {"all_gather_into_tensor", "reduce_scatter_tensor",
                                                                "all_reduce"}
-    assert [len(g["ranks"]) for g in rec["groups"]] == [8, 8]  # TP 8 x DP 8
+    assert [len(group_members(g)) for g in rec["groups"]] == [8, 8]  # TP 8 x DP 8
 
 
 def test_a_batch_of_five_seconds_holds_five_one_second_batches_events_and_is_numbered_by_period() -> None:

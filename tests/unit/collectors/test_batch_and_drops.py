@@ -19,6 +19,29 @@ def recorder(capacity=100):
     return Recorder(capacity, IterationDetector(), ErrorBudget())
 
 
+def test_equally_spaced_members_travel_as_a_range_and_read_back_whole():
+    """EventBatch v9: a group of equally spaced members (a DP group of a big job: thousands) is
+    sent as (first, step, count) with ``ranks`` empty, others listed; the entry is built once."""
+    from perftracker_ml.schemas.records import group_members
+
+    rec = recorder()
+    dp = GroupRef("pgdp-4-y", (1, 9, 17, 25))
+    odd = GroupRef("pgodd-3-z", (0, 1, 5))
+    for seq, g in enumerate((dp, odd, dp)):
+        rec.comm("all_reduce", g, seq, 64, 0, 10 * seq, 5)
+    builder = BatchBuilder(IDENT, compact_groups=True)
+    record = builder.build(rec.drain(100), dropped=0)
+    decoded = Codec(EVENT_BATCH).decode(Codec(EVENT_BATCH).encode(record))
+    by_id = {g["group_id"]: g for g in decoded["groups"]}
+    assert by_id["pgdp-4-y"] == {"group_id": "pgdp-4-y", "ranks": [], "ranks_first": 1, "ranks_step": 8,
+                                 "ranks_count": 4}
+    assert by_id["pgodd-3-z"]["ranks"] == [0, 1, 5] and by_id["pgodd-3-z"]["ranks_count"] == 0
+    assert [group_members(g) for g in decoded["groups"]] == [[1, 9, 17, 25], [0, 1, 5]]
+    rec.comm("all_reduce", dp, 3, 64, 0, 40, 5)
+    again = builder.build(rec.drain(100), dropped=0)
+    assert again["groups"][0] is record["groups"][0]  # one entry per group, shared by its batches
+
+
 def test_batch_is_columnar_dictionary_encoded_and_decodes():
     rec = recorder()
     rec.span(SpanKind.FORWARD, "M.forward", 10, 5)
@@ -33,7 +56,8 @@ def test_batch_is_columnar_dictionary_encoded_and_decodes():
     assert decoded["spans"]["name"] == [0, 0] and decoded["spans"]["path"] == [-1, -1]
     assert decoded["comms"] == {"op": [1], "group": [0], "seq": [0], "bytes": [4096], "step": [3],
                                 "start_ns": [30], "dur_ns": [7]}
-    assert decoded["groups"] == [{"group_id": "pg0-4-x", "ranks": [0, 1, 2, 3]}]
+    assert decoded["groups"] == [{"group_id": "pg0-4-x", "ranks": [0, 1, 2, 3], "ranks_first": 0, "ranks_step": 0,
+                                  "ranks_count": 0}]
     assert decoded["iterations"] == {"step": [0], "start_ns": [0], "dur_ns": [100]}
     assert decoded["kernels"][0]["name"] == 2
     assert decoded["dropped_events"] == 5 and decoded["rank"] == 2

@@ -7,6 +7,7 @@ from perftracker_ml.collectors.batch import event_count
 from perftracker_ml.deploy.workloads.batches import Workload, batches
 from perftracker_ml.schemas import Codec
 from perftracker_ml.schemas.columns import as_lists
+from perftracker_ml.schemas.records import group_members
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 from perftracker_ml.streams.detect import RankSummarizer
@@ -31,7 +32,7 @@ def test_batches_round_trip_and_hold_the_stated_rate() -> None:
 
 def test_groups_are_the_tp_dp_and_pipeline_groups() -> None:
     _, first = next(iter(batches(SMALL)))
-    ids = {g["group_id"]: g["ranks"] for g in first["groups"]}
+    ids = {g["group_id"]: group_members(g) for g in first["groups"]}
     assert sorted(len(r) for r in ids.values()) == [2, 4, 4]  # pipeline pair, DP (32 / 8), TP
     assert {first["names"][op] for op in first["comms"]["op"]} == {
         "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "send"}

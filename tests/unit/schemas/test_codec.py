@@ -238,7 +238,7 @@ PACKED_WIDTHS = {"iterations": ("<i8", "<i8", "<i8"), "spans": ("<i4", "<i4", "<
 
 def test_v8_columns_round_trip_as_little_endian_arrays():
     codec = Codec(EVENT_BATCH)
-    assert codec.version == EVENT_BATCH_VERSION == 8
+    assert codec.version == EVENT_BATCH_VERSION >= 8  # v8 packed the columns; later versions keep them packed
     record = _with_cpu(event_batch())
     data = codec.encode(record)
     decoded = codec.decode(data)
@@ -246,7 +246,8 @@ def test_v8_columns_round_trip_as_little_endian_arrays():
         for (col, values), width in zip(decoded[block].items(), widths, strict=True):
             assert isinstance(values, np.ndarray) and values.dtype == np.dtype(width), (block, col)
             assert values.tolist() == record[block][col], (block, col)
-    assert decoded["schema_version"] == 8 and decoded["names"] == record["names"] and decoded["cpu"] == [CPU]
+    assert decoded["schema_version"] == EVENT_BATCH_VERSION and decoded["names"] == record["names"]
+    assert decoded["cpu"] == [CPU]
     # on the wire: one Avro bytes per column, the values packed (spans.start_ns of the record here)
     assert np.array(record["spans"]["start_ns"], "<i8").tobytes() in data
     again = codec.encode(decoded)  # arrays pack back to the same bytes
@@ -284,3 +285,27 @@ def test_a_value_past_its_column_width_is_a_schema_error(block, column, value):
     with pytest.raises(SchemaError, match="EventBatch record does not match"):
         Codec(EVENT_BATCH).encode({**record, block: {k: np.asarray(v, object if k == column else None)
                                                      for k, v in record[block].items()}})
+
+
+def test_v9_members_as_a_range_round_trip_and_older_writers_list_them():
+    """EventBatch v9: a group's equally spaced members as (first, step, count). A v9 reader reads a
+    v8 body's listed groups (the range fields default to 0); a v8 or v7 writer lists a range's
+    members (it has no fields for a range: sent as they are, the group would arrive without
+    members); a v8 reader refuses a v9 body (the rollout upgrades the workers first)."""
+    from perftracker_ml.schemas.records import group_members
+
+    ranged = {"group_id": "pgdp-4-y", "ranks": [], "ranks_first": 1, "ranks_step": 8, "ranks_count": 4}
+    listed = {"group_id": "pgodd-3-z", "ranks": [0, 1, 5]}
+    record = {**event_batch(), "world_size": 32, "groups": [ranged, listed]}
+    record["comms"] = {**record["comms"], "group": [0] * len(record["comms"]["group"])}
+    new = Codec(EVENT_BATCH)
+    v9 = new.decode(new.encode(record))
+    assert v9["groups"][0] == ranged and [group_members(g) for g in v9["groups"]] == [[1, 9, 17, 25], [0, 1, 5]]
+    for version in (8, 7):
+        old = Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, version))
+        body = old.encode(record)
+        assert [g["ranks"] for g in old.decode(body)["groups"]] == [[1, 9, 17, 25], [0, 1, 5]]
+        assert [group_members(g) for g in new.decode(body)["groups"]] == [[1, 9, 17, 25], [0, 1, 5]]
+        assert record["groups"][0] is ranged and ranged["ranks"] == []  # the caller's record is not changed
+    with pytest.raises(SchemaError, match="v9 body could not be read with v8"):
+        Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 8)).decode(new.encode(record))

@@ -133,6 +133,24 @@ def test_ragged_columns_and_a_negative_in_flight_marker():
     assert validate("EventBatch", rec) is None
 
 
+@pytest.mark.parametrize("group, expect", [
+    ({"ranks_first": 0, "ranks_step": 0, "ranks_count": 3}, "groups[0].ranks_step = 0: a range of members needs"),
+    ({"ranks_first": 2, "ranks_step": 1, "ranks_count": 3}, "groups[0].ranks_first = 2, ranks_step = 1, ranks_count = 3: "
+                                                            "members up to 4, outside [0, world_size = 4)"),
+    ({"ranks_first": -1, "ranks_step": 1, "ranks_count": 2}, "groups[0].ranks_first = -1"),
+    ({"ranks_first": 0, "ranks_step": 1, "ranks_count": -2}, "groups[0].ranks_count = -2: outside"),
+    ({"ranks": [0], "ranks_first": 1, "ranks_step": 1, "ranks_count": 2}, "groups[0].ranks: listed beside a range"),
+])
+def test_a_range_of_members_outside_the_world_is_named(group, expect):
+    """EventBatch v9's process group given as a range (first, step, count)."""
+    rec = event_batch()
+    rec["groups"][0] = {"group_id": "g", "ranks": [], **group}
+    reason = validate("EventBatch", rec)
+    assert reason is not None and reason.startswith(f"EventBatch.{expect}"), reason
+    rec["groups"][0] = {"group_id": "g", "ranks": [], "ranks_first": 1, "ranks_step": 1, "ranks_count": 3}
+    assert validate("EventBatch", rec) is None
+
+
 def test_limits_follow_the_detection_policy():
     rec = event_batch()
     rec["spans"]["dur_ns"][0] = 7200 * 10**9

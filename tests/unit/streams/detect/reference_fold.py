@@ -131,7 +131,8 @@ class ReferenceFolder(RankFold):
             return False
         ranks = members.get(id(group))
         if ranks is None:
-            ranks = members[id(group)] = [int(r) for r in group["ranks"]]
+            first, step, count = (int(group.get(f"ranks_{x}", 0)) for x in ("first", "step", "count"))
+            ranks = members[id(group)] = [int(r) for r in group["ranks"]] + [first + i * step for i in range(count)]
         w.add_collective(fname, int(seq), int(dur), ranks, nbytes)
         w.last_event_ms = max(w.last_event_ms, wall_ms)
         return True
