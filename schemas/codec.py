@@ -40,8 +40,14 @@ from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
 from . import columns
 from .errors import SchemaError
-from .records import MEMBERS_RANGE_FROM, listed_groups
-from .vocabulary import CONFLUENT_MAGIC, EVENT_BATCH, SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_MAGIC
+from .records import GROUP_RANGE_FROM, MEMBERS_RANGE_FROM, listed_groups, pattern_as_v2
+from .vocabulary import (
+    CONFLUENT_MAGIC,
+    EVENT_BATCH,
+    FUNCTION_PATTERN,
+    SINGLE_OBJECT_HEADER_LEN,
+    SINGLE_OBJECT_MAGIC,
+)
 
 if TYPE_CHECKING:  # imported where used: it needs numpy, which the slim collector install has not
     from .fast_encode import FastEncoder
@@ -147,8 +153,11 @@ class Codec:
         self.writer = self.schemas.latest(name)
         self._header = SINGLE_OBJECT_MAGIC + self.writer.fingerprint
         self._packed = columns.is_packed(name, self.writer.version)
-        # an EventBatch writer before v9 has no ranges of members: a group given as one is listed
-        self._lists_members = name == EVENT_BATCH and self.writer.version < MEMBERS_RANGE_FROM
+        # a writer before EventBatch v9 / FunctionPattern v3 has no ranges of members (nor, for a
+        # pattern, a trimmed histogram): what is given so is listed, or it would be lost
+        self._lowered = (listed_groups if name == EVENT_BATCH and self.writer.version < MEMBERS_RANGE_FROM else
+                         pattern_as_v2 if name == FUNCTION_PATTERN and self.writer.version < GROUP_RANGE_FROM
+                         else None)
 
     @property
     def version(self) -> int:
@@ -159,8 +168,8 @@ class Codec:
         (EventBatch v8) packs the columns first (:func:`.columns.pack`)."""
         if "schema_version" not in record:
             record = {**record, "schema_version": self.writer.version}
-        if self._lists_members:
-            record = listed_groups(record)
+        if self._lowered is not None:
+            record = self._lowered(record)
         buf = io.BytesIO()
         buf.write(self._header)
         try:
@@ -193,8 +202,8 @@ class Codec:
             return [self.encode(r) for r in records]
         version = self.writer.version
         records = [r if "schema_version" in r else {**r, "schema_version": version} for r in records]
-        if self._lists_members:
-            records = [listed_groups(r) for r in records]
+        if self._lowered is not None:
+            records = [self._lowered(r) for r in records]
         try:
             return fast.encode_many(records, self._header)
         except Exception as exc:

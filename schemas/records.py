@@ -12,8 +12,8 @@ Anomaly and Control (see ``perftracker_ml.streams.topology``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 
 class RankWindowHeader(TypedDict):
@@ -51,9 +51,30 @@ class FunctionPattern(RankWindowHeader):
     mesh_coords: dict[str, int]  # the rank's DeviceMesh coordinate per dim name, {} without a mesh (v2)
     hist_first: int  # the bucket of hist_counts[0] (v3)
     hist_counts: list[int]  # the histogram from its lowest bucket held to its highest (v3)
+    group_ranks_first: int  # a collective's group as a range of members (v3; group_ranks then empty)
+    group_ranks_step: int
+    group_ranks_count: int
 
 
+NO_MEMBERS_RANGE = (0, 0, 0)  # (first, step, count) of members that are listed, not a range
 MEMBERS_RANGE_FROM = 9  # the first EventBatch version whose process groups may give members as a range
+
+
+GROUP_RANGE_FROM = 3  # the first FunctionPattern version whose group_ranks may be a range
+
+
+def pattern_as_v2(pattern: dict) -> dict:
+    """``pattern`` as FunctionPattern v1/v2 carry it: its group's members listed and its histogram
+    whole from bucket 0 (a writer before v3 has no fields for a range or a trimmed histogram, and
+    would send the group without members and no histogram); the pattern itself when nothing is
+    given so. The pattern is not changed."""
+    ranged, trimmed = pattern.get("group_ranks_count"), pattern.get("hist_counts")
+    if not ranged and not trimmed:
+        return pattern
+    out = {**pattern, "group_ranks": group_members(pattern, "group_ranks"), "group_ranks_count": 0}
+    if trimmed:
+        out.update(hist=full_histogram(pattern), hist_first=0, hist_counts=[])
+    return out
 
 
 def listed_groups(batch: dict) -> dict:
@@ -67,15 +88,25 @@ def listed_groups(batch: dict) -> dict:
                                 for g in groups]}
 
 
-def group_members(group: dict) -> list[int]:
-    """An EventBatch process group's members, whatever its version wrote: ``ranks`` listed, then
-    (v9) the range of ``ranks_count`` ranks from ``ranks_first`` by ``ranks_step``."""
-    listed = [int(r) for r in group.get("ranks") or ()]
-    count = int(group.get("ranks_count") or 0)
+def group_members(group: Mapping[str, Any], prefix: str = "ranks") -> list[int]:
+    """A process group's members, whatever its version wrote: ``<prefix>`` listed, then the range
+    of ``<prefix>_count`` ranks from ``<prefix>_first`` by ``<prefix>_step`` (EventBatch v9's
+    ``groups[]``; a FunctionPattern v3 with ``prefix="group_ranks"``)."""
+    listed = [int(r) for r in group.get(prefix) or ()]
+    count = int(group.get(f"{prefix}_count") or 0)
     if count <= 0:
         return listed
-    first, step = int(group.get("ranks_first") or 0), int(group.get("ranks_step") or 0)
+    first, step = int(group.get(f"{prefix}_first") or 0), int(group.get(f"{prefix}_step") or 0)
     return listed + list(range(first, first + step * count, step)) if step > 0 else listed + [first] * count
+
+
+def group_size(group: Mapping[str, Any], prefix: str = "ranks") -> int:
+    """How many distinct members :func:`group_members` gives, without building the list of a range."""
+    count = int(group.get(f"{prefix}_count") or 0)
+    listed = group.get(prefix) or ()
+    if count <= 0:
+        return len(set(listed))
+    return len(set(listed)) + count if not listed else len(set(group_members(group, prefix)))
 
 
 def members_range(ranks: Sequence[int], least: int = 3) -> tuple[int, int, int] | None:

@@ -355,34 +355,39 @@ class RankInWorld(Rule):
 
 @dataclass(frozen=True)
 class MembersRange(Rule):
-    """EventBatch v9's process group given as a range (``<prefix>_first``, ``_step``, ``_count``;
-    absent or a count of 0: listed in ``<prefix>``, checked apart): a count of at most
-    ``max_items``, a step of at least 1, every member in [0, ``world``), and no list beside it."""
+    """A process group's members given as a range (``<prefix>_first``, ``_step``, ``_count``;
+    absent or a count of 0: listed in ``<prefix>``, checked apart; EventBatch v9, FunctionPattern
+    v3): a count of at most ``max_items``, a step of at least 1, every member in [0, ``hi``], and
+    no list beside it."""
 
     prefix: str
-    world: str
+    hi: Bound
 
     def bind(self, limits: Limits) -> Check:
-        listed, world_f, most = self.prefix, self.world, limits.max_items
-        first_f, step_f, count_f = (f"{self.prefix}_{x}" for x in ("first", "step", "count"))
+        listed, hi_of, most = self.prefix, resolve(self.hi, limits), limits.max_items
+        first_f, step_f, count_f = self.fields()
 
         def check(rec: dict, root: dict, path: str) -> str | None:
             count = rec.get(count_f, 0)
             if not count:
                 return None
-            first, step, world = rec.get(first_f, 0), rec.get(step_f, 0), root[world_f]
+            first, step, hi = rec.get(first_f, 0), rec.get(step_f, 0), hi_of(root)
             if not 0 < count <= most:
                 return f"{path}{count_f} = {show(count)}: outside [0, {most}]"
             if step < 1:
                 return f"{path}{step_f} = {show(step)}: a range of members needs a step of at least 1"
             last = first + step * (count - 1)
-            if first < 0 or last >= world:
+            if first < 0 or last > hi:
                 return f"{path}{first_f} = {first}, {step_f} = {step}, {count_f} = {count}: members up to {last}, " \
-                       f"outside [0, {world_f} = {world})"
+                       f"outside [0, {hi}]"
             if len(rec[listed]):
                 return f"{path}{listed}: listed beside a range of {count} members"
             return None
         return check
+
+    def fields(self) -> tuple[str, str, str]:
+        """The range's fields: first member, step, count."""
+        return f"{self.prefix}_first", f"{self.prefix}_step", f"{self.prefix}_count"
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ _EVENT_BATCH: tuple[Rule, ...] = (
     Ints(("wall_ns",), Lim("min_time_ns"), Lim("max_time_ns")),
     StrArrays(("names",), NAME),
     Items("groups", (Strs(("group_id",), NAME, required=True), IntArrays(("ranks",), -1, Below("world_size")),
-                     MembersRange("ranks", "world_size"))),  # v9
+                     MembersRange("ranks", Below("world_size")))),  # v9
     Block("iterations", (
         Packed("iterations"), SameLength(("step", "start_ns", "dur_ns")), IntArrays(("step",), -1, COUNT),
         IntArrays(("start_ns",), 0, COUNT), IntArrays(("dur_ns",), 0, DURATION))),
@@ -162,6 +162,7 @@ _FUNCTION_PATTERN: tuple[Rule, ...] = _WINDOW + (Times(("window_start_ms",)),) +
     Ints(("count", "bytes"), 0, COUNT), Ints(("p50_ns", "p90_ns", "p99_ns", "max_ns"), 0, DURATION),
     Ints(("total_ns",), 0, COUNT), TotalWithin("total_ns", "count"),
     IntArrays(("hist", "seqs", "hist_counts"), 0, COUNT), IntArrays(("group_ranks",), -1, RANK),
+    MembersRange("group_ranks", RANK),  # v3
     IntArrays(("seq_dur_ns",), 0, DURATION), SameLength(("seqs", "seq_dur_ns")),
     Ints(("hist_first",), 0, Lim("max_hist_bucket")),  # v3
 )

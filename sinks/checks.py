@@ -19,6 +19,7 @@ from ..schemas.rules import (
     IntArrays,
     Ints,
     Limits,
+    MembersRange,
     RankInWorld,
     Rule,
     SameLength,
@@ -71,6 +72,11 @@ def _rule_sql(rule: Rule, limits: Limits) -> list[str]:
         return [f"{unknown}`{rule.rank}` < `{rule.world}`"]
     if isinstance(rule, TotalWithin):
         return [f"toInt128(`{rule.total}`) <= toInt128(greatest(`{rule.count}`, 1)) * {limits.max_duration_ns}"]
+    if isinstance(rule, MembersRange):
+        first, step, count = (f"`{f}`" for f in rule.fields())
+        hi = static(rule.hi, limits)
+        return [f"{count} = 0 OR ({count} BETWEEN 1 AND {limits.max_items} AND {step} >= 1 AND {first} >= 0"
+                f" AND toInt64({first}) + toInt64({step}) * ({count} - 1) <= {hi} AND length(`{rule.prefix}`) = 0)"]
     raise ValueError(f"{type(rule).__name__} has no SQL form (only flat records are raw-ingested)")
 
 

@@ -70,7 +70,9 @@ VIEWS = {
         "SELECT job, window_id, window_start_ms AS window_start, window_s, toUInt32(rank) AS rank, host, gpu,"
         " toUInt32(world_size) AS world_size, signature, function, toInt16(kind) AS kind,"
         " toUInt32(steps) AS steps, toUInt64(count) AS count, total_ns, p50_ns, p90_ns, p99_ns, max_ns,"
-        " arrayConcat(hist, arrayWithConstant(hist_first, toInt64(0)), hist_counts) AS hist, group_ranks, bytes"
+        " arrayConcat(hist, arrayWithConstant(hist_first, toInt64(0)), hist_counts) AS hist,"
+        " arrayConcat(group_ranks, arrayMap(i -> toInt32(group_ranks_first + i * group_ranks_step),"
+        " range(toUInt32(group_ranks_count)))) AS group_ranks, bytes"
         " FROM raw_function_patterns"),
     "mv_iterations": (
         "iterations",

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from ..schemas.records import full_histogram
+from ..schemas.records import full_histogram, group_members
 from ..schemas.vocabulary import ANOMALY, FUNCTION_COMPARISON, FUNCTION_PATTERN, RANK_WINDOW, Status
 
 Row = tuple[Any, ...]
@@ -45,7 +45,7 @@ def pattern_rows(r: dict) -> Batches:
         r["job"], r["window_id"], _ms(r["window_start_ms"]), r["window_s"], r["rank"], r["host"],
         r["gpu"], r["world_size"], r["signature"], r["function"], r["kind"], r["steps"], r["count"],
         r["total_ns"], r["p50_ns"], r["p90_ns"], r["p99_ns"], r["max_ns"], full_histogram(r),
-        r.get("group_ranks") or [], r.get("bytes", 0))])]
+        group_members(r, "group_ranks"), r.get("bytes", 0))])]
 
 
 def rank_window_rows(r: dict) -> Batches:

@@ -26,7 +26,7 @@ from collections import Counter
 
 import numpy as np
 
-from ...schemas.records import FunctionComparison, FunctionPattern
+from ...schemas.records import FunctionComparison, FunctionPattern, group_size
 from ...schemas.vocabulary import FUNCTION_COMPARISON_VERSION, SpanKind
 from .job_clock import DUE_NOW, Due, JobClock
 from .late_arrival import score_collective
@@ -87,9 +87,10 @@ class FunctionComparator:
         self.clock.note(closed_at_ms(self.policy, wid), now_wall_ms, rank, int(pattern.get("world_size", 0) or 0))
         known = self.expected.get(wid, 0)
         group = pattern.get("group_ranks")
+        stated = (len(group) if isinstance(group, list) else 0) + int(pattern.get("group_ranks_count") or 0)
         # a collective's group no longer than the ranks already expected changes nothing (the set
         # of a long group is the costly part of a pattern's buffering)
-        if not (isinstance(group, list) and 0 < len(group) <= known and pattern.get("kind") == SpanKind.COLLECTIVE):
+        if not (0 < stated <= known and pattern.get("kind") == SpanKind.COLLECTIVE):
             self.expected[wid] = max(known, expected_ranks(pattern))
         if self.first_seen.get(wid) is None:
             self.first_seen[wid] = now_wall_ms
@@ -236,9 +237,8 @@ def expected_ranks(p: FunctionPattern) -> int:
     """Ranks that report this function in a window, as ``p`` tells: a collective's group
     members, else the job's world size (0: unknown, the grace decides)."""
     try:
-        group = p.get("group_ranks") or []
-        if int(p.get("kind", 0)) == SpanKind.COLLECTIVE and group:
-            return len(set(group))
+        if int(p.get("kind", 0)) == SpanKind.COLLECTIVE and (p.get("group_ranks") or p.get("group_ranks_count")):
+            return group_size(p, "group_ranks")  # listed, or a range (v3)
         return max(0, int(p.get("world_size", 0)))
     except (TypeError, ValueError):
         return 0

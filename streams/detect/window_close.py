@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...schemas.records import FunctionPattern
+from ...schemas.records import NO_MEMBERS_RANGE, FunctionPattern, members_range
 from ...schemas.vocabulary import FUNCTION_PATTERN, FUNCTION_PATTERN_VERSION, RANK_WINDOW, SpanKind
 from .device_evidence import DEVICE_AGGREGATES, DEVICE_PREFIX, device_phase
 from .histogram import grouped_histograms
@@ -130,6 +130,22 @@ def _stats(rows: np.ndarray, vals: np.ndarray, n_rows: int) -> tuple[np.ndarray,
     return counts, totals, maxima, grouped_percentiles(s, starts, counts).tolist(), grouped_histograms(s, starts, counts)
 
 
+class _MembersForm:
+    """A group's members as a pattern carries them (FunctionPattern v3): a range when they are
+    equally spaced (:func:`members_range`), else listed; worked out once per group's member list
+    (the fold shares one list per group)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[list[int], list[int], tuple[int, int, int]]] = {}
+
+    def __call__(self, ranks: list[int]) -> tuple[list[int], tuple[int, int, int]]:
+        known = self._seen.get(id(ranks))
+        if known is None or known[0] is not ranks:
+            span = members_range(ranks)
+            known = self._seen[id(ranks)] = (ranks, [] if span else list(ranks), span or NO_MEMBERS_RANGE)
+        return list(known[1]), known[2]
+
+
 def _signatures(windows: int, g: Grouped, win: list[int], gid: list[int], kind: list[int]) -> list[str]:
     """Each window's signature (:func:`.rank_records.signature_token`) from its functions."""
     tokens: list[set[str]] = [set() for _ in range(windows)]
@@ -150,6 +166,7 @@ def _records(closing: Sequence[Closing], g: Grouped, names: list[str], signature
     name_l, group_l, kind_l, count_l = p_name.tolist(), p_group.tolist(), p_kind.tolist(), counts.tolist()
     p50, p90, p99 = q
     out: list[Routed] = []
+    members = _MembersForm()
     for k, c in enumerate(closing):
         header = window_fields(FUNCTION_PATTERN_VERSION, c.meta, c.window_id, c.window_s, signatures[k])
         mesh = {str(key): int(v) for key, v in c.meta.mesh_coords.items()}
@@ -159,16 +176,18 @@ def _records(closing: Sequence[Closing], g: Grouped, names: list[str], signature
             name, grp = names[name_l[i]], group_l[i]
             if grp >= 0:
                 functions.append(name)
-                ranks, nb, over = list(g.group_ranks[grp]), nbytes[grp], overflow[grp]
+                ranks, span = members(g.group_ranks[grp])
+                nb, over = nbytes[grp], overflow[grp]
                 seqs, durs = (g.seq[a[grp]:m[grp]].tolist(), g.val[a[grp]:m[grp]].tolist()) if m[grp] > a[grp] else ([], [])
             else:
-                ranks, nb, over, seqs, durs = [], 0, 0, [], []
+                ranks, span, nb, over, seqs, durs = [], NO_MEMBERS_RANGE, 0, 0, [], []
             first, hist = hists[i]
             out.append((FUNCTION_PATTERN, FunctionPattern(
                 **header, function=name, kind=kind_l[i], steps=steps, count=count_l[i] + over, total_ns=totals[i],
                 p50_ns=p50[i], p90_ns=p90[i], p99_ns=p99[i], max_ns=maxima[i], hist=[],
                 group_ranks=ranks, bytes=nb, seqs=seqs, seq_dur_ns=durs, mesh_coords=dict(mesh),
-                hist_first=first, hist_counts=hist)))
+                hist_first=first, hist_counts=hist,
+                group_ranks_first=span[0], group_ranks_step=span[1], group_ranks_count=span[2])))
         functions = [f for f in functions if not f.startswith(KIND_PREFIX)]
         out.append((RANK_WINDOW, rank_window_record(c.meta, c.window_id, c.window_s, signatures[k], c.w, c.progress,
                                                     c.health, functions, batches=c.batches, ended=c.ended)))

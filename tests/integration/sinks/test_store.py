@@ -189,11 +189,12 @@ def test_diagnose_names_what_the_job_end_resolved_but_not_what_cleared(store):
     assert {r["incident_id"] for r in every} == {"open", "cleared", "at-end", "died"}
 
 
-def test_migration_10_stores_the_whole_histogram_of_trimmed_and_older_patterns(store):
-    """A store at migration 9 (the raw table of FunctionPattern v2, the view storing ``hist`` as
-    sent): migration 10 makes the raw table v3's and the view rebuild the whole histogram, so a v3
-    pattern (``hist_first`` zeros, then ``hist_counts``) stores the same ``hist`` through the raw
-    path and the Python path as a v2 pattern that sent it whole."""
+def test_migration_10_stores_the_whole_histogram_and_members_of_v3_and_older_patterns(store):
+    """A store at migration 9 (the raw table of FunctionPattern v2, the view storing ``hist`` and
+    ``group_ranks`` as sent): migration 10 makes the raw table v3's and the view rebuild the whole
+    histogram and member list, so a v3 pattern (``hist_first`` zeros, then ``hist_counts``; its
+    group as a range) stores the same ``hist`` and ``group_ranks`` through the raw path and the
+    Python path as a v2 pattern that sent them whole."""
     import time
 
     from perftracker_ml.schemas import Codec, bundled_schemas
@@ -203,7 +204,9 @@ def test_migration_10_stores_the_whole_histogram_of_trimmed_and_older_patterns(s
     v2_fields = bundled_schemas().restricted("FunctionPattern", 2).latest("FunctionPattern").raw["fields"]
     v2_table = ", ".join(f"`{f['name']}` {_ch_type(f['type'])}" for f in v2_fields)
     old_view = VIEWS["mv_function_stats"][1].replace(
-        "arrayConcat(hist, arrayWithConstant(hist_first, toInt64(0)), hist_counts) AS hist", "hist")
+        "arrayConcat(hist, arrayWithConstant(hist_first, toInt64(0)), hist_counts) AS hist", "hist").replace(
+        "arrayConcat(group_ranks, arrayMap(i -> toInt32(group_ranks_first + i * group_ranks_step),"
+        " range(toUInt32(group_ranks_count)))) AS group_ranks", "group_ranks")
     assert old_view != VIEWS["mv_function_stats"][1]
     for sql in ("DROP TABLE mv_function_stats", "DROP TABLE raw_function_patterns",
                 f"CREATE TABLE raw_function_patterns ({v2_table}) ENGINE = Null",
@@ -214,14 +217,16 @@ def test_migration_10_stores_the_whole_histogram_of_trimmed_and_older_patterns(s
 
     w = int(time.time() // 5)
     whole = [0] * 9 + [1] + [0] * 69 + [2]  # bucket 9 once, bucket 79 (1 ms) twice
-    v2 = {**samples.pattern("mig10", w, 0, "f"), "hist": whole}
-    v3 = {**samples.pattern("mig10", w, 0, "f"), "hist": [], "hist_first": 9, "hist_counts": whole[9:]}
+    members = [1, 5, 9, 13]
+    v2 = {**samples.pattern("mig10", w, 0, "f", world=16), "hist": whole, "group_ranks": members}
+    v3 = {**samples.pattern("mig10", w, 0, "f", world=16), "hist": [], "hist_first": 9, "hist_counts": whole[9:],
+          "group_ranks": [], "group_ranks_first": 1, "group_ranks_step": 4, "group_ranks_count": 4}
     old = Codec("FunctionPattern", bundled_schemas().restricted("FunctionPattern", 2))
     new = Codec("FunctionPattern")
     store.raw_insert(RAW_TABLES["FunctionPattern"], container(
         "FunctionPattern", [RawMessage(new.encode({**v3, "rank": 1}), "t", 0, 0)]), "Avro")
     load(store, [("FunctionPattern", {**new.decode(new.encode(v3)), "rank": 2}),
                  ("FunctionPattern", {**new.decode(old.encode(v2)), "rank": 3})])
-    got = store.query("SELECT rank, hist FROM function_stats FINAL WHERE job = 'mig10' ORDER BY rank").rows
-    assert [(r, list(h)) for r, h in got] == [(1, whole), (2, whole), (3, whole)]
+    got = store.query("SELECT rank, hist, group_ranks FROM function_stats FINAL WHERE job = 'mig10' ORDER BY rank").rows
+    assert [(r, list(h), list(g)) for r, h, g in got] == [(1, whole, members), (2, whole, members), (3, whole, members)]
     assert migrate(store) == []

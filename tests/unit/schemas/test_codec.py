@@ -309,3 +309,24 @@ def test_v9_members_as_a_range_round_trip_and_older_writers_list_them():
         assert record["groups"][0] is ranged and ranged["ranks"] == []  # the caller's record is not changed
     with pytest.raises(SchemaError, match="v9 body could not be read with v8"):
         Codec(EVENT_BATCH, bundled_schemas().restricted(EVENT_BATCH, 8)).decode(new.encode(record))
+
+
+def test_v3_pattern_members_as_a_range_and_a_v2_writer_lists_them_and_the_whole_histogram():
+    """FunctionPattern v3: a collective's equally spaced group as (first, step, count) and the
+    histogram trimmed. A v2 writer (a worker pinned to an older pattern version) has no fields for
+    either: it sends the members listed and the histogram whole, so nothing is lost."""
+    from perftracker_ml.deploy.workloads.store_records import pattern
+    from perftracker_ml.schemas.records import full_histogram, group_members
+
+    base = {k: v for k, v in pattern("j", 3, 1, "comm:all_reduce:pgdp", world=64).items() if k != "schema_version"}
+    v3 = {**base, "group_ranks": [], "group_ranks_first": 1, "group_ranks_step": 8, "group_ranks_count": 8,
+          "hist": [], "hist_first": 9, "hist_counts": [1, 0, 2]}
+    new = Codec(FUNCTION_PATTERN)
+    old = Codec(FUNCTION_PATTERN, bundled_schemas().restricted(FUNCTION_PATTERN, 2))
+    read = new.decode(new.encode(v3))
+    assert read["group_ranks"] == [] and group_members(read, "group_ranks") == list(range(1, 64, 8))
+    as_v2 = old.decode(old.encode(v3))
+    assert as_v2["group_ranks"] == list(range(1, 64, 8)) and as_v2["hist"] == [0] * 9 + [1, 0, 2]
+    assert group_members(new.decode(old.encode(v3)), "group_ranks") == list(range(1, 64, 8))
+    assert full_histogram(new.decode(old.encode(v3))) == full_histogram(read) == [0] * 9 + [1, 0, 2]
+    assert v3["group_ranks"] == [] and v3["hist"] == []  # the caller's record is not changed

@@ -136,7 +136,7 @@ def test_ragged_columns_and_a_negative_in_flight_marker():
 @pytest.mark.parametrize("group, expect", [
     ({"ranks_first": 0, "ranks_step": 0, "ranks_count": 3}, "groups[0].ranks_step = 0: a range of members needs"),
     ({"ranks_first": 2, "ranks_step": 1, "ranks_count": 3}, "groups[0].ranks_first = 2, ranks_step = 1, ranks_count = 3: "
-                                                            "members up to 4, outside [0, world_size = 4)"),
+                                                            "members up to 4, outside [0, 3]"),
     ({"ranks_first": -1, "ranks_step": 1, "ranks_count": 2}, "groups[0].ranks_first = -1"),
     ({"ranks_first": 0, "ranks_step": 1, "ranks_count": -2}, "groups[0].ranks_count = -2: outside"),
     ({"ranks": [0], "ranks_first": 1, "ranks_step": 1, "ranks_count": 2}, "groups[0].ranks: listed beside a range"),
@@ -167,6 +167,7 @@ def test_limits_follow_the_detection_policy():
     ("FunctionPattern", "window_start_ms", 5000, "FunctionPattern.window_start_ms = 5000 ms"),
     ("FunctionPattern", "hist_first", 1 << 30, "FunctionPattern.hist_first = 1073741824: outside [0, 255]"),
     ("FunctionPattern", "hist_counts", [3, -1], "FunctionPattern.hist_counts[1] = -1"),
+    ("FunctionPattern", "group_ranks_count", 3, "FunctionPattern.group_ranks_step = 0: a range of members needs"),
     ("RankWindow", "step_time_ns", [1, -3], "RankWindow.step_time_ns[1] = -3"),
     ("RankWindow", "sm_clock_mhz", math.inf, "RankWindow.sm_clock_mhz = inf"),
     ("RankWindow", "restarts", -1, "RankWindow.restarts = -1"),  # a UInt32 column: it wrapped around

@@ -65,10 +65,21 @@ def pattern_records(sources: Sequence[PatternSource]) -> list[list[FunctionPatte
                 **header, function=name, kind=int(acc.kind), steps=int(src.steps),
                 count=int(len(d) + acc.overflow), total_ns=int(d.sum()),
                 p50_ns=int(p50), p90_ns=int(p90), p99_ns=int(p99), max_ns=int(d[-1]) if len(d) else 0,
-                hist=[], group_ranks=list(acc.group_ranks), bytes=int(acc.bytes),
-                seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh), hist_first=first, hist_counts=hist))
+                hist=[], bytes=int(acc.bytes),
+                seqs=acc.seqs, seq_dur_ns=acc.seq_durs, mesh_coords=dict(mesh), hist_first=first, hist_counts=hist,
+                **as_range(list(acc.group_ranks))))
         out.append(patterns)
     return out
+
+
+def as_range(ranks: list[int]) -> dict:
+    """The pattern's member fields: three or more equally spaced increasing ranks as a range
+    (FunctionPattern v3), anything else listed."""
+    step = ranks[1] - ranks[0] if len(ranks) >= 3 else 0
+    if step >= 1 and ranks == [ranks[0] + i * step for i in range(len(ranks))]:
+        return {"group_ranks": [], "group_ranks_first": ranks[0], "group_ranks_step": step,
+                "group_ranks_count": len(ranks)}
+    return {"group_ranks": ranks, "group_ranks_first": 0, "group_ranks_step": 0, "group_ranks_count": 0}
 
 
 def close_windows(closing: Sequence[Closing]) -> list[Routed]:

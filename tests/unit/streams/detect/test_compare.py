@@ -156,3 +156,31 @@ def test_a_group_split_in_two_gives_its_slow_half_as_minor_outliers_against_the_
     rng = np.random.default_rng(3)
     rec, _ = evaluate("f", [pattern(r, "f", 100 * rng.lognormal(0, 0.05)) for r in range(16)])
     assert rec["minor_outliers"] == [] and [o["rank"] for o in rec["outliers"]] == [9]
+
+
+def test_a_group_given_as_a_range_is_expected_whole_and_judged_as_the_same_group_listed():
+    """FunctionPattern v3: a collective's members as (first, step, count). The comparator expects
+    exactly those ranks (a window is complete, and evaluated at once, when all of them came; one
+    missing keeps it waiting) and judges it as the same group listed."""
+    members = list(range(2, 64, 8))  # 8 ranks, every 8th
+    seqs = list(range(100, 110))
+
+    def pats(ranged: bool) -> list[dict]:
+        out = []
+        for r in members:
+            p = comm_pattern(r, "dp2", seqs, [5.0 if r == 18 else 35.0 for _ in seqs], members)
+            if ranged:
+                p.update(group_ranks=[], group_ranks_first=2, group_ranks_step=8, group_ranks_count=8)
+            out.append(p)
+        return out
+
+    c = FunctionComparator("job", "comm:all_reduce:dp2", POL)
+    for p in pats(True)[:-1]:
+        c.add(p, now_wall_ms=1000)
+    wid = int(pats(True)[0]["window_id"])
+    assert not c.complete(wid)  # 7 of the 8 members
+    c.add(pats(True)[-1], now_wall_ms=1000)
+    assert c.complete(wid)  # the eighth: not the job's 64 ranks
+    ranged, _ = evaluate("comm:all_reduce:dp2", pats(True))
+    listed, _ = evaluate("comm:all_reduce:dp2", pats(False))
+    assert ranged == listed and ranged["stragglers"][0]["rank"] == 18
