@@ -58,8 +58,6 @@ class FunctionPattern(RankWindowHeader):
 
 NO_MEMBERS_RANGE = (0, 0, 0)  # (first, step, count) of members that are listed, not a range
 MEMBERS_RANGE_FROM = 9  # the first EventBatch version whose process groups may give members as a range
-
-
 GROUP_RANGE_FROM = 3  # the first FunctionPattern version whose group_ranks may be a range
 
 
@@ -94,19 +92,19 @@ def group_members(group: Mapping[str, Any], prefix: str = "ranks") -> list[int]:
     ``groups[]``; a FunctionPattern v3 with ``prefix="group_ranks"``)."""
     listed = [int(r) for r in group.get(prefix) or ()]
     count = int(group.get(f"{prefix}_count") or 0)
-    if count <= 0:
-        return listed
     first, step = int(group.get(f"{prefix}_first") or 0), int(group.get(f"{prefix}_step") or 0)
-    return listed + list(range(first, first + step * count, step)) if step > 0 else listed + [first] * count
+    if count <= 0 or step < 1:  # listed only (a range without a step is refused by validation)
+        return listed
+    return listed + list(range(first, first + step * count, step))
 
 
 def group_size(group: Mapping[str, Any], prefix: str = "ranks") -> int:
     """How many distinct members :func:`group_members` gives, without building the list of a range."""
     count = int(group.get(f"{prefix}_count") or 0)
     listed = group.get(prefix) or ()
-    if count <= 0:
+    if count <= 0 or int(group.get(f"{prefix}_step") or 0) < 1:
         return len(set(listed))
-    return len(set(listed)) + count if not listed else len(set(group_members(group, prefix)))
+    return count if not listed else len(set(group_members(group, prefix)))
 
 
 def members_range(ranks: Sequence[int], least: int = 3) -> tuple[int, int, int] | None:

@@ -239,8 +239,9 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "the findings carry them)", statements=_raw_constraint_statements()),
     Migration(9, "remediations: what the remediation hook did about an incident's node",
               tables=("remediations",)),
-    Migration(10, "FunctionPattern v3 hist_first/hist_counts (the histogram trimmed on the wire): the raw "
-                  "tables again, and the view that stores the whole histogram from them",
+    Migration(10, "FunctionPattern v3 hist_first/hist_counts and group_ranks_first/_step/_count (the histogram "
+                  "trimmed, a group's members as a range): the raw tables again, and the view that stores the "
+                  "whole histogram and member list from them",
               statements=(*_raw_constraint_statements(), *_recreate_view("mv_function_stats"))),
 )
 
