@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from perftracker_ml.schemas.records import group_members
 
 from .helpers import by_rank, consume_events, launch, torchrun
 
@@ -59,7 +60,7 @@ def comm_events(records: list[dict]) -> list[dict]:
             if dur < 0:  # an entry marker (entered, not completed yet); its completion follows
                 continue
             group = r["groups"][g]
-            out.append({"op": r["names"][op], "group": group["group_id"], "ranks": tuple(group["ranks"]),
+            out.append({"op": r["names"][op], "group": group["group_id"], "ranks": tuple(group_members(group)),
                         "seq": seq, "bytes": nbytes, "step": step})
     return out
 
