@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..schemas.records import members_range
+from ..schemas.records import group_entry
 from .events import COMM, ITER, SPAN, GroupRef, OpSummary
 from .identity import RankIdentity
 
@@ -106,11 +106,7 @@ class BatchBuilder:
         """The batch's entry of group ``g`` (shared by every batch that names it: read only)."""
         entry = self._group_entries.get(g)
         if entry is None:
-            span = members_range(g.ranks) if self.compact_groups else None
-            entry = ({"group_id": g.group_id, "ranks": list(g.ranks)} if span is None else
-                     {"group_id": g.group_id, "ranks": [], "ranks_first": span[0], "ranks_step": span[1],
-                      "ranks_count": span[2]})
-            self._group_entries[g] = entry
+            entry = self._group_entries[g] = group_entry(g.group_id, g.ranks, self.compact_groups)
         return entry
 
     def _header(self, dropped: int) -> dict[str, Any]:

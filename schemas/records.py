@@ -75,6 +75,15 @@ def pattern_as_v2(pattern: dict) -> dict:
     return out
 
 
+def group_entry(group_id: str, ranks: Sequence[int], as_range: bool = True) -> dict[str, Any]:
+    """An EventBatch ``groups[]`` item: the members as a range when ``as_range`` (a v9 writer) and
+    they are one (:func:`members_range`), else listed."""
+    span = members_range(ranks) if as_range else None
+    if span is None:
+        return {"group_id": group_id, "ranks": [int(r) for r in ranks]}
+    return {"group_id": group_id, "ranks": [], "ranks_first": span[0], "ranks_step": span[1], "ranks_count": span[2]}
+
+
 def listed_groups(batch: dict) -> dict:
     """``batch`` with every process group's members listed (a writer before EventBatch v9, which
     would drop a range's fields and send a group without members); ``batch`` itself when none is
@@ -82,8 +91,8 @@ def listed_groups(batch: dict) -> dict:
     groups = batch.get("groups") or []
     if not any(g.get("ranks_count") for g in groups):
         return batch
-    return {**batch, "groups": [{"group_id": g["group_id"], "ranks": group_members(g)} if g.get("ranks_count") else g
-                                for g in groups]}
+    return {**batch, "groups": [group_entry(g["group_id"], group_members(g), as_range=False) if g.get("ranks_count")
+                                else g for g in groups]}
 
 
 def group_members(group: Mapping[str, Any], prefix: str = "ranks") -> list[int]:

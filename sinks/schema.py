@@ -208,18 +208,20 @@ def _job_end_statements() -> tuple[str, ...]:
     return (*adds, *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
 
 
-def _recreate_view(view: str) -> tuple[str, ...]:
-    from .raw import recreate_view
-
-    return recreate_view(view)
-
-
 def _mesh_statements() -> tuple[str, ...]:
     """RankWindow v4 ``mesh_coords`` as a column; the raw RankWindow table and its view again."""
     from .raw import recreate_view
 
     return ("ALTER TABLE rank_windows ADD COLUMN IF NOT EXISTS `mesh_coords` Map(String, Int32)",
             *_raw_constraint_statements(), *recreate_view("mv_rank_windows"))
+
+
+def _pattern_v3_statements() -> tuple[str, ...]:
+    """FunctionPattern v3's trimmed histogram and member ranges: the raw tables again (the new
+    fields), and the view that stores the whole histogram and member list from them."""
+    from .raw import recreate_view
+
+    return (*_raw_constraint_statements(), *recreate_view("mv_function_stats"))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -242,7 +244,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "FunctionPattern v3 hist_first/hist_counts and group_ranks_first/_step/_count (the histogram "
                   "trimmed, a group's members as a range): the raw tables again, and the view that stores the "
                   "whole histogram and member list from them",
-              statements=(*_raw_constraint_statements(), *_recreate_view("mv_function_stats"))),
+              statements=_pattern_v3_statements()),
 )
 
 

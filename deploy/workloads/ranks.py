@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...collectors.groups import group_ref
-from ...schemas.records import members_range
+from ...schemas.records import group_entry
 from ...schemas.vocabulary import SpanKind
 
 MS = 1_000_000
@@ -152,10 +152,7 @@ class SyntheticRanks:
         g = self._groups.get(key)
         if g is None:
             ref = group_ref(f"{which}{members[0]}", members)
-            span = members_range(ref.ranks)  # as the collectors write EventBatch v9
-            g = self._groups[key] = ({"group_id": ref.group_id, "ranks": list(ref.ranks)} if span is None else
-                                     {"group_id": ref.group_id, "ranks": [], "ranks_first": span[0],
-                                      "ranks_step": span[1], "ranks_count": span[2]})
+            g = self._groups[key] = group_entry(ref.group_id, ref.ranks)  # as the collectors write EventBatch v9
         return g
 
     def batch(self, rank: int, second: int, seconds: int = 1) -> dict[str, Any]:

@@ -5,8 +5,8 @@ so a 1 ms duration lands in bucket 79 and an hour in bucket 167. Durations < 1 n
 to bucket 0. A histogram travels trimmed, as FunctionPattern v3 carries it: ``(first, counts)``,
 the counts of buckets ``first .. first + len(counts) - 1`` from the lowest to the highest bucket
 holding a duration (a window's durations of one function span a few buckets of the ~170, so
-the zeros below them were most of a pattern's bytes and of its decoding; :func:`expand` gives
-the whole list from bucket 0).
+the zeros below them were most of a pattern's bytes and of its decoding;
+``schemas.records.full_histogram`` gives a pattern's whole list from bucket 0).
 """
 
 from __future__ import annotations
@@ -30,12 +30,6 @@ def histogram(dur_ns: np.ndarray) -> tuple[int, list[int]]:
     b = bucket_of(dur_ns)
     first = int(b.min())
     return first, np.bincount(b - first).tolist()
-
-
-def expand(first: int, counts: list[int]) -> list[int]:
-    """The counts from bucket 0 of a trimmed histogram (trailing zeros trimmed, as FunctionPattern
-    v1/v2 ``hist`` held them)."""
-    return [0] * first + list(counts) if counts else []
 
 
 def merge(a: list[int], b: list[int]) -> list[int]:

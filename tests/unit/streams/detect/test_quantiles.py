@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perftracker_ml.streams.detect.histogram import bucket_of, expand, grouped_histograms, histogram
+from perftracker_ml.schemas.records import full_histogram
+from perftracker_ml.streams.detect.histogram import bucket_of, grouped_histograms, histogram
 from perftracker_ml.streams.detect.quantiles import grouped_percentiles, percentiles
 
 
@@ -25,9 +26,9 @@ def test_histogram_counts_are_plain_ints_from_the_lowest_bucket_held() -> None:
     first, counts = histogram(np.asarray([1_000_000, 1_000_000, 5], dtype=np.int64))
     assert first == 9 and len(counts) == 79 - 9 + 1 and counts[0] == 1 and counts[-1] == 2 and sum(counts) == 3
     assert all(type(c) is int for c in counts)
-    full = expand(first, counts)
+    full = full_histogram({"hist_first": first, "hist_counts": counts})
     assert full[79] == 2 and full[9] == 1 and sum(full) == 3 and len(full) == 80
-    assert histogram(np.zeros(0, np.int64)) == (0, []) and expand(0, []) == []
+    assert histogram(np.zeros(0, np.int64)) == (0, []) and full_histogram({"hist_first": 0, "hist_counts": []}) == []
 
 
 @pytest.mark.parametrize("low, high", [(1, 2), (0, 10**7), (10**9, 4 * 10**12)])
@@ -37,7 +38,7 @@ def test_trimmed_histogram_is_the_bincount_from_bucket_0_without_its_zeros_at_ei
         d = rng.integers(low, high, n, dtype=np.int64)
         first, counts = histogram(d)
         whole = np.bincount(bucket_of(d)).tolist()
-        assert expand(first, counts) == whole and counts[0] > 0 and counts[-1] > 0
+        assert full_histogram({"hist_first": first, "hist_counts": counts}) == whole and counts[0] > 0 and counts[-1] > 0
 
 
 @pytest.mark.parametrize("low, high", [(0, 5), (0, 10**7), (10**9, 4 * 10**12), (2**60, 2**62)])

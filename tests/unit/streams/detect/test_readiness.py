@@ -94,6 +94,18 @@ def every_rank_in() -> tuple[JobDiagnoser, list[dict]]:
     return d, comparisons(rws)
 
 
+def last_rank_missing() -> JobDiagnoser:
+    """A diagnoser holding every comparison of the window and every rank's RankWindow but the
+    last rank's (it never comes)."""
+    d = JobDiagnoser("job", POL)
+    rws = rank_windows()
+    for rw in rws[:-1]:
+        d.add("RankWindow", rw, NOW)
+    for cmp in comparisons(rws):
+        d.add("FunctionComparison", cmp, NOW)
+    return d
+
+
 def test_rank_windows_name_the_kind_aggregates_their_ranks_sent():
     (rw,) = rank_windows(world=1)
     assert pattern_functions(rw) == {"Model.forward", "kind:dataloader", "kind:optimizer", "kind:forward",
@@ -162,24 +174,14 @@ def test_a_window_whose_ranks_are_all_in_waits_for_its_comparisons_while_the_sta
 
 
 def test_a_missing_rank_is_waited_for_half_a_grace_whatever_waits_between_the_stages():
-    d = JobDiagnoser("job", POL)
-    rws = rank_windows()
-    for rw in rws[:-1]:  # rank 3's RankWindow never comes
-        d.add("RankWindow", rw, NOW)
-    for cmp in comparisons(rws):
-        d.add("FunctionComparison", cmp, NOW)
+    d = last_rank_missing()
     d.windows.clock.relayed_pending = True
     d.poll(NOW + POL.grace_ms // 2 + 1)
     assert d.windows.evaluated_upto == T0_WINDOW
 
 
 def test_diagnoser_falls_back_to_the_grace_when_a_rank_is_missing():
-    d = JobDiagnoser("job", POL)
-    rws = rank_windows()
-    for rw in rws[:-1]:  # rank 3's RankWindow never comes
-        d.add("RankWindow", rw, NOW)
-    for cmp in comparisons(rws):
-        d.add("FunctionComparison", cmp, NOW)
+    d = last_rank_missing()
     d.poll(NOW + POL.grace_ms // 2)
     assert d.windows.evaluated_upto is None
     d.poll(NOW + POL.grace_ms // 2 + 1)
