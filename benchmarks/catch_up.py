@@ -276,11 +276,13 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
     from confluent_kafka import Consumer, TopicPartition
     from perftracker_ml.schemas import MultiCodec, bundle
     from perftracker_ml.schemas.topics import TopicNames
-    from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON
+    from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW_SET
+    from perftracker_ml.schemas.window_sets import expanded
 
     names = TopicNames.for_prefix(prefix)
     out = Outcome()
-    for topic, records in ((names.findings, [RANK_WINDOW, FUNCTION_COMPARISON]), (names.anomalies, [ANOMALY])):
+    for topic, records in ((names.findings, [RANK_WINDOW, FUNCTION_COMPARISON, RANK_WINDOW_SET]),
+                           (names.anomalies, [ANOMALY])):
         codec = MultiCodec(records)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.time_ns()}",
                       "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
@@ -295,7 +297,8 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
                             pending.discard(msg.partition())
                         continue
                     for item in bundle.records_in(msg.value()):  # RecordBundles: each record
-                        out.keep(*codec.decode(item))
+                        for name, record in expanded(*codec.decode(item)):  # RankWindowSets: each RankWindow
+                            out.keep(name, record)
         finally:
             c.close()
     return out

@@ -170,6 +170,7 @@ def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
 
     import lz4.frame
     from perftracker_ml.schemas import Codec
+    from perftracker_ml.schemas.window_sets import expanded
     from perftracker_ml.sinks.rows import ROW_BUILDERS
     from perftracker_ml.sinks.schema import TABLES, migrate
     from perftracker_ml.sinks.store import Store, StoreTarget
@@ -184,8 +185,9 @@ def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
         codec = codecs.setdefault(name, Codec(name))
         records[name] += 1
         encoded[name] += len(codec.encode(rec))
-        for table, batch in ROW_BUILDERS.get(name, lambda r: [])(dict(rec)):
-            rows.setdefault(table, []).extend(batch)
+        for one_name, one in expanded(name, rec):  # a RankWindowSet is stored as its RankWindows
+            for table, batch in ROW_BUILDERS.get(one_name, lambda r: [])(dict(one)):
+                rows.setdefault(table, []).extend(batch)
     raw = b"".join(codecs[n].encode(r) for n, r in captured)
     lz4_ratio = len(lz4.frame.compress(raw)) / max(len(raw), 1)
     disk: dict[str, dict[str, float]] = {}

@@ -21,7 +21,10 @@ shards are spread over workers by the Kafka key (job, shard):
 * ``input``: what reading those records costs the worker that takes them from Kafka, which the
   figures above leave out (they feed decoded records): each RankWindow and FunctionComparison
   encoded as the summarizers and comparators send it, then decoded (``Codec.decode``) and
-  validated (:func:`perftracker_ml.schemas.validate.validate`, the worker's limits), CPU s per window.
+  validated (:func:`perftracker_ml.schemas.validate.validate`, the worker's limits), CPU s per window;
+  ``input.RankWindowSet``: the same RankWindows as the summarize stage sends them, in the
+  RankWindowSets it made (schemas/window_sets.py): each set decoded and unpacked, each RankWindow
+  validated, as the diagnose stage's agent reads them.
 
 The run is one process (shard counts one after another: CPU time, not wall time, is reported).
 """
@@ -32,10 +35,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from perftracker_ml.schemas import Codec
+from perftracker_ml.schemas import Codec, window_sets
 from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.validate import validate
-from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW
+from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW, RANK_WINDOW_SET
+from perftracker_ml.schemas.window_sets import expanded
 from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser
 from perftracker_ml.streams.detect import shards as shards_module
 from perftracker_ml.streams.replay import canonical
@@ -137,10 +141,13 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
     captured: list[Routed] = []
     t = time.monotonic()
     run_size(ranks, windows, functions, policy=policy, capture=captured)
-    records = [(n, r) for n, r in captured if n in (RANK_WINDOW, FUNCTION_COMPARISON)]
+    sets = [r for n, r in captured if n == RANK_WINDOW_SET]
+    records = [(n, r) for n0, r0 in captured for n, r in expanded(n0, r0) if n in (RANK_WINDOW, FUNCTION_COMPARISON)]
     built_s = time.monotonic() - t
     del captured  # the other stages' records: not the diagnose stage's heap
     read = input_cost(records, policy, windows)
+    if sets:
+        read[RANK_WINDOW_SET] = set_input_cost(sets, policy, windows)
     base = diagnose_captured(records, None, policy, windows)
     runs = [diagnose_captured(records, s, policy, windows) for s in shard_counts]
     same = all(r["_anomalies"] == base["_anomalies"] for r in runs)
@@ -149,6 +156,27 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
         del r["_anomalies"]
     return {"ranks": ranks, "windows": windows, "functions": functions, "unsharded": base, "sharded": runs,
             "same_findings": same, "anomalies_opened": opened, "build_s": round(built_s, 1), "input": read}
+
+
+def set_input_cost(sets: list[Any], policy: DetectionPolicy, windows: int) -> dict[str, Any]:
+    """CPU s per window to read the job's RankWindows as the summarizers send them, in
+    RankWindowSets (schemas/window_sets.py): decode each set, unpack its RankWindows and
+    validate each one, as the diagnose stage's agent does (streams/context.py ``set_members``);
+    and the bytes per rank."""
+    limits = limits_for(policy.max_duration_s)
+    codec = Codec(RANK_WINDOW_SET)
+    data = codec.encode_many(sets)
+    ranks = sum(window_sets.size(s) for s in sets)
+    t = time.process_time()
+    members = [rw for d in data for rw in window_sets.unpack(codec.decode(d))]
+    decode_s = time.process_time() - t
+    t = time.process_time()
+    bad = sum(validate(RANK_WINDOW, r, limits) is not None for r in members)
+    validate_s = time.process_time() - t
+    return {"sets_per_window": round(len(data) / windows, 1), "ranks_per_window": round(ranks / windows),
+            "bytes_per_rank": round(sum(map(len, data)) / max(ranks, 1)),
+            "decode_unpack_cpu_s": round(decode_s / windows, 4), "validate_cpu_s": round(validate_s / windows, 4),
+            "us_per_rank": round((decode_s + validate_s) / max(ranks, 1) * 1e6, 1), "invalid": bad}
 
 
 def input_cost(records: list[Routed], policy: DetectionPolicy, windows: int) -> dict[str, Any]:

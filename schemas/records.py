@@ -320,5 +320,22 @@ class Control(TypedDict):
     issued_ms: int
 
 
+class RankWindowSet(TypedDict, total=False):
+    """One window's RankWindows of one shard of a job's ranks, as columns (schemas/window_sets.py:
+    the set-wide fields here; every other field one value per rank)."""
+
+    schema_version: int
+    job: str
+    window_id: int
+    window_start_ms: int
+    window_s: float
+    shard: int
+    shards: int
+    rank: list[int]
+    world_size: list[int]
+    functions_table: list[list[str]]
+    functions_index: list[int]
+
+
 # what one stage hands to the next (the record's name travels beside it)
-StageRecord = FunctionPattern | RankWindow | FunctionComparison | Anomaly | Control
+StageRecord = FunctionPattern | RankWindow | FunctionComparison | Anomaly | Control | RankWindowSet

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..schemas import Codec, MultiCodec, SchemaError, bundle
+from ..schemas import Codec, MultiCodec, SchemaError, bundle, window_sets
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.records import Anomaly, RankWindow
 from ..schemas.registry import (
@@ -27,6 +27,8 @@ from ..schemas.vocabulary import (
     DEADLETTER_REASON,
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE,
+    RANK_WINDOW,
+    RANK_WINDOW_SET,
     Status,
 )
 from .topology import TOPIC_OF, records_on
@@ -174,9 +176,9 @@ class StreamContext:
         """One ``record`` (a record name) consumed and processed."""
         self.counters.inc(StreamCounters.records_in, record)
 
-    def count_out(self, record: str, status: str = "") -> None:
-        """One ``record`` produced (an Anomaly with its ``status``)."""
-        self.counters.inc(StreamCounters.records_out, record, status)
+    def count_out(self, record: str, status: str = "", by: int = 1) -> None:
+        """``by`` ``record`` produced (an Anomaly with its ``status``)."""
+        self.counters.inc(StreamCounters.records_out, record, status, by=by)
 
     def window_closed(self, rank_window: RankWindow) -> None:
         """A RankWindow is sent: how long after its window's end."""
@@ -210,16 +212,44 @@ class StreamContext:
 
     async def decode_all(self, codec: Any, source: str, raw: Any) -> list[tuple[str, dict]]:
         """The records of one message (:meth:`decode`): a :mod:`RecordBundle <..schemas.bundle>`'s
-        items in order, each decoded, validated and dead-lettered on its own; a corrupt bundle
-        is dead-lettered whole."""
+        items in order, each decoded, validated and dead-lettered on its own (a corrupt bundle
+        is dead-lettered whole), and a :mod:`RankWindowSet <..schemas.window_sets>`'s RankWindows
+        in order, as if each had been a message (:meth:`set_members`)."""
         try:
             items = bundle.records_in(raw)
         except SchemaError as exc:
             self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, str(exc))
             return []
-        decoded = [await self.decode(codec, source, item) for item in items]
-        return [d for d in decoded if d is not None]
+        out: list[tuple[str, dict]] = []
+        for item in items:
+            decoded = await self.decode(codec, source, item)
+            if decoded is not None and decoded[0] == RANK_WINDOW_SET:
+                out += await self.set_members(source, item, decoded[1])
+            elif decoded is not None:
+                out.append(decoded)
+        return out
+
+    async def set_members(self, source: str, raw: Any, record: dict) -> list[tuple[str, dict]]:
+        """A RankWindowSet's RankWindows, each validated with the RankWindow rules: a set whose
+        columns do not hold one value per rank is dead-lettered whole, a RankWindow that fails
+        its rules alone (the set's bytes, with the reason naming its rank)."""
+        try:
+            members = window_sets.unpack(record)
+        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+            self.counters.inc(StreamCounters.decode_errors, source)
+            await self.dead_letter(source, raw, f"unreadable {RANK_WINDOW_SET}: {exc}")
+            return []
+        limits = limits_for(self.policy.max_duration_s)
+        out: list[tuple[str, dict]] = []
+        for rw in members:
+            reason = validate(RANK_WINDOW, rw, limits)
+            if reason is None:
+                out.append((RANK_WINDOW, rw))
+                continue
+            self.counters.inc(StreamCounters.invalid, source)
+            await self.dead_letter(source, raw, f"invalid: {RANK_WINDOW_SET} rank {rw.get('rank')}: {reason}")
+        return out
 
     async def writer_ready(self, client: Any, raw: Any) -> None:
         """Fetch the writer schema of a Confluent-framed message, retrying with backoff while the

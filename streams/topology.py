@@ -2,12 +2,12 @@
 
 ::
 
-    topic      records                          key            stage      core per key
-    inputs     EventBatch, HardwareBatch        job|rank       summarize  RankSummarizer
-    patterns   FunctionPattern                  job|function   compare    FunctionComparator
-    findings   RankWindow, FunctionComparison   job            diagnose   JobDiagnoser
-    anomalies  Anomaly                          job            (leaves: sinks, alerts)
-    control    Control                          job            (leaves: collectors)
+    topic      records                                key            stage      core per key
+    inputs     EventBatch, HardwareBatch              job|rank       summarize  RankSummarizer
+    patterns   FunctionPattern                        job|function   compare    FunctionComparator
+    findings   RankWindow(Set), FunctionComparison    job            diagnose   JobDiagnoser
+    anomalies  Anomaly                                job            (leaves: sinks, alerts)
+    control    Control                                job            (leaves: collectors)
 
 A record travels on the topic :data:`TOPIC_OF` names it, keyed by that topic's key
 function (:data:`TOPIC_KEY`), so all records of one stage key reach the same worker and
@@ -40,7 +40,9 @@ from ..schemas.vocabulary import (
     FUNCTION_PATTERN,
     HARDWARE_BATCH,
     RANK_WINDOW,
+    RANK_WINDOW_SET,
 )
+from ..schemas.window_sets import expanded, in_sets
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
 from .detect.chunk_fold import ChunkResult
 from .detect.compare import caught_up_ms
@@ -66,7 +68,7 @@ class TopicRole:
 TOPIC_OF: dict[str, str] = {
     EVENT_BATCH: TopicRole.INPUTS, HARDWARE_BATCH: TopicRole.INPUTS,
     FUNCTION_PATTERN: TopicRole.PATTERNS,
-    RANK_WINDOW: TopicRole.FINDINGS, FUNCTION_COMPARISON: TopicRole.FINDINGS,
+    RANK_WINDOW: TopicRole.FINDINGS, FUNCTION_COMPARISON: TopicRole.FINDINGS, RANK_WINDOW_SET: TopicRole.FINDINGS,
     ANOMALY: TopicRole.ANOMALIES,
     CONTROL: TopicRole.CONTROL,
 }
@@ -207,8 +209,10 @@ def _poll_summarize(s: RankSummarizer, now: int, flush: bool) -> list[Routed]:
 
 
 def _poll_summarizers(ss: list[RankSummarizer], now: int, flush: bool) -> tuple[list[Routed], list[Exception]]:
+    """Every summarizer's poll at once; the RankWindows of one job and window closed together go
+    as one RankWindowSet (schemas/window_sets.py, ``rank_window_set_min``)."""
     out, failed = poll_many(ss, now, flush)
-    return list(out), failed
+    return (cast(list[Routed], in_sets(out, ss[0].policy.rank_window_set_min)) if ss else list(out)), failed
 
 
 def _poll_compare(c: FunctionComparator, now: int, flush: bool) -> list[Routed]:
@@ -506,8 +510,8 @@ class LocalRunner:
         (in their order; topics in the order they first appear), so a downstream core is polled
         once per chunk, as the worker's agents poll it."""
         by_topic: dict[str, list[tuple[str, Record]]] = {}
-        for name, record in records:
-            by_topic.setdefault(TOPIC_OF[name], []).append((name, self.wire(name, record) if self.wire else record))
+        for name, record in records:  # a RankWindowSet read as its RankWindows, as the agents read it
+            by_topic.setdefault(TOPIC_OF[name], []).extend(expanded(name, self.wire(name, record) if self.wire else record))
         leaving = []
         for chunk in by_topic.values():
             leaving += self.feed_chunk(chunk, now_ms)

@@ -29,7 +29,8 @@ from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker_ml.schemas import Codec, MultiCodec, bundle
 from perftracker_ml.schemas.kafka_admin import quiet_kafka_logger
 from perftracker_ml.schemas.topics import TopicNames
-from perftracker_ml.schemas.vocabulary import EVENT_BATCH
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW, RANK_WINDOW_SET
+from perftracker_ml.schemas.window_sets import expanded
 
 from ..waiting import wait_for
 
@@ -229,10 +230,11 @@ class Traffic(threading.Thread):
 
 def read_topic(conf: dict[str, str], topic: str, names: list[str],
                timeout_s: float = 60.0) -> list[tuple[str, dict]]:
-    """Every record on ``topic`` (all partitions, from the start) as (record name, record)."""
+    """Every record on ``topic`` (all partitions, from the start) as (record name, record); with
+    RankWindows among ``names``, a RankWindowSet's as they are stored (one by one)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    codec = MultiCodec(names)
+    codec = MultiCodec([*names, RANK_WINDOW_SET] if RANK_WINDOW in names else names)
     consumer = Consumer({**conf, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False,
                          "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
@@ -247,7 +249,7 @@ def read_topic(conf: dict[str, str], topic: str, names: list[str],
                     if msg.error().code() == -191:  # _PARTITION_EOF
                         pending.discard(msg.partition())
                     continue
-                out += [codec.decode(item) for item in bundle.records_in(msg.value())]
+                out += [one for item in bundle.records_in(msg.value()) for one in expanded(*codec.decode(item))]
         assert not pending, f"{topic}: partitions {sorted(pending)} not read to the end in {timeout_s}s"
         return out
     finally:

@@ -107,7 +107,8 @@ def test_worker_codecs_register_at_start_and_read_both_framings(registry):
 
     codecs = stream_codecs(settings(registry), NAMES)
     assert set(FakeRegistry.subjects) == {"pt.patterns-value", "pt.anomalies-value", "pt.control-value",
-                                          "pt.findings-RankWindow", "pt.findings-FunctionComparison"}
+                                          "pt.findings-RankWindow", "pt.findings-FunctionComparison",
+                                          "pt.findings-RankWindowSet"}
     ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), codecs=codecs)
     batch = next(iter(batches(SyntheticJob("job-reg", ranks=2, seconds=2))))[1]
     collector_codec = RegistryCodec(EVENT_BATCH, NAMES.events, registry_client(settings(registry)))

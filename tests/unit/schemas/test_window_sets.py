@@ -1,0 +1,124 @@
+"""RankWindowSet (schemas/window_sets.py): the RankWindows a worker closed together for one job
+and window, as columns. Read back, each RankWindow is what decoding it alone gives; corrupt
+columns are refused with a reason naming them; the set schema follows the RankWindow schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from perftracker_ml.schemas import Codec, SchemaError, bundled_schemas, window_sets
+from perftracker_ml.schemas.validate import validate
+from perftracker_ml.schemas.vocabulary import FUNCTION_PATTERN, RANK_WINDOW, RANK_WINDOW_SET
+from perftracker_ml.schemas.window_sets import expanded, in_sets, pack, unpack
+
+from ..streams.detect.synth import rank_window
+
+RW, SET = Codec(RANK_WINDOW), Codec(RANK_WINDOW_SET)
+RW_FIELDS = bundled_schemas().latest(RANK_WINDOW).raw["fields"]
+
+
+def _value(t: Any) -> st.SearchStrategy[Any]:
+    """Any value of an Avro type of the RankWindow schema."""
+    if isinstance(t, dict) and t.get("logicalType") == "timestamp-millis":
+        return st.integers(0, 4_102_444_800_000)
+    if isinstance(t, dict) and t["type"] == "array":
+        return st.lists(_value(t["items"]), max_size=4)
+    if isinstance(t, dict) and t["type"] == "map":
+        return st.dictionaries(st.text(max_size=4), _value(t["values"]), max_size=3)
+    return {"int": st.integers(-(2**31), 2**31 - 1), "long": st.integers(-(2**63), 2**63 - 1),
+            "float": st.floats(width=32, allow_nan=False), "boolean": st.booleans(),
+            "string": st.text(max_size=6)}[t]
+
+
+def _rank_window(shared: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    own = {f["name"]: _value(f["type"]) for f in RW_FIELDS if f["name"] not in shared}
+    # ranks of one signature send one functions list: draw from a few
+    own["functions"] = st.sampled_from([[], ["comm:all_reduce:g", "Model.forward"], ["Model.forward"]]) | own["functions"]
+    return st.fixed_dictionaries({**{k: st.just(v) for k, v in shared.items()}, **own})
+
+
+SHARED = {"schema_version": bundled_schemas().latest(RANK_WINDOW).version, "job": "job-1", "window_id": 340000000,
+          "window_start_ms": 1_700_000_000_000, "window_s": 5.0}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_rank_window(SHARED), min_size=1, max_size=12))
+def test_each_rank_window_of_a_set_reads_back_as_decoding_it_alone_gives_it(rank_windows):
+    alone = [RW.decode(RW.encode(rw)) for rw in rank_windows]
+    from_set = unpack(SET.decode(SET.encode(pack(rank_windows))))
+    assert from_set == alone
+    assert [list(rw) for rw in from_set] == [list(rw) for rw in alone]  # the keys in the same order too
+
+
+def test_ranks_of_one_signature_share_one_functions_list():
+    functions = [f"megatron.core.transformer.layer_{i}.forward" for i in range(30)]
+    rws = [{**rank_window(r, world=8), "schema_version": 6, "functions": list(functions)} for r in range(8)]
+    record = pack(rws)
+    assert len(record["functions_table"]) == 1 and window_sets.size(record) == 8
+    assert len(SET.encode(record)) < sum(len(RW.encode(rw)) for rw in rws)
+
+
+def test_the_set_schema_holds_every_rank_window_field_as_a_column():
+    fields = {f["name"]: f for f in bundled_schemas().latest(RANK_WINDOW_SET).raw["fields"]}
+    for f in RW_FIELDS:
+        name, t = f["name"], f["type"]
+        if name in ("schema_version", *window_sets.SHARED):
+            assert fields[name]["type"] == t  # the set's own, one for all its ranks
+        elif name == "functions":
+            assert fields["functions_table"]["type"] == {"type": "array", "items": t}
+            assert fields["functions_index"]["type"] == "bytes"
+        elif isinstance(t, dict) and t["type"] == "array" and t["items"] in ("int", "long", "float"):
+            assert fields[name]["type"] == fields[f"{name}_lengths"]["type"] == "bytes"
+        elif t in ("int", "long", "float", "boolean") or (isinstance(t, dict) and "logicalType" in t):
+            assert fields[name]["type"] == "bytes", name
+        else:
+            assert fields[name]["type"] == {"type": "array", "items": t}, name
+    assert set(fields) - {f["name"] for f in RW_FIELDS} == {
+        "ranks", "functions_table", "functions_index", *(f"{c}_lengths" for c, k, _ in window_sets.COLUMNS if k == "ragged")}
+
+
+def _good() -> dict[str, Any]:
+    return SET.decode(SET.encode(pack([{**rank_window(r, world=4), "schema_version": 6} for r in range(4)])))
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"rank": b"\x00" * 12}, "rank is 12 bytes, not 4 int32 values"),
+    ({"host": ["h"] * 3}, "host has 3 values for 4 ranks"),
+    ({"functions_index": b"\x07\x00\x00\x00" * 4}, "functions_index = 7 outside functions_table"),
+    ({"step_time_ns_lengths": b"\xff\xff\xff\xff" * 4}, "step_time_ns is"),
+    ({"ranks": -1}, "is"),
+])
+def test_corrupt_columns_are_refused_with_a_reason_naming_them(change, named):
+    with pytest.raises(SchemaError, match=named):
+        unpack({**_good(), **change})
+
+
+def test_a_rank_window_of_a_set_breaking_its_rules_is_named_by_the_rank_window_rules():
+    bad = unpack(_good())[2] | {"restarts": -1}
+    assert validate(RANK_WINDOW, bad) == "RankWindow.restarts = -1: outside [0, 9223372036854775807]"
+
+
+def test_in_sets_groups_each_job_and_window_in_place_of_its_first_rank_window(monkeypatch):
+    def rw(job: str, window: int, rank: int) -> dict[str, Any]:
+        return {**rank_window(rank, world=16, window_id=window), "job": job}
+
+    pattern = {"job": "a", "function": "f"}
+    records = [(FUNCTION_PATTERN, pattern), (RANK_WINDOW, rw("a", 1, 0)), (RANK_WINDOW, rw("b", 1, 0)),
+               (RANK_WINDOW, rw("a", 1, 1)), (RANK_WINDOW, rw("a", 2, 0)), (RANK_WINDOW, rw("a", 1, 2))]
+    out = in_sets(records, 2)
+    assert [n for n, _ in out] == [FUNCTION_PATTERN, RANK_WINDOW_SET, RANK_WINDOW, RANK_WINDOW]
+    assert [rw["rank"] for rw in unpack(out[1][1])] == [0, 1, 2]
+    assert out[2][1]["job"] == "b" and out[3][1]["window_id"] == 2  # alone: as they were
+    assert in_sets(records, 0) == records  # off
+    monkeypatch.setattr(window_sets, "MAX_RANKS", 2)
+    assert [window_sets.size(r) for n, r in in_sets(records, 2) if n == RANK_WINDOW_SET] == [2, 1]
+    assert [n for n, _ in expanded(*out[1])] == [RANK_WINDOW] * 3 and expanded(*out[0]) == [out[0]]
+
+
+def test_every_packed_column_says_its_width():
+    packed = [f for f in bundled_schemas().latest(RANK_WINDOW_SET).raw["fields"] if f["type"] == "bytes"]
+    assert len(packed) > 30
+    assert all(any(w in f.get("doc", "") for w in ("int32", "int64", "float32", "uint8")) for f in packed)
