@@ -321,20 +321,17 @@ class Control(TypedDict):
 
 
 class RankWindowSet(TypedDict, total=False):
-    """One window's RankWindows of one shard of a job's ranks, as columns (schemas/window_sets.py:
-    the set-wide fields here; every other field one value per rank)."""
+    """RankWindows of one job and window closed together, as columns (schemas/window_sets.py: the
+    set-wide fields here; every other field one value per rank)."""
 
     schema_version: int
     job: str
     window_id: int
     window_start_ms: int
     window_s: float
-    shard: int
-    shards: int
-    rank: list[int]
-    world_size: list[int]
-    functions_table: list[list[str]]
-    functions_index: list[int]
+    ranks: int
+    function_names: list[str]
+    functions: bytes  # positions in function_names, int32 little-endian; every other column likewise packed
 
 
 # what one stage hands to the next (the record's name travels beside it)

@@ -9,7 +9,7 @@ summarize stage sends the RankWindows that one poll closed for one job and windo
 a set): every RankWindow field is a column of one value per rank -- numbers packed little-endian
 in one Avro ``bytes`` (one ``numpy.frombuffer`` each), arrays of numbers as every rank's values
 one after another with their lengths beside, strings and maps as Avro arrays -- and the ranks of
-one signature, which send the same ``functions`` list, share one entry of ``functions_table``.
+``functions`` lists are positions in the set's ``function_names`` (the ranks share most names).
 The reading moves to the summarizers' side (packing a rank costs less than encoding its
 RankWindow did) and what is left on the diagnoser's core is ~3x cheaper (docs/scaling.md).
 
@@ -83,19 +83,13 @@ def pack(rank_windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not rank_windows:
         raise ValueError("a RankWindowSet holds at least one RankWindow")
     first = rank_windows[0]
-    table: list[list[str]] = []
-    where: dict[tuple[str, ...], int] = {}
-    index = []
-    for rw in rank_windows:
-        functions = tuple(rw.get(FUNCTIONS) or ())
-        at = where.get(functions)
-        if at is None:
-            at = where[functions] = len(table)
-            table.append(list(functions))
-        index.append(at)
+    names: dict[str, int] = {}
+    lists = [rw.get(FUNCTIONS) or () for rw in rank_windows]
+    positions = [names.setdefault(f, len(names)) for functions in lists for f in functions]
     record: dict[str, Any] = {
-        "schema_version": RANK_WINDOW_SET_VERSION, **{f: first[f] for f in SHARED}, "ranks": len(rank_windows), "functions_table": table,
-        "functions_index": np.asarray(index, _DTYPES["int"]).tobytes()}
+        "schema_version": RANK_WINDOW_SET_VERSION, **{f: first[f] for f in SHARED}, "ranks": len(rank_windows),
+        "function_names": list(names), "functions": np.asarray(positions, _DTYPES["int"]).tobytes(),
+        "functions_lengths": np.asarray([len(f) for f in lists], _DTYPES["int"]).tobytes()}
     for name, kind, dtype in COLUMNS:
         default = _DEFAULTS.get(name, _MISSING)
         values = [rw[name] if default is _MISSING else rw.get(name, default) for rw in rank_windows]
@@ -146,15 +140,15 @@ def expanded(name: str, record: Any) -> list[tuple[str, Any]]:
 
 def unpack(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The RankWindows of a set, in order (see the module docstring). :class:`SchemaError`
-    naming the problem when a column does not hold one value per rank or an index is outside
-    the functions table; the RankWindows' content is for the caller to check (RankWindow rules)."""
+    naming the problem when a column does not hold one value per rank or a function's position
+    is outside ``function_names``; the RankWindows' content is for the caller to check (RankWindow rules)."""
     n = int(record["ranks"])
-    table = record["functions_table"]
-    index = _numbers(record, "functions_index", _DTYPES["int"], n)
-    if n and not 0 <= min(index) <= max(index) < len(table):
-        raise SchemaError(f"{RANK_WINDOW_SET}.functions_index = {max(index)} outside functions_table "
-                          f"({len(table)} lists)")
-    columns: dict[str, Any] = {FUNCTIONS: [table[i] for i in index]}  # ranks of one list share it
+    names = record["function_names"]
+    flat, lengths = _ragged(record, FUNCTIONS, _DTYPES["int"], n)
+    if flat and not 0 <= min(flat) <= max(flat) < len(names):
+        raise SchemaError(f"{RANK_WINDOW_SET}.functions holds {min(flat)}..{max(flat)}, outside function_names "
+                          f"({len(names)} names)")
+    columns: dict[str, Any] = {FUNCTIONS: _split([names[i] for i in flat], lengths)}
     for name, kind, dtype in COLUMNS:
         if kind == "avro":
             values = record[name]
@@ -162,10 +156,7 @@ def unpack(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 raise SchemaError(f"{RANK_WINDOW_SET}.{name} has {len(values)} values for {n} ranks")
             columns[name] = values
         elif kind == "ragged":
-            lengths = _numbers(record, f"{name}_lengths", _DTYPES["int"], n)
-            flat = _numbers(record, name, dtype, sum(lengths) if min(lengths, default=0) >= 0 else -1)
-            ends = list(accumulate(lengths))
-            columns[name] = [flat[e - k:e] for e, k in zip(ends, lengths, strict=True)]
+            columns[name] = _split(*_ragged(record, name, dtype, n))
         else:
             values = _numbers(record, name, dtype, n)
             columns[name] = ([_EPOCH + timedelta(milliseconds=ms) for ms in values] if kind == "time" else
@@ -174,6 +165,17 @@ def unpack(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     sources = [repeat(shared[f]) if f in shared else columns[f] for f in _RANK_WINDOW_FIELDS]
     # the shared fields repeat without end; every column was checked to hold n values
     return [dict(zip(_RANK_WINDOW_FIELDS, row, strict=True)) for row in zip(*sources, strict=False)]
+
+
+def _ragged(record: Mapping[str, Any], name: str, dtype: np.dtype[Any], n: int) -> tuple[list[Any], list[int]]:
+    """A packed array column of ``n`` ranks: every rank's values one after another, and their counts."""
+    lengths = _numbers(record, f"{name}_lengths", _DTYPES["int"], n)
+    return _numbers(record, name, dtype, sum(lengths) if min(lengths, default=0) >= 0 else -1), lengths
+
+
+def _split(flat: list[Any], lengths: list[int]) -> list[list[Any]]:
+    """``flat`` cut into consecutive lists of ``lengths`` (their sum is ``len(flat)``)."""
+    return [flat[e - k:e] for e, k in zip(accumulate(lengths), lengths, strict=True)]
 
 
 def _numbers(record: Mapping[str, Any], name: str, dtype: np.dtype, count: int) -> list[Any]:

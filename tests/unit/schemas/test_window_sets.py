@@ -53,12 +53,14 @@ def test_each_rank_window_of_a_set_reads_back_as_decoding_it_alone_gives_it(rank
     assert [list(rw) for rw in from_set] == [list(rw) for rw in alone]  # the keys in the same order too
 
 
-def test_ranks_of_one_signature_share_one_functions_list():
+def test_the_ranks_share_their_function_names():
     functions = [f"megatron.core.transformer.layer_{i}.forward" for i in range(30)]
-    rws = [{**rank_window(r, world=8), "schema_version": 6, "functions": list(functions)} for r in range(8)]
+    rws = [{**rank_window(r, world=8), "schema_version": 6, "functions": [*functions, f"comm:all_reduce:dp{r % 2}"]}
+           for r in range(8)]
     record = pack(rws)
-    assert len(record["functions_table"]) == 1 and window_sets.size(record) == 8
-    assert len(SET.encode(record)) < sum(len(RW.encode(rw)) for rw in rws)
+    assert len(record["function_names"]) == 32 and window_sets.size(record) == 8
+    assert len(SET.encode(record)) < sum(len(RW.encode(rw)) for rw in rws) / 2
+    assert [rw["functions"] for rw in unpack(record)] == [rw["functions"] for rw in rws]
 
 
 def test_the_set_schema_holds_every_rank_window_field_as_a_column():
@@ -68,8 +70,8 @@ def test_the_set_schema_holds_every_rank_window_field_as_a_column():
         if name in ("schema_version", *window_sets.SHARED):
             assert fields[name]["type"] == t  # the set's own, one for all its ranks
         elif name == "functions":
-            assert fields["functions_table"]["type"] == {"type": "array", "items": t}
-            assert fields["functions_index"]["type"] == "bytes"
+            assert fields["function_names"]["type"] == t
+            assert fields["functions"]["type"] == fields["functions_lengths"]["type"] == "bytes"
         elif isinstance(t, dict) and t["type"] == "array" and t["items"] in ("int", "long", "float"):
             assert fields[name]["type"] == fields[f"{name}_lengths"]["type"] == "bytes"
         elif t in ("int", "long", "float", "boolean") or (isinstance(t, dict) and "logicalType" in t):
@@ -77,7 +79,8 @@ def test_the_set_schema_holds_every_rank_window_field_as_a_column():
         else:
             assert fields[name]["type"] == {"type": "array", "items": t}, name
     assert set(fields) - {f["name"] for f in RW_FIELDS} == {
-        "ranks", "functions_table", "functions_index", *(f"{c}_lengths" for c, k, _ in window_sets.COLUMNS if k == "ragged")}
+        "ranks", "function_names", "functions_lengths",
+        *(f"{c}_lengths" for c, k, _ in window_sets.COLUMNS if k == "ragged")}
 
 
 def _good() -> dict[str, Any]:
@@ -87,7 +90,8 @@ def _good() -> dict[str, Any]:
 @pytest.mark.parametrize(("change", "named"), [
     ({"rank": b"\x00" * 12}, "rank is 12 bytes, not 4 int32 values"),
     ({"host": ["h"] * 3}, "host has 3 values for 4 ranks"),
-    ({"functions_index": b"\x07\x00\x00\x00" * 4}, "functions_index = 7 outside functions_table"),
+    ({"functions": b"\x07\x00\x00\x00", "functions_lengths": b"\x01\x00\x00\x00" + b"\x00" * 12},
+     "functions holds 7..7, outside function_names"),
     ({"step_time_ns_lengths": b"\xff\xff\xff\xff" * 4}, "step_time_ns is"),
     ({"ranks": -1}, "is"),
 ])
