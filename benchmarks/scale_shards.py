@@ -23,8 +23,8 @@ shards are spread over workers by the Kafka key (job, shard):
   encoded as the summarizers and comparators send it, then decoded (``Codec.decode``) and
   validated (:func:`perftracker_ml.schemas.validate.validate`, the worker's limits), CPU s per window;
   ``input.RankWindowSet``: the same RankWindows as the summarize stage sends them, in the
-  RankWindowSets it made (schemas/window_sets.py): each set decoded and unpacked, each RankWindow
-  validated, as the diagnose stage's agent reads them.
+  RankWindowSets it made (schemas/window_sets.py): each set decoded, its RankWindows unpacked and
+  checked (``window_sets.read``), as the diagnose stage's agent reads them.
 
 The run is one process (shard counts one after another: CPU time, not wall time, is reported).
 """
@@ -160,22 +160,22 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
 
 def set_input_cost(sets: list[Any], policy: DetectionPolicy, windows: int) -> dict[str, Any]:
     """CPU s per window to read the job's RankWindows as the summarizers send them, in
-    RankWindowSets (schemas/window_sets.py): decode each set, unpack its RankWindows and
-    validate each one, as the diagnose stage's agent does (streams/context.py ``set_members``);
-    and the bytes per rank."""
+    RankWindowSets (schemas/window_sets.py): decode each set (``decode_cpu_s``), then its
+    RankWindows unpacked and checked (``window_sets.read``, ``read_cpu_s``), as the diagnose
+    stage's agent does (streams/context.py ``set_members``); and the bytes per rank."""
     limits = limits_for(policy.max_duration_s)
     codec = Codec(RANK_WINDOW_SET)
     data = codec.encode_many(sets)
     ranks = sum(window_sets.size(s) for s in sets)
     t = time.process_time()
-    members = [rw for d in data for rw in window_sets.unpack(codec.decode(d))]
+    decoded = [codec.decode(d) for d in data]
     decode_s = time.process_time() - t
     t = time.process_time()
-    bad = sum(validate(RANK_WINDOW, r, limits) is not None for r in members)
+    bad = sum(reason is not None for d in decoded for _, reason in window_sets.read(d, limits))
     validate_s = time.process_time() - t
     return {"sets_per_window": round(len(data) / windows, 1), "ranks_per_window": round(ranks / windows),
             "bytes_per_rank": round(sum(map(len, data)) / max(ranks, 1)),
-            "decode_unpack_cpu_s": round(decode_s / windows, 4), "validate_cpu_s": round(validate_s / windows, 4),
+            "decode_cpu_s": round(decode_s / windows, 4), "read_cpu_s": round(validate_s / windows, 4),
             "us_per_rank": round((decode_s + validate_s) / max(ranks, 1) * 1e6, 1), "invalid": bad}
 
 

@@ -22,6 +22,7 @@ import (tests/unit/schemas/test_window_sets.py holds the bundled set schema to i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate, repeat
@@ -31,6 +32,20 @@ import numpy as np
 
 from .codec import bundled_schemas
 from .errors import SchemaError
+from .rules import (
+    DEFAULT_LIMITS,
+    Floats,
+    IntArrays,
+    Ints,
+    Limits,
+    RankInWorld,
+    Rule,
+    StrArrays,
+    Strs,
+    Times,
+    depends_on_record,
+)
+from .validate import RULES, validate
 from .vocabulary import RANK_WINDOW, RANK_WINDOW_SET, RANK_WINDOW_SET_VERSION
 
 MAX_RANKS = 1000  # ranks one set carries (~350 bytes each: a message well under Kafka's 1 MiB)
@@ -93,15 +108,19 @@ def pack(rank_windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for name, kind, dtype in COLUMNS:
         default = _DEFAULTS.get(name, _MISSING)
         values = [rw[name] if default is _MISSING else rw.get(name, default) for rw in rank_windows]
-        if kind == "avro":
-            record[name] = values
-        elif kind == "time":
-            record[name] = np.asarray([_ms(v) for v in values], dtype).tobytes()
-        elif kind == "ragged":
-            record[name] = np.asarray([x for v in values for x in v], dtype).tobytes()
-            record[f"{name}_lengths"] = np.asarray([len(v) for v in values], _DTYPES["int"]).tobytes()
-        else:
-            record[name] = np.asarray(values, dtype).tobytes()
+        try:
+            if kind == "avro":
+                record[name] = values
+            elif kind == "time":
+                record[name] = np.asarray([_ms(v) for v in values], dtype).tobytes()
+            elif kind == "ragged":
+                record[name] = np.asarray([x for v in values for x in v], dtype).tobytes()
+                record[f"{name}_lengths"] = np.asarray([len(v) for v in values], _DTYPES["int"]).tobytes()
+            else:
+                with np.errstate(over="ignore"):  # a float past float32 becomes inf, as Avro's float writes it
+                    record[name] = np.asarray(values, dtype).tobytes()
+        except (OverflowError, TypeError, ValueError) as exc:  # what the RankWindow schema would refuse too
+            raise SchemaError(f"{RANK_WINDOW_SET}.{name}: a value a {dtype.name} column cannot hold ({exc})") from exc
     return record
 
 
@@ -128,7 +147,20 @@ def in_sets(records: Sequence[tuple[str, Any]], min_ranks: int) -> list[tuple[st
         if group is None or len(group) < min_ranks:
             out.append((name, record))
         elif group[0] is record:
-            out += [(RANK_WINDOW_SET, pack(group[i:i + MAX_RANKS])) for i in range(0, len(group), MAX_RANKS)]
+            out += _packed(group)
+    return out
+
+
+def _packed(group: list[Any]) -> list[tuple[str, Any]]:
+    """A group's RankWindowSets of at most :data:`MAX_RANKS` ranks; a part with a value its columns
+    cannot hold goes as its RankWindows, alone (the RankWindow codec then refuses what it refuses)."""
+    out: list[tuple[str, Any]] = []
+    for i in range(0, len(group), MAX_RANKS):
+        part = group[i:i + MAX_RANKS]
+        try:
+            out.append((RANK_WINDOW_SET, pack(part)))
+        except SchemaError:
+            out += [(RANK_WINDOW, rw) for rw in part]
     return out
 
 
@@ -141,30 +173,132 @@ def expanded(name: str, record: Any) -> list[tuple[str, Any]]:
 def unpack(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The RankWindows of a set, in order (see the module docstring). :class:`SchemaError`
     naming the problem when a column does not hold one value per rank or a function's position
-    is outside ``function_names``; the RankWindows' content is for the caller to check (RankWindow rules)."""
-    n = int(record["ranks"])
-    names = record["function_names"]
-    flat, lengths = _ragged(record, FUNCTIONS, _DTYPES["int"], n)
-    if flat and not 0 <= min(flat) <= max(flat) < len(names):
-        raise SchemaError(f"{RANK_WINDOW_SET}.functions holds {min(flat)}..{max(flat)}, outside function_names "
-                          f"({len(names)} names)")
-    columns: dict[str, Any] = {FUNCTIONS: _split([names[i] for i in flat], lengths)}
-    for name, kind, dtype in COLUMNS:
-        if kind == "avro":
-            values = record[name]
-            if len(values) != n:
-                raise SchemaError(f"{RANK_WINDOW_SET}.{name} has {len(values)} values for {n} ranks")
-            columns[name] = values
-        elif kind == "ragged":
-            columns[name] = _split(*_ragged(record, name, dtype, n))
-        else:
-            values = _numbers(record, name, dtype, n)
-            columns[name] = ([_EPOCH + timedelta(milliseconds=ms) for ms in values] if kind == "time" else
-                             [bool(v) for v in values] if dtype.kind == "u" else values)
+    is outside ``function_names``; the RankWindows' content is for the caller to check
+    (:func:`read` checks it)."""
+    return _rows(record, _Columns.of(record))
+
+
+def read(record: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> list[tuple[dict[str, Any], str | None]]:
+    """The RankWindows of a set (:func:`unpack`), each with its first problem by the RankWindow
+    rules (:func:`..validate.validate`; None: valid). Checked as columns first: the rules bound
+    each field by an interval or a length, so a set whose extremes (each column's lowest and
+    highest value, its shortest and longest string in bytes, the longest list) pass them all,
+    and whose every rank is below its world size, holds no RankWindow that fails; only a set
+    that does not pass is checked a RankWindow at a time, to name which."""
+    columns = _Columns.of(record)
+    rows = _rows(record, columns)
+    if rows and _COLUMNS_CHECKABLE and columns.pass_as_extremes(rows[0], limits):
+        return [(rw, None) for rw in rows]
+    return [(rw, validate(RANK_WINDOW, rw, limits)) for rw in rows]
+
+
+class _Columns:
+    """A set's columns read: one list per RankWindow field (``values``), the packed arrays' values
+    before they are cut per rank (``flat``) and their lengths, and the timestamps as epoch ms."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.values: dict[str, list[Any]] = {}
+        self.flat: dict[str, list[Any]] = {}
+        self.lengths: dict[str, list[int]] = {}
+        self.ms: dict[str, list[int]] = {}
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> _Columns:
+        out = cls(n := int(record["ranks"]))
+        names = record["function_names"]
+        flat, lengths = _ragged(record, FUNCTIONS, _DTYPES["int"], n)
+        if flat and not 0 <= min(flat) <= max(flat) < len(names):
+            raise SchemaError(f"{RANK_WINDOW_SET}.functions holds {min(flat)}..{max(flat)}, outside function_names "
+                              f"({len(names)} names)")
+        out.flat[FUNCTIONS], out.lengths[FUNCTIONS] = names, lengths  # every name a rank may hold
+        out.values[FUNCTIONS] = _split([names[i] for i in flat], lengths)
+        for name, kind, dtype in COLUMNS:
+            if kind == "avro":
+                values = record[name]
+                if len(values) != n:
+                    raise SchemaError(f"{RANK_WINDOW_SET}.{name} has {len(values)} values for {n} ranks")
+                out.values[name] = values
+            elif kind == "ragged":
+                out.flat[name], out.lengths[name] = _ragged(record, name, dtype, n)
+                out.values[name] = _split(out.flat[name], out.lengths[name])
+            elif kind == "time":
+                out.ms[name] = _numbers(record, name, dtype, n)
+                out.values[name] = [_EPOCH + timedelta(milliseconds=ms) for ms in out.ms[name]]
+            else:
+                values = _numbers(record, name, dtype, n)
+                out.values[name] = [bool(v) for v in values] if dtype.kind == "u" else values
+        return out
+
+    def pass_as_extremes(self, template: dict[str, Any], limits: Limits) -> bool:
+        """Whether every RankWindow of the set passes the RankWindow rules, judged on the columns'
+        extremes (see :func:`read`); False also when they cannot tell (then check each)."""
+        lo, hi = dict(template), dict(template)
+        zero: dict[str, Any] | None = None
+        for name, values in self.values.items():
+            if name in self.ms:
+                ms = self.ms[name]
+                set_ms = [v for v in ms if v]
+                lo[name], hi[name] = (min(set_ms) if set_ms else 0), max(ms)
+                if set_ms and len(set_ms) < len(ms):  # some unset: a third record holds the 0
+                    zero = zero if zero is not None else dict(template)
+                    zero[name] = 0
+            elif name in self.lengths:
+                if max(self.lengths[name], default=0) > limits.max_items:
+                    return False
+                flat = self.flat[name]
+                if flat and isinstance(flat[0], str):
+                    lo[name] = hi[name] = [_longest(flat)]
+                elif flat:
+                    if isinstance(flat[0], float) and not math.isfinite(sum(flat)):
+                        return False
+                    lo[name], hi[name] = [min(flat)], [max(flat)]
+            elif values and isinstance(values[0], str):
+                lo[name], hi[name] = min(values, key=len), _longest(values)
+            elif values and type(values[0]) in (int, float):
+                if isinstance(values[0], float) and not math.isfinite(sum(values)):
+                    return False
+                lo[name], hi[name] = min(values), max(values)
+        ranks, worlds = self.values["rank"], self.values["world_size"]
+        if any(r >= w and w != 0 for r, w in zip(ranks, worlds, strict=True)):  # rule RankInWorld, per rank
+            return False
+        return all(validate(RANK_WINDOW, r, limits) is None for r in (lo, hi, zero) if r is not None)
+
+
+def _longest(strings: list[str]) -> str:
+    """The longest of ``strings`` in UTF-8 bytes (in characters when all are ASCII: the same, faster)."""
+    if all(map(str.isascii, strings)):
+        return max(strings, key=len)
+    return max(strings, key=lambda s: len(s.encode("utf-8", "surrogatepass")))
+
+
+def _rows(record: Mapping[str, Any], columns: _Columns) -> list[dict[str, Any]]:
+    """The RankWindow dicts of a set's columns, each key in a decoded RankWindow's order."""
     shared = {"schema_version": bundled_schemas().latest(RANK_WINDOW).version, **{f: record[f] for f in SHARED}}
-    sources = [repeat(shared[f]) if f in shared else columns[f] for f in _RANK_WINDOW_FIELDS]
+    sources = [repeat(shared[f]) if f in shared else columns.values[f] for f in _RANK_WINDOW_FIELDS]
     # the shared fields repeat without end; every column was checked to hold n values
     return [dict(zip(_RANK_WINDOW_FIELDS, row, strict=True)) for row in zip(*sources, strict=False)]
+
+
+def _checkable(rules: tuple[Rule, ...]) -> bool:
+    """Whether the extremes of the columns decide every rule (:meth:`_Columns.pass_as_extremes`): rules
+    that bound a field by an interval or a length with bounds of their own, and rank < world size,
+    which is checked per rank; any other rule and every set is checked a RankWindow at a time."""
+    string = {f["name"] for f in bundled_schemas().latest(RANK_WINDOW).raw["fields"] if f["type"] == "string"}
+    reduced = {*SHARED, FUNCTIONS, *(name for name, kind, _ in COLUMNS if kind != "avro" or name in string)}
+    for rule in rules:
+        if not set(getattr(rule, "fields", ())) <= reduced:  # a field whose extremes are not taken
+            return False
+        if isinstance(rule, (Ints, IntArrays)) and (depends_on_record(rule.lo) or depends_on_record(rule.hi)):
+            return False
+        if not isinstance(rule, (Ints, Floats, Strs, Times, IntArrays, StrArrays, RankInWorld)):
+            return False
+        if isinstance(rule, RankInWorld) and (rule.rank, rule.world) != ("rank", "world_size"):
+            return False
+    return True
+
+
+_COLUMNS_CHECKABLE = _checkable(RULES[RANK_WINDOW])
 
 
 def _ragged(record: Mapping[str, Any], name: str, dtype: np.dtype[Any], n: int) -> tuple[list[Any], list[int]]:

@@ -308,13 +308,12 @@ class SinkService:
         rules alone (the set's bytes, the reason naming its rank)."""
         assert self.sink is not None
         try:
-            members = window_sets.unpack(record)
+            members = window_sets.read(record)
         except (SchemaError, KeyError, TypeError, ValueError) as exc:
             self.stats.inc(SinkCounters.decode_errors)
             self._dead_letter(topic, partition, offset, value, f"unreadable {RANK_WINDOW_SET}: {exc}")
             return
-        for rw in members:
-            invalid = validate(RANK_WINDOW, rw)
+        for rw, invalid in members:
             if invalid:
                 self._dead_letter(topic, partition, offset, value,
                                   f"invalid: {RANK_WINDOW_SET} rank {rw.get('rank')}: {invalid}")

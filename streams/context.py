@@ -235,15 +235,13 @@ class StreamContext:
         columns do not hold one value per rank is dead-lettered whole, a RankWindow that fails
         its rules alone (the set's bytes, with the reason naming its rank)."""
         try:
-            members = window_sets.unpack(record)
+            members = window_sets.read(record, limits_for(self.policy.max_duration_s))
         except (SchemaError, KeyError, TypeError, ValueError) as exc:
             self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, f"unreadable {RANK_WINDOW_SET}: {exc}")
             return []
-        limits = limits_for(self.policy.max_duration_s)
         out: list[tuple[str, dict]] = []
-        for rw in members:
-            reason = validate(RANK_WINDOW, rw, limits)
+        for rw, reason in members:
             if reason is None:
                 out.append((RANK_WINDOW, rw))
                 continue

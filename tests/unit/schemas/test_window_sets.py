@@ -126,3 +126,53 @@ def test_every_packed_column_says_its_width():
     packed = [f for f in bundled_schemas().latest(RANK_WINDOW_SET).raw["fields"] if f["type"] == "bytes"]
     assert len(packed) > 30
     assert all(any(w in f.get("doc", "") for w in ("int32", "int64", "float32", "uint8")) for f in packed)
+
+
+def _bounded_rank_window(shared: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """RankWindows near the rules' edges: mostly valid, sometimes not (a value past a bound, a
+    non-finite float, a long or non-ASCII name, a rank past its world, an unset time)."""
+    edgy_int = st.sampled_from([-2, -1, 0, 1, 7, 2**31 - 1, 2**40, 2**63 - 1])
+    own = {f["name"]: _value(f["type"]) for f in RW_FIELDS if f["name"] not in shared}
+    for f in RW_FIELDS:
+        t = f["type"]
+        if f["name"] in shared:
+            continue
+        if t in ("int", "long"):
+            own[f["name"]] = edgy_int | st.integers(0, 100)
+        elif t == "float":
+            own[f["name"]] = st.sampled_from([-1.0, 0.0, 2.5, float("inf"), float("nan"), 1e39]) | st.floats(0, 100, width=32)
+        elif t == "string":
+            own[f["name"]] = st.sampled_from(["", "h", "é" * 70, "x" * 300, "名" * 1100, "y" * 4100])
+        elif isinstance(t, dict) and t.get("logicalType"):
+            own[f["name"]] = st.sampled_from([0, 5, 1_700_000_000_000, 5_000_000_000_000])
+    own["rank"], own["world_size"] = st.integers(0, 9), st.sampled_from([0, 4, 8])
+    own["functions"] = st.lists(st.sampled_from(["f", "comm:x:g", "z" * 5000, "é" * 1500]), max_size=3)
+    own["step_time_ns"] = st.lists(st.sampled_from([0, 5, -1, 2**62]), max_size=3)
+    return st.fixed_dictionaries({**{k: st.just(v) for k, v in shared.items()}, **own})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_bounded_rank_window(SHARED), min_size=1, max_size=6))
+def test_a_set_read_names_exactly_the_rank_windows_the_rank_window_rules_refuse(rank_windows):
+    """The column check (window_sets.read) never lets a RankWindow the rules refuse through: each
+    RankWindow's verdict is the one validating it alone gives."""
+    try:
+        record = SET.decode(SET.encode(pack(rank_windows)))
+    except SchemaError:
+        return  # not encodable (an int32 field out of range): cannot reach the wire
+    got = window_sets.read(record)
+    assert [reason for _, reason in got] == [validate(RANK_WINDOW, RW.decode(RW.encode(rw))) for rw in rank_windows]
+
+
+def test_a_valid_set_is_passed_on_its_columns_alone(monkeypatch):
+    rws = [{**rank_window(r, world=8), "schema_version": 6, "functions": ["Model.forward"]} for r in range(8)]
+    record = SET.decode(SET.encode(pack(rws)))
+    calls = []
+    monkeypatch.setattr(window_sets, "validate", lambda *a, **k: calls.append(a) or validate(*a, **k))
+    assert [reason for _, reason in window_sets.read(record)] == [None] * 8
+    assert len(calls) == 2  # the lowest and the highest extremes, not each RankWindow
+    rws[5]["world_size"] = 5  # rank 5 past its world: every RankWindow checked, that one named
+    calls.clear()
+    reasons = [reason for _, reason in window_sets.read(SET.decode(SET.encode(pack(rws))))]
+    assert reasons[5] == "RankWindow.rank = 5: not below world_size = 5" and reasons.count(None) == 7
+    assert len(calls) == 8
