@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,7 @@ def _column_kinds() -> tuple[tuple[str, str, np.dtype[Any]], ...]:
 COLUMNS = _column_kinds()
 _DEFAULTS = _defaults()
 _MISSING = object()
+_COLUMN_GETTER = itemgetter(*(name for name, _, _ in COLUMNS))
 _RANK_WINDOW_FIELDS = tuple(f["name"] for f in bundled_schemas().latest(RANK_WINDOW).raw["fields"])
 
 
@@ -105,12 +107,10 @@ def pack(rank_windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "schema_version": RANK_WINDOW_SET_VERSION, **{f: first[f] for f in SHARED}, "ranks": len(rank_windows),
         "function_names": list(names), "functions": np.asarray(positions, _DTYPES["int"]).tobytes(),
         "functions_lengths": np.asarray([len(f) for f in lists], _DTYPES["int"]).tobytes()}
-    for name, kind, dtype in COLUMNS:
-        default = _DEFAULTS.get(name, _MISSING)
-        values = [rw[name] if default is _MISSING else rw.get(name, default) for rw in rank_windows]
+    for (name, kind, dtype), values in zip(COLUMNS, _column_values(rank_windows), strict=True):
         try:
             if kind == "avro":
-                record[name] = values
+                record[name] = list(values)
             elif kind == "time":
                 record[name] = np.asarray([_ms(v) for v in values], dtype).tobytes()
             elif kind == "ragged":
@@ -122,6 +122,16 @@ def pack(rank_windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         except (OverflowError, TypeError, ValueError) as exc:  # what the RankWindow schema would refuse too
             raise SchemaError(f"{RANK_WINDOW_SET}.{name}: a value a {dtype.name} column cannot hold ({exc})") from exc
     return record
+
+
+def _column_values(rank_windows: Sequence[Mapping[str, Any]]) -> list[Sequence[Any]]:
+    """Each column's values (:data:`COLUMNS` order): taken all at once from RankWindows that hold
+    every field (as the summarizers build them), else one by one with the schema's defaults."""
+    try:
+        return list(zip(*map(_COLUMN_GETTER, rank_windows), strict=True))
+    except KeyError:
+        return [[rw[name] if (default := _DEFAULTS.get(name, _MISSING)) is _MISSING else rw.get(name, default)
+                 for rw in rank_windows] for name, _, _ in COLUMNS]
 
 
 def size(record: Mapping[str, Any]) -> int:
