@@ -234,7 +234,11 @@ class _Columns:
                 out.values[name] = _split(out.flat[name], out.lengths[name])
             elif kind == "time":
                 out.ms[name] = _numbers(record, name, dtype, n)
-                out.values[name] = [_EPOCH + timedelta(milliseconds=ms) for ms in out.ms[name]]
+                try:  # as the Avro reader turns a timestamp-millis into a datetime
+                    out.values[name] = [_EPOCH + timedelta(milliseconds=ms) for ms in out.ms[name]]
+                except OverflowError as exc:
+                    raise SchemaError(f"{RANK_WINDOW_SET}.{name} holds {max(out.ms[name], key=abs)} ms: "
+                                      f"not a time a timestamp can hold ({exc})") from exc
             else:
                 values = _numbers(record, name, dtype, n)
                 out.values[name] = [bool(v) for v in values] if dtype.kind == "u" else values

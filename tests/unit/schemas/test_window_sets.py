@@ -176,3 +176,37 @@ def test_a_valid_set_is_passed_on_its_columns_alone(monkeypatch):
     reasons = [reason for _, reason in window_sets.read(SET.decode(SET.encode(pack(rws))))]
     assert reasons[5] == "RankWindow.rank = 5: not below world_size = 5" and reasons.count(None) == 7
     assert len(calls) == 8
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_corrupt_set_is_refused_with_an_error_its_readers_catch(data):
+    """Cut, flipped or re-sized bytes of a good set: the decoder refuses them (SchemaError), the
+    set's rules name them, or reading its RankWindows raises only what the workers' agent and the
+    sink catch and dead-letter (streams/context.py ``set_members``, sinks/service.py ``_handle_set``)."""
+    wire = SET.encode(pack([{**rank_window(r, world=4), "schema_version": 6, "functions": ["f", f"g{r}"]}
+                            for r in range(4)]))
+    pos = data.draw(st.integers(10, len(wire) - 1))
+    flipped = bytearray(wire)
+    flipped[pos] ^= data.draw(st.integers(1, 255))
+    for bad in (wire[:data.draw(st.integers(0, len(wire)))], bytes(flipped)):
+        try:
+            record = SET.decode(bad)
+        except SchemaError:
+            continue
+        if validate(RANK_WINDOW_SET, record) is not None:
+            continue
+        try:
+            window_sets.read(record)
+        except (SchemaError, KeyError, TypeError, ValueError):
+            pass
+
+
+def test_the_setting_turns_sets_off_for_a_rolling_upgrade():
+    from perftracker_ml.schemas.settings import StreamSettings
+    from perftracker_ml.streams.detect import DetectionPolicy
+
+    assert DetectionPolicy.from_settings(streams=StreamSettings()).rank_window_set_min == 2
+    off = DetectionPolicy.from_settings(streams=StreamSettings(rank_window_sets=False))
+    records = [(RANK_WINDOW, rank_window(r, world=4)) for r in range(4)]
+    assert off.rank_window_set_min == 0 and in_sets(records, off.rank_window_set_min) == records
