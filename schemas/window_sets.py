@@ -8,8 +8,8 @@ summarize stage sends the RankWindows that one poll closed for one job and windo
 ``RankWindowSet`` (:func:`in_sets`; ``rank_window_set.v1.avsc``; at most :data:`MAX_RANKS` ranks
 a set): every RankWindow field is a column of one value per rank -- numbers packed little-endian
 in one Avro ``bytes`` (one ``numpy.frombuffer`` each), arrays of numbers as every rank's values
-one after another with their lengths beside, strings and maps as Avro arrays -- and the ranks of
-``functions`` lists are positions in the set's ``function_names`` (the ranks share most names).
+one after another with their lengths beside, strings and maps as Avro arrays -- and each rank's
+``functions`` as positions in the set's ``function_names`` (the ranks share most names).
 The reading moves to the summarizers' side (packing a rank costs less than encoding its
 RankWindow did) and what is left on the diagnoser's core is ~3x cheaper (docs/scaling.md).
 
@@ -49,7 +49,7 @@ from .rules import (
 from .validate import RULES, validate
 from .vocabulary import RANK_WINDOW, RANK_WINDOW_SET, RANK_WINDOW_SET_VERSION
 
-MAX_RANKS = 1000  # ranks one set carries (~350 bytes each: a message well under Kafka's 1 MiB)
+MAX_RANKS = 1000  # ranks one set carries (~500 bytes each: a message well under Kafka's 1 MiB)
 SHARED = ("job", "window_id", "window_start_ms", "window_s")  # the set's own fields, one value for all
 FUNCTIONS = "functions"
 _DTYPES: dict[str, np.dtype[Any]] = {"int": np.dtype("<i4"), "long": np.dtype("<i8"), "float": np.dtype("<f4"), "boolean": np.dtype("u1")}
@@ -62,7 +62,7 @@ def _defaults() -> dict[str, Any]:
 
 
 def _column_kinds() -> tuple[tuple[str, str, np.dtype[Any]], ...]:
-    """(field, kind, numpy dtype or None) of each RankWindow field carried as a column, in schema
+    """(field, kind, numpy dtype) of each RankWindow field carried as a column, in schema
     order: kind ``num`` (packed), ``time`` (epoch ms packed as int64), ``ragged`` (an array of
     numbers: packed, lengths beside) or ``avro`` (an Avro array of the field's values)."""
     out = []

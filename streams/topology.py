@@ -210,9 +210,15 @@ def _poll_summarize(s: RankSummarizer, now: int, flush: bool) -> list[Routed]:
 
 def _poll_summarizers(ss: list[RankSummarizer], now: int, flush: bool) -> tuple[list[Routed], list[Exception]]:
     """Every summarizer's poll at once; the RankWindows of one job and window closed together go
-    as one RankWindowSet (schemas/window_sets.py, ``rank_window_set_min``)."""
+    as one RankWindowSet (schemas/window_sets.py, ``rank_window_set_min``), or, should packing
+    them fail, each alone (the failure counted with the poll's)."""
     out, failed = poll_many(ss, now, flush)
-    return (cast(list[Routed], in_sets(out, ss[0].policy.rank_window_set_min)) if ss else list(out)), failed
+    if not ss:
+        return list(out), failed
+    try:
+        return cast(list[Routed], in_sets(out, ss[0].policy.rank_window_set_min)), failed
+    except Exception as exc:  # a defect in the packing must not cost the poll's records
+        return list(out), [*failed, exc]
 
 
 def _poll_compare(c: FunctionComparator, now: int, flush: bool) -> list[Routed]:

@@ -48,3 +48,18 @@ def test_a_failing_rank_is_left_out_and_the_others_are_closed() -> None:
     got, failed = SUMMARIZE.poll_all(list(many.values()), 0, True)
     assert [type(e) for e in failed] == [ValueError]
     assert got == expected and len(got) > 0
+
+
+def test_a_failure_packing_rank_window_sets_costs_none_of_the_polls_records(monkeypatch) -> None:
+    import perftracker_ml.streams.topology as topology
+
+    one, many = _fed(8), _fed(8)
+    expected = [r for s in one.values() for r in s.poll(0, True)]
+
+    def broken(records: list, min_ranks: int) -> list:
+        raise RuntimeError("packing defect")
+
+    monkeypatch.setattr(topology, "in_sets", broken)
+    got, failed = SUMMARIZE.poll_all(list(many.values()), 0, True)
+    assert got == expected and any(n == "RankWindow" for n, _ in got)
+    assert [str(e) for e in failed] == ["packing defect"]
