@@ -275,9 +275,9 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
     """The RankWindows on the findings topic and the OPEN anomalies on the anomalies topic."""
     from confluent_kafka import Consumer, TopicPartition
     from perftracker_ml.schemas import MultiCodec, bundle
+    from perftracker_ml.schemas.record_sets import expanded
     from perftracker_ml.schemas.topics import TopicNames
     from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW_SET
-    from perftracker_ml.schemas.window_sets import expanded
 
     names = TopicNames.for_prefix(prefix)
     out = Outcome()

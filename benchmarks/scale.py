@@ -170,7 +170,7 @@ def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
 
     import lz4.frame
     from perftracker_ml.schemas import Codec
-    from perftracker_ml.schemas.window_sets import expanded
+    from perftracker_ml.schemas.record_sets import expanded
     from perftracker_ml.sinks.rows import ROW_BUILDERS
     from perftracker_ml.sinks.schema import TABLES, migrate
     from perftracker_ml.sinks.store import Store, StoreTarget
@@ -185,7 +185,7 @@ def footprint(ranks: int, windows: int, functions: int = 30) -> dict[str, Any]:
         codec = codecs.setdefault(name, Codec(name))
         records[name] += 1
         encoded[name] += len(codec.encode(rec))
-        for one_name, one in expanded(name, rec):  # a RankWindowSet is stored as its RankWindows
+        for one_name, one in expanded(name, rec):  # a set is stored as its records
             for table, batch in ROW_BUILDERS.get(one_name, lambda r: [])(dict(one)):
                 rows.setdefault(table, []).extend(batch)
     raw = b"".join(codecs[n].encode(r) for n, r in captured)

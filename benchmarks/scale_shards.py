@@ -23,8 +23,8 @@ shards are spread over workers by the Kafka key (job, shard):
   encoded as the summarizers and comparators send it, then decoded (``Codec.decode``) and
   validated (:func:`perftracker_ml.schemas.validate.validate`, the worker's limits), CPU s per window;
   ``input.RankWindowSet``: the same RankWindows as the summarize stage sends them, in the
-  RankWindowSets it made (schemas/window_sets.py): each set decoded, its RankWindows unpacked and
-  checked (``window_sets.read``), as the diagnose stage's agent reads them.
+  RankWindowSets it made (schemas/record_sets.py): each set decoded, its RankWindows unpacked and
+  checked (``record_sets.read``), as the diagnose stage's agent reads them.
 
 The run is one process (shard counts one after another: CPU time, not wall time, is reported).
 """
@@ -35,11 +35,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from perftracker_ml.schemas import Codec, window_sets
+from perftracker_ml.schemas import Codec, record_sets
+from perftracker_ml.schemas.record_sets import expanded
 from perftracker_ml.schemas.rules import limits_for
 from perftracker_ml.schemas.validate import validate
 from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW, RANK_WINDOW_SET
-from perftracker_ml.schemas.window_sets import expanded
 from perftracker_ml.streams.detect import DetectionPolicy, JobDiagnoser
 from perftracker_ml.streams.detect import shards as shards_module
 from perftracker_ml.streams.replay import canonical
@@ -160,18 +160,18 @@ def run_sharded(ranks: int, windows: int, functions: int = 30,
 
 def set_input_cost(sets: list[Any], policy: DetectionPolicy, windows: int) -> dict[str, Any]:
     """CPU s per window to read the job's RankWindows as the summarizers send them, in
-    RankWindowSets (schemas/window_sets.py): decode each set (``decode_cpu_s``), then its
-    RankWindows unpacked and checked (``window_sets.read``, ``read_cpu_s``), as the diagnose
+    RankWindowSets (schemas/record_sets.py): decode each set (``decode_cpu_s``), then its
+    RankWindows unpacked and checked (``record_sets.read``, ``read_cpu_s``), as the diagnose
     stage's agent does (streams/context.py ``set_members``); and the bytes per rank."""
     limits = limits_for(policy.max_duration_s)
     codec = Codec(RANK_WINDOW_SET)
     data = codec.encode_many(sets)
-    ranks = sum(window_sets.size(s) for s in sets)
+    ranks = sum(record_sets.size(s) for s in sets)
     t = time.process_time()
     decoded = [codec.decode(d) for d in data]
     decode_s = time.process_time() - t
     t = time.process_time()
-    bad = sum(reason is not None for d in decoded for _, reason in window_sets.read(d, limits))
+    bad = sum(reason is not None for d in decoded for _, reason in record_sets.read(RANK_WINDOW_SET, d, limits))
     validate_s = time.process_time() - t
     return {"sets_per_window": round(len(data) / windows, 1), "ranks_per_window": round(ranks / windows),
             "bytes_per_rank": round(sum(map(len, data)) / max(ranks, 1)),

@@ -320,9 +320,9 @@ class Control(TypedDict):
     issued_ms: int
 
 
-class RankWindowSet(TypedDict, total=False):
-    """RankWindows of one job and window closed together, as columns (schemas/window_sets.py: the
-    set-wide fields here; every other field one value per rank)."""
+class RecordSet(TypedDict, total=False):
+    """RankWindowSet, FunctionPatternSet: records of one key and window closed together, as columns
+    (schemas/record_sets.py: the set-wide fields here; every other field one value per record)."""
 
     schema_version: int
     job: str
@@ -330,9 +330,9 @@ class RankWindowSet(TypedDict, total=False):
     window_start_ms: int
     window_s: float
     ranks: int
-    function_names: list[str]
-    functions: bytes  # positions in function_names, int32 little-endian; every other column likewise packed
+    function: str  # a FunctionPatternSet's
+    function_names: list[str]  # a RankWindowSet's; its ``functions`` are int32 positions in it
 
 
 # what one stage hands to the next (the record's name travels beside it)
-StageRecord = FunctionPattern | RankWindow | FunctionComparison | Anomaly | Control | RankWindowSet
+StageRecord = FunctionPattern | RankWindow | FunctionComparison | Anomaly | Control | RecordSet

@@ -159,7 +159,7 @@ class StreamSettings:
     metrics_port: int = field(default=0, metadata={"ge": 0, "le": 65535, "doc": "port of a worker's Prometheus endpoint (GET /metrics); 0 = off (`perftracker up` gives each worker a free one, recorded in stack.json)"})
     metrics_host: str = field(default="127.0.0.1", metadata={"doc": "address the worker's metrics endpoint binds"})
     web_host: str = field(default="127.0.0.1", metadata={"doc": "address a worker's Faust web server (stats) binds; any other than loopback needs http_token"})
-    rank_window_sets: bool = field(default=True, metadata={"doc": "send the RankWindows a worker closes together for one job and window to the job's diagnoser as one RankWindowSet (columns: ~3x cheaper to read); false while workers older than RankWindowSet still run (they cannot read one)"})
+    record_sets: bool = field(default=True, metadata={"doc": "send the FunctionPatterns of one function and the RankWindows of one job that a worker closes together for a window as one FunctionPatternSet / RankWindowSet of columns (several times cheaper to write and read); false while workers or sinks older than record sets still run (they cannot read one)"})
     gc_young_objects: int = field(default=50_000, metadata={"ge": 0, "doc": "net allocations between a worker's young garbage collections (CPython's default: 700); start-up objects are frozen; 0 = CPython's defaults (schemas/gc_policy.py)"})
 
 

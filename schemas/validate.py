@@ -177,12 +177,12 @@ _RANK_WINDOW: tuple[Rule, ...] = _WINDOW + (Times(("window_start_ms",)),) + _RAN
     Floats(("sm_clock_mhz", "sm_clock_max_mhz", "temp_c_max", "power_w_mean", "util_gpu_pct"), -1, FLOAT),
 )
 
-# RankWindows closed together, as columns (schemas/window_sets.py): the set's own fields here;
-# window_sets.unpack checks the columns' lengths and indexes, and each RankWindow it gives is
-# checked with the RankWindow rules
+# records closed together, as columns (schemas/record_sets.py): the set's own fields here;
+# record_sets.read checks the columns' lengths and positions, and each record by its own rules
 _RANK_WINDOW_SET: tuple[Rule, ...] = _WINDOW + (
     Times(("window_start_ms",)), Ints(("ranks",), 1, Lim("max_world_size")),
 )
+_FUNCTION_PATTERN_SET: tuple[Rule, ...] = _RANK_WINDOW_SET + (Strs(("function",), FUNCTION, required=True),)
 
 _PEER = (Ints(("rank",), 0, RANK), Strs(("host",), ID), Ints(("gpu",), -1, Lim("max_gpu")))
 
@@ -223,5 +223,5 @@ _CONTROL: tuple[Rule, ...] = (
 RULES: dict[str, tuple[Rule, ...]] = {
     "EventBatch": _EVENT_BATCH, "HardwareBatch": _HARDWARE_BATCH, "FunctionPattern": _FUNCTION_PATTERN,
     "RankWindow": _RANK_WINDOW, "FunctionComparison": _FUNCTION_COMPARISON, "Anomaly": _ANOMALY,
-    "Control": _CONTROL, "RankWindowSet": _RANK_WINDOW_SET,
+    "Control": _CONTROL, "RankWindowSet": _RANK_WINDOW_SET, "FunctionPatternSet": _FUNCTION_PATTERN_SET,
 }

@@ -22,10 +22,11 @@ RANK_WINDOW = "RankWindow"
 FUNCTION_COMPARISON = "FunctionComparison"
 ANOMALY = "Anomaly"
 CONTROL = "Control"
-RANK_WINDOW_SET = "RankWindowSet"  # a shard's RankWindows of one window as columns (schemas/window_sets.py)
+RANK_WINDOW_SET = "RankWindowSet"  # RankWindows of one job and window closed together, as columns (schemas/record_sets.py)
+FUNCTION_PATTERN_SET = "FunctionPatternSet"  # FunctionPatterns of one function and window closed together, likewise
 RECORD_BUNDLE = "RecordBundle"  # an envelope of several framed records of one topic and key (schemas/bundle.py)
 RECORD_NAMES = (EVENT_BATCH, HARDWARE_BATCH, FUNCTION_PATTERN, RANK_WINDOW, FUNCTION_COMPARISON,
-                ANOMALY, CONTROL, RANK_WINDOW_SET, RECORD_BUNDLE)
+                ANOMALY, CONTROL, RANK_WINDOW_SET, FUNCTION_PATTERN_SET, RECORD_BUNDLE)
 
 # --- schema versions a record's ``schema_version`` field is set to where it is built ----
 # (the collectors leave it out and Codec.encode fills in its writer's version). Each is
@@ -37,6 +38,7 @@ FUNCTION_COMPARISON_VERSION = 3
 ANOMALY_VERSION = 2
 CONTROL_VERSION = 1
 RANK_WINDOW_SET_VERSION = 1
+FUNCTION_PATTERN_SET_VERSION = 1
 RECORD_BUNDLE_VERSION = 1
 
 # --- framing (see schemas/codec.py and docs/schemas.md) ----------------------------------

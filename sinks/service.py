@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..schemas import SchemaError, bundle, bundled_schemas, window_sets
+from ..schemas import SchemaError, bundle, bundled_schemas, record_sets
 from ..schemas.codec import writer_fingerprint
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.gc_policy import SERVICE_YOUNG, tune_gc
@@ -46,8 +46,6 @@ from ..schemas.vocabulary import (
     DEADLETTER_SOURCE_TOPIC,
     DEADLETTER_STAGE,
     DEADLETTER_TABLE,
-    RANK_WINDOW,
-    RANK_WINDOW_SET,
 )
 from .alerts.dispatcher import AlertDispatcher, build_dispatcher
 from .alerts.remediation import RemediationPolicy
@@ -112,7 +110,7 @@ class SinkService:
         self.settings = settings
         self._open_store_fn = open_store
         self.topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
-        names = [n for n in (*ROW_BUILDERS, RANK_WINDOW_SET) if n in bundled_schemas().names()]
+        names = [n for n in (*ROW_BUILDERS, *record_sets.SET_NAMES) if n in bundled_schemas().names()]
         self.registry = registry_client(settings, server=True)
         self.codec = RecordDecoder(names, self.registry)
         self._raw_fps = raw_fingerprints() if settings.store.raw_ingest else {}
@@ -282,8 +280,8 @@ class SinkService:
         try:
             name, record = self.codec.decode(value or b"")
             invalid = validate(name, record)
-            if name == RANK_WINDOW_SET and not invalid:
-                self._handle_set(topic, partition, offset, value, record)
+            if name in record_sets.SET_NAMES and not invalid:
+                self._handle_set(topic, partition, offset, value, name, record)
                 return
             batches = [] if invalid else ROW_BUILDERS[name](record)
         except SchemaError as exc:
@@ -302,23 +300,24 @@ class SinkService:
         if name == ANOMALY:
             self.dispatcher.submit(record, source=(topic, partition))
 
-    def _handle_set(self, topic: str, partition: int, offset: int, value: bytes | None, record: dict) -> None:
-        """A RankWindowSet (schemas/window_sets.py): each of its RankWindows stored as if it had come
-        alone; a set whose columns are unreadable is dead-lettered whole, a RankWindow that fails its
-        rules alone (the set's bytes, the reason naming its rank)."""
+    def _handle_set(self, topic: str, partition: int, offset: int, value: bytes | None, name: str,
+                    record: dict) -> None:
+        """A record set (schemas/record_sets.py): each of its records stored as if it had come alone;
+        a set whose columns are unreadable is dead-lettered whole, a record that fails its rules
+        alone (the set's bytes, the reason naming its rank)."""
         assert self.sink is not None
         try:
-            members = window_sets.read(record)
+            members = record_sets.read(name, record)
         except (SchemaError, KeyError, TypeError, ValueError) as exc:
             self.stats.inc(SinkCounters.decode_errors)
-            self._dead_letter(topic, partition, offset, value, f"unreadable {RANK_WINDOW_SET}: {exc}")
+            self._dead_letter(topic, partition, offset, value, f"unreadable {name}: {exc}")
             return
-        for rw, invalid in members:
+        rows_of = ROW_BUILDERS[record_sets.member(name)]
+        for one, invalid in members:
             if invalid:
-                self._dead_letter(topic, partition, offset, value,
-                                  f"invalid: {RANK_WINDOW_SET} rank {rw.get('rank')}: {invalid}")
+                self._dead_letter(topic, partition, offset, value, f"invalid: {name} rank {one.get('rank')}: {invalid}")
                 continue
-            for table, rows in ROW_BUILDERS[RANK_WINDOW](rw):
+            for table, rows in rows_of(one):
                 self.sink.add_rows(table, rows)
                 self._rows_buffered.value += len(rows)
 

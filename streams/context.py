@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..schemas import Codec, MultiCodec, SchemaError, bundle, window_sets
+from ..schemas import Codec, MultiCodec, SchemaError, bundle, record_sets
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
 from ..schemas.records import Anomaly, RankWindow
 from ..schemas.registry import (
@@ -27,8 +27,6 @@ from ..schemas.vocabulary import (
     DEADLETTER_REASON,
     DEADLETTER_REASON_MAX_CHARS,
     DEADLETTER_SOURCE,
-    RANK_WINDOW,
-    RANK_WINDOW_SET,
     Status,
 )
 from .topology import TOPIC_OF, records_on
@@ -213,8 +211,8 @@ class StreamContext:
     async def decode_all(self, codec: Any, source: str, raw: Any) -> list[tuple[str, dict]]:
         """The records of one message (:meth:`decode`): a :mod:`RecordBundle <..schemas.bundle>`'s
         items in order, each decoded, validated and dead-lettered on its own (a corrupt bundle
-        is dead-lettered whole), and a :mod:`RankWindowSet <..schemas.window_sets>`'s RankWindows
-        in order, as if each had been a message (:meth:`set_members`)."""
+        is dead-lettered whole), and a :mod:`record set <..schemas.record_sets>`'s records in
+        order, as if each had been a message (:meth:`set_members`)."""
         try:
             items = bundle.records_in(raw)
         except SchemaError as exc:
@@ -224,29 +222,30 @@ class StreamContext:
         out: list[tuple[str, dict]] = []
         for item in items:
             decoded = await self.decode(codec, source, item)
-            if decoded is not None and decoded[0] == RANK_WINDOW_SET:
-                out += await self.set_members(source, item, decoded[1])
+            if decoded is not None and decoded[0] in record_sets.SET_NAMES:
+                out += await self.set_members(source, item, *decoded)
             elif decoded is not None:
                 out.append(decoded)
         return out
 
-    async def set_members(self, source: str, raw: Any, record: dict) -> list[tuple[str, dict]]:
-        """A RankWindowSet's RankWindows, each validated with the RankWindow rules: a set whose
-        columns do not hold one value per rank is dead-lettered whole, a RankWindow that fails
-        its rules alone (the set's bytes, with the reason naming its rank)."""
+    async def set_members(self, source: str, raw: Any, name: str, record: dict) -> list[tuple[str, dict]]:
+        """A record set's records, each checked with its record's content rules: a set whose columns
+        do not hold one value per record is dead-lettered whole, a record that fails its rules alone
+        (the set's bytes, with the reason naming its rank)."""
         try:
-            members = window_sets.read(record, limits_for(self.policy.max_duration_s))
+            members = record_sets.read(name, record, limits_for(self.policy.max_duration_s))
         except (SchemaError, KeyError, TypeError, ValueError) as exc:
             self.counters.inc(StreamCounters.decode_errors, source)
-            await self.dead_letter(source, raw, f"unreadable {RANK_WINDOW_SET}: {exc}")
+            await self.dead_letter(source, raw, f"unreadable {name}: {exc}")
             return []
+        member = record_sets.member(name)
         out: list[tuple[str, dict]] = []
-        for rw, reason in members:
+        for one, reason in members:
             if reason is None:
-                out.append((RANK_WINDOW, rw))
+                out.append((member, one))
                 continue
             self.counters.inc(StreamCounters.invalid, source)
-            await self.dead_letter(source, raw, f"invalid: {RANK_WINDOW_SET} rank {rw.get('rank')}: {reason}")
+            await self.dead_letter(source, raw, f"invalid: {name} rank {one.get('rank')}: {reason}")
         return out
 
     async def writer_ready(self, client: Any, raw: Any) -> None:

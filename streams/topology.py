@@ -4,7 +4,7 @@
 
     topic      records                                key            stage      core per key
     inputs     EventBatch, HardwareBatch              job|rank       summarize  RankSummarizer
-    patterns   FunctionPattern                        job|function   compare    FunctionComparator
+    patterns   FunctionPattern(Set)                   job|function   compare    FunctionComparator
     findings   RankWindow(Set), FunctionComparison    job            diagnose   JobDiagnoser
     anomalies  Anomaly                                job            (leaves: sinks, alerts)
     control    Control                                job            (leaves: collectors)
@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+from ..schemas.record_sets import expanded, in_sets
 from ..schemas.records import FunctionComparison, FunctionPattern, RankWindow, StageRecord
 from ..schemas.vocabulary import (
     ANOMALY,
@@ -38,11 +39,11 @@ from ..schemas.vocabulary import (
     EVENT_BATCH,
     FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
+    FUNCTION_PATTERN_SET,
     HARDWARE_BATCH,
     RANK_WINDOW,
     RANK_WINDOW_SET,
 )
-from ..schemas.window_sets import expanded, in_sets
 from .detect import DetectionPolicy, FunctionComparator, JobDiagnoser, RankSummarizer
 from .detect.chunk_fold import ChunkResult
 from .detect.compare import caught_up_ms
@@ -67,7 +68,7 @@ class TopicRole:
 
 TOPIC_OF: dict[str, str] = {
     EVENT_BATCH: TopicRole.INPUTS, HARDWARE_BATCH: TopicRole.INPUTS,
-    FUNCTION_PATTERN: TopicRole.PATTERNS,
+    FUNCTION_PATTERN: TopicRole.PATTERNS, FUNCTION_PATTERN_SET: TopicRole.PATTERNS,
     RANK_WINDOW: TopicRole.FINDINGS, FUNCTION_COMPARISON: TopicRole.FINDINGS, RANK_WINDOW_SET: TopicRole.FINDINGS,
     ANOMALY: TopicRole.ANOMALIES,
     CONTROL: TopicRole.CONTROL,
@@ -209,14 +210,15 @@ def _poll_summarize(s: RankSummarizer, now: int, flush: bool) -> list[Routed]:
 
 
 def _poll_summarizers(ss: list[RankSummarizer], now: int, flush: bool) -> tuple[list[Routed], list[Exception]]:
-    """Every summarizer's poll at once; the RankWindows of one job and window closed together go
-    as one RankWindowSet (schemas/window_sets.py, ``rank_window_set_min``), or, should packing
-    them fail, each alone (the failure counted with the poll's)."""
+    """Every summarizer's poll at once; the FunctionPatterns of one function and the RankWindows
+    of one job closed together for a window go as one set (schemas/record_sets.py,
+    ``record_set_min``), or, should packing them fail, each alone (the failure counted with the
+    poll's)."""
     out, failed = poll_many(ss, now, flush)
     if not ss:
         return list(out), failed
     try:
-        return cast(list[Routed], in_sets(out, ss[0].policy.rank_window_set_min)), failed
+        return cast(list[Routed], in_sets(out, ss[0].policy.record_set_min)), failed
     except Exception as exc:  # a defect in the packing must not cost the poll's records
         return list(out), [*failed, exc]
 
@@ -516,7 +518,7 @@ class LocalRunner:
         (in their order; topics in the order they first appear), so a downstream core is polled
         once per chunk, as the worker's agents poll it."""
         by_topic: dict[str, list[tuple[str, Record]]] = {}
-        for name, record in records:  # a RankWindowSet read as its RankWindows, as the agents read it
+        for name, record in records:  # a set read as its records, as the agents read it
             by_topic.setdefault(TOPIC_OF[name], []).extend(expanded(name, self.wire(name, record) if self.wire else record))
         leaving = []
         for chunk in by_topic.values():

@@ -21,9 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from ...schemas import bundle, window_sets
+from ...schemas import bundle, record_sets
 from ...schemas.records import Anomaly, RankWindow
-from ...schemas.vocabulary import ANOMALY, RANK_WINDOW, RANK_WINDOW_SET
+from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
 from ..context import StreamContext, StreamCounters, now_ms
 from ..metrics import consumer_lag
 from ..topology import POLL_INTERVAL_S, TOPIC_OF, Cores, Routed, Stage, TopicRole, message_key
@@ -292,11 +292,11 @@ async def send(ctx: StreamContext, records: list[Routed]) -> None:
         if name == RANK_WINDOW:
             ctx.window_closed(cast(RankWindow, record))
             ctx.count_out(name)
-        elif name == RANK_WINDOW_SET:  # its RankWindows counted and timed as if each had gone alone
-            ranks = window_sets.size(record)
-            for _ in range(ranks):
+        elif name in record_sets.SET_NAMES:  # its records counted (and timed) as if each had gone alone
+            count, member = record_sets.size(record), record_sets.member(name)
+            for _ in range(count if member == RANK_WINDOW else 0):
                 ctx.window_closed(cast(RankWindow, record))
-            ctx.count_out(RANK_WINDOW, by=ranks)
+            ctx.count_out(member, by=count)
             ctx.count_out(name)
         elif name == ANOMALY:
             anomaly = cast(Anomaly, record)

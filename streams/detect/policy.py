@@ -146,10 +146,10 @@ class DetectionPolicy:
     # job's window is ~125,000); past it the stage sheds whole jobs, the one holding the most first,
     # counted (topology.Cores.shed); 0: never
     shed_backlog_records: int = 2_000_000
-    # the RankWindows a summarize stage closes together (one chunk's poll) for one job and window go
-    # to the job's diagnoser as one RankWindowSet (columns, schemas/window_sets.py) when there are at
-    # least this many; 0: never (a rolling upgrade with diagnosers that cannot read a set)
-    rank_window_set_min: int = 2
+    # the FunctionPatterns of one function and the RankWindows of one job a summarize stage closes
+    # together (one chunk's poll) for a window go on as one set of columns (schemas/record_sets.py)
+    # when there are at least this many; 0: never (a rolling upgrade with readers older than sets)
+    record_set_min: int = 2
 
     @property
     def window_ms(self) -> int:
@@ -167,7 +167,7 @@ class DetectionPolicy:
         streams = streams or WINDOWS
         policy = cls(**{f.name: getattr(detection, f.name) for f in fields(DetectionSettings)},
                      window_s=streams.window_s, window_grace_s=streams.window_grace_s,
-                     rank_window_set_min=cls.rank_window_set_min if streams.rank_window_sets else 0)
+                     record_set_min=cls.record_set_min if streams.record_sets else 0)
         policy.peer_group_map()  # validate at start-up, not at the first window
         return policy
 

@@ -28,9 +28,9 @@ from perftracker_ml.deploy.tansu import free_port
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker_ml.schemas import Codec, MultiCodec, bundle
 from perftracker_ml.schemas.kafka_admin import quiet_kafka_logger
+from perftracker_ml.schemas.record_sets import FORMATS, expanded
 from perftracker_ml.schemas.topics import TopicNames
-from perftracker_ml.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW, RANK_WINDOW_SET
-from perftracker_ml.schemas.window_sets import expanded
+from perftracker_ml.schemas.vocabulary import EVENT_BATCH
 
 from ..waiting import wait_for
 
@@ -230,11 +230,11 @@ class Traffic(threading.Thread):
 
 def read_topic(conf: dict[str, str], topic: str, names: list[str],
                timeout_s: float = 60.0) -> list[tuple[str, dict]]:
-    """Every record on ``topic`` (all partitions, from the start) as (record name, record); with
-    RankWindows among ``names``, a RankWindowSet's as they are stored (one by one)."""
+    """Every record on ``topic`` (all partitions, from the start) as (record name, record); a set's
+    records (schemas/record_sets.py) one by one, as they are stored."""
     from confluent_kafka import Consumer, TopicPartition
 
-    codec = MultiCodec([*names, RANK_WINDOW_SET] if RANK_WINDOW in names else names)
+    codec = MultiCodec([*names, *(FORMATS[n].name for n in names if n in FORMATS)])
     consumer = Consumer({**conf, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False,
                          "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:

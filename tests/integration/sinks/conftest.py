@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from perftracker_ml.schemas import MultiCodec, bundle
+from perftracker_ml.schemas.record_sets import in_sets
 from perftracker_ml.schemas.settings import KafkaSettings, Settings, StoreSettings, StreamSettings
 from perftracker_ml.schemas.topics import TopicNames
-from perftracker_ml.schemas.window_sets import in_sets
 from perftracker_ml.sinks.service import SinkService
 
 from ..waiting import wait_for  # noqa: F401 - re-exported for the sink tests
@@ -72,11 +72,12 @@ def produce(kafka_conf: dict[str, str]) -> Callable[..., None]:
     and findings of one topic and key in RecordBundles, as the stream workers send them."""
     def send(settings: Settings, records: list[tuple[str, dict]], raw: list[bytes] = (),
              bundled: bool = False, sets: bool = False) -> None:
-        """``sets``: the RankWindows of one job and window as RankWindowSets, as the workers send them."""
+        """``sets``: the RankWindows and FunctionPatterns of one key and window in sets, as the workers send them."""
         topics = TopicNames.for_prefix(settings.kafka.topic_prefix)
-        codec = MultiCodec([*CODEC_NAMES, "RankWindowSet"])
+        codec = MultiCodec([*CODEC_NAMES, "RankWindowSet", "FunctionPatternSet"])
         where = {"FunctionPattern": topics.patterns, "RankWindow": topics.findings,
-                 "FunctionComparison": topics.findings, "Anomaly": topics.anomalies, "RankWindowSet": topics.findings}
+                 "FunctionComparison": topics.findings, "Anomaly": topics.anomalies, "RankWindowSet": topics.findings,
+                 "FunctionPatternSet": topics.patterns}
         records = in_sets(records, 2) if sets else records
         p = Producer({**kafka_conf, "linger.ms": 5})
         groups: dict[tuple[str, bytes], list[bytes]] = {}

@@ -102,10 +102,11 @@ def test_bundled_records_reach_the_store_as_plain_messages_would(sink_settings, 
     assert sorted(m.value() for m in dead) == sorted([b"not avro, in a bundle", b"\xc3\x01 neither", corrupt])
 
 
-def test_rank_window_sets_reach_the_store_as_their_rank_windows_would(sink_settings, start_sink, produce, unique,
+def test_record_sets_reach_the_store_as_their_records_would(sink_settings, start_sink, produce, unique,
                                                                       kafka_conf):
-    """RankWindows sent in RankWindowSets (schemas/window_sets.py, as the workers send them) give the
-    rows they give sent one per message; one breaking its rules is dead-lettered alone, naming its rank."""
+    """RankWindows and FunctionPatterns sent in sets (schemas/record_sets.py, as the workers send
+    them) give the rows they give sent one per message; one breaking its rules is dead-lettered
+    alone, naming its rank."""
     job = f"sets-{unique}"
     sink = start_sink(sink_settings)
     records = [(n, r) for n, r in samples.job_records(job, world=4, windows=2) if n in CODEC_NAMES]

@@ -21,9 +21,9 @@ from perftracker_ml.schemas.fast_encode import (
     fastavro_body,
     varint_bytes,
 )
+from perftracker_ml.schemas.record_sets import expanded
 from perftracker_ml.schemas.topics import TopicNames
 from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, FUNCTION_PATTERN, RANK_WINDOW
-from perftracker_ml.schemas.window_sets import expanded
 from perftracker_ml.streams.agents.stage import encode_all
 from perftracker_ml.streams.context import StreamContext
 from perftracker_ml.streams.detect import DetectionPolicy
@@ -137,7 +137,7 @@ def real_records() -> dict[str, list[dict]]:
         window_ns = DetectionPolicy().window_ms * 1_000_000
         start_ns = time.time_ns() - int(w.seconds * 1e9)
         for name0, record0 in closed_records(decode_all(encode_job(w, start_ns - start_ns % window_ns))):
-            for name, record in expanded(name0, record0):  # the RankWindows a RankWindowSet carries
+            for name, record in expanded(name0, record0):  # the records a set carries
                 _REAL.setdefault(name, []).append(record)
     return _REAL
 

@@ -106,7 +106,8 @@ def test_worker_codecs_register_at_start_and_read_both_framings(registry):
     from perftracker_ml.streams.context import StreamContext
 
     codecs = stream_codecs(settings(registry), NAMES)
-    assert set(FakeRegistry.subjects) == {"pt.patterns-value", "pt.anomalies-value", "pt.control-value",
+    assert set(FakeRegistry.subjects) == {"pt.patterns-FunctionPattern", "pt.patterns-FunctionPatternSet",
+                                          "pt.anomalies-value", "pt.control-value",
                                           "pt.findings-RankWindow", "pt.findings-FunctionComparison",
                                           "pt.findings-RankWindowSet"}
     ctx = StreamContext(names=NAMES, policy=DetectionPolicy(), codecs=codecs)

@@ -51,7 +51,7 @@ def test_real_records_of_every_kind_pass_as_decoded_by_worker_and_sink():
                "reason": "regression", "issued_ms": 1_700_000_000_000}
     assert validate("Control", control) is None
     assert set(RULES) == {"EventBatch", "HardwareBatch", "FunctionPattern", "RankWindow",
-                          "FunctionComparison", "Anomaly", "Control", "RankWindowSet"}
+                          "FunctionComparison", "Anomaly", "Control", "RankWindowSet", "FunctionPatternSet"}
 
 
 def _set(record: dict, path: str, value) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from perftracker_ml.deploy.workloads.ranks import MS, TICK_MS, SyntheticRanks
-from perftracker_ml.schemas import window_sets
+from perftracker_ml.schemas import record_sets
 from perftracker_ml.schemas.vocabulary import EVENT_BATCH, RANK_WINDOW, RANK_WINDOW_SET
 from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker_ml.streams.topology import Cores, LocalRunner
@@ -60,7 +60,7 @@ def test_ticks_polling_only_the_cores_due_route_the_same_records_in_the_same_ord
     with monkeypatch.context() as m:
         m.setattr(Cores, "due", _every_core)  # before: every tick polled every core
         every = run(mode)
-    assert sum(window_sets.size(r) if name == RANK_WINDOW_SET else 1 for name, r in every
+    assert sum(record_sets.size(r) if name == RANK_WINDOW_SET else 1 for name, r in every
                if name in (RANK_WINDOW, RANK_WINDOW_SET)) > RANKS * SECONDS // 5
     assert scheduled == every
 

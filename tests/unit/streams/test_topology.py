@@ -11,6 +11,7 @@ from perftracker_ml.schemas.vocabulary import (
     EVENT_BATCH,
     FUNCTION_COMPARISON,
     FUNCTION_PATTERN,
+    FUNCTION_PATTERN_SET,
     HARDWARE_BATCH,
     RANK_WINDOW,
     RANK_WINDOW_SET,
@@ -48,7 +49,7 @@ def test_stages_consume_distinct_topics_in_data_flow_order():
 
 def test_every_record_has_a_topic_and_every_topic_a_key():
     assert records_on(TopicRole.INPUTS) == [EVENT_BATCH, HARDWARE_BATCH]
-    assert records_on(TopicRole.PATTERNS) == [FUNCTION_PATTERN]
+    assert records_on(TopicRole.PATTERNS) == [FUNCTION_PATTERN, FUNCTION_PATTERN_SET]
     assert records_on(TopicRole.FINDINGS) == [RANK_WINDOW, FUNCTION_COMPARISON, RANK_WINDOW_SET]
     assert records_on(TopicRole.ANOMALIES) == [ANOMALY]
     assert records_on(TopicRole.CONTROL) == [CONTROL]

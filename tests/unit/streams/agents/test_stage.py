@@ -412,16 +412,16 @@ def test_no_shedding_under_the_bound_or_when_off():
 
 
 def test_the_diagnose_agent_reads_a_rank_window_set_as_its_rank_windows_each_checked_alone(ctx):
-    """A RankWindowSet (schemas/window_sets.py) is read as if each RankWindow had come alone: the
+    """A RankWindowSet (schemas/record_sets.py) is read as if each RankWindow had come alone: the
     valid ones fed, one breaking the RankWindow rules dead-lettered with a reason naming its rank,
     a set whose columns are ragged dead-lettered whole; sent, it counts as its RankWindows."""
-    from perftracker_ml.schemas import window_sets
+    from perftracker_ml.schemas import record_sets
     from perftracker_ml.schemas.vocabulary import RANK_WINDOW_SET
     from perftracker_ml.streams.topology import DIAGNOSE
 
     rws = [{**rank_window(r, world=4), "schema_version": 6} for r in range(4)]
     rws[2]["restarts"] = -1
-    good = window_sets.pack(rws)
+    good = record_sets.FORMATS[RANK_WINDOW].pack(rws)
     ragged = {**good, "rank": good["rank"][:-4]}
     asyncio.run(wiring.send(ctx, [(RANK_WINDOW_SET, good), (RANK_WINDOW_SET, ragged)]))
     assert ctx.counters.snapshot()["records_out.RankWindow"] == 8

@@ -5,7 +5,7 @@ left out and its error returned, the others' windows still closed."""
 from __future__ import annotations
 
 from perftracker_ml.deploy.workloads.batches import Workload, batches
-from perftracker_ml.schemas.window_sets import in_sets
+from perftracker_ml.schemas.record_sets import in_sets
 from perftracker_ml.streams.detect import DetectionPolicy, RankSummarizer
 from perftracker_ml.streams.detect.summarize import add_batches, poll_many
 from perftracker_ml.streams.topology import SUMMARIZE
@@ -44,13 +44,13 @@ def test_a_failing_rank_is_left_out_and_the_others_are_closed() -> None:
 
     many[2].closing = broken  # type: ignore[method-assign]
     expected = in_sets([r for rank, s in one.items() if rank != 2 for r in s.poll(0, True)],
-                       DetectionPolicy().rank_window_set_min)  # the stage sends what it closed together in sets
+                       DetectionPolicy().record_set_min)  # the stage sends what it closed together in sets
     got, failed = SUMMARIZE.poll_all(list(many.values()), 0, True)
     assert [type(e) for e in failed] == [ValueError]
     assert got == expected and len(got) > 0
 
 
-def test_a_failure_packing_rank_window_sets_costs_none_of_the_polls_records(monkeypatch) -> None:
+def test_a_failure_packing_record_sets_costs_none_of_the_polls_records(monkeypatch) -> None:
     import perftracker_ml.streams.topology as topology
 
     one, many = _fed(8), _fed(8)
