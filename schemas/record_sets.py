@@ -38,16 +38,18 @@ from .codec import bundled_schemas
 from .errors import SchemaError
 from .rules import (
     DEFAULT_LIMITS,
+    Check,
     Floats,
     IntArrays,
     Ints,
     Limits,
-    RankInWorld,
     Rule,
     StrArrays,
     Strs,
     Times,
+    bind_all,
     depends_on_record,
+    run,
 )
 from .validate import RULES, validate
 from .vocabulary import (
@@ -90,7 +92,10 @@ class SetFormat:
         string = {f["name"] for f in fields if f["type"] == "string"}
         self._reduced = {*shared, *([names] if names else []),
                          *(c for c, kind, _ in self.columns if kind != "avro" or c in string)}
-        self.checkable = all(self._decided(rule) for rule in RULES[member])
+        rules = RULES[member]
+        self._by_extremes = tuple(r for r in rules if self._decided(r))  # checked on the columns' extremes
+        self._per_record = tuple(r for r in rules if not self._decided(r))  # the others, on each record
+        self._bound: dict[Limits, tuple[tuple[Check, ...], tuple[Check, ...]]] = {}
 
     # ---- writing -------------------------------------------------------------------------------
     def pack(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -142,14 +147,15 @@ class SetFormat:
 
     def read(self, record: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> Verdicts:
         """The members of a set, each with its first problem by the member's content rules
-        (:func:`..validate.validate`; None: valid). Checked as columns first where every rule bounds
-        a field by an interval or a length (and rank < world size, checked per member): a set whose
-        extremes -- each column's lowest and highest value, its shortest and longest string in bytes,
-        its longest list -- pass the rules holds no member that fails them; any other set is checked
-        a member at a time, to name which."""
+        (:func:`..validate.validate`; None: valid). The rules that bound a field by an interval or a
+        length are checked on the columns' extremes -- each column's lowest and highest value, its
+        shortest and longest string in bytes, its longest list: a set whose extremes pass them holds
+        no member that fails them --, the others (rank < world size, a total within its count, a
+        range of members, columns of one length) on each member; only a set that does not pass is
+        checked a member at a time by every rule, to name which member and why."""
         columns = self._columns(record)
         rows = self._rows(record, columns)
-        if rows and self.checkable and self._extremes_pass(columns, rows[0], limits):
+        if rows and self._all_pass(columns, rows, limits):
             return [(r, None) for r in rows]
         return [(r, validate(self.member, r, limits)) for r in rows]
 
@@ -193,9 +199,23 @@ class SetFormat:
         # the shared fields repeat without end; every column was checked to hold n values
         return [dict(zip(self.fields, row, strict=True)) for row in zip(*sources, strict=False)]
 
-    def _extremes_pass(self, columns: _Columns, template: dict[str, Any], limits: Limits) -> bool:
-        """Whether every member passes the rules, judged on the columns' extremes (see :meth:`read`);
-        False also when they cannot tell (then each is checked)."""
+    def _all_pass(self, columns: _Columns, rows: list[dict[str, Any]], limits: Limits) -> bool:
+        """Whether every member passes every rule (see :meth:`read`); False also when the columns
+        cannot tell (then each member is checked by every rule)."""
+        bound = self._bound.get(limits)
+        if bound is None:
+            bound = self._bound[limits] = (bind_all(self._by_extremes, limits), bind_all(self._per_record, limits))
+        by_extremes, per_record = bound
+        try:
+            extremes = self._extremes(columns, rows[0], limits)
+            return (extremes is not None and all(run(by_extremes, r, r) is None for r in extremes)
+                    and all(run(per_record, r, r) is None for r in rows))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+            return False
+
+    def _extremes(self, columns: _Columns, template: dict[str, Any], limits: Limits) -> list[dict[str, Any]] | None:
+        """Records holding the columns' extremes (see :meth:`read`), or None when a column rules out
+        judging by them (a list longer than any record may hold, a float that is not finite)."""
         lo, hi = dict(template), dict(template)
         zero: dict[str, Any] | None = None
         for name, values in columns.values.items():
@@ -208,32 +228,25 @@ class SetFormat:
                     zero[name] = 0
             elif name in columns.lengths:
                 if max(columns.lengths[name], default=0) > limits.max_items:
-                    return False
+                    return None
                 flat = columns.flat[name]
                 if flat and isinstance(flat[0], str):
                     lo[name] = hi[name] = [_longest(flat)]
                 elif flat:
                     if isinstance(flat[0], float) and not math.isfinite(sum(flat)):
-                        return False
+                        return None
                     lo[name], hi[name] = [min(flat)], [max(flat)]
             elif values and isinstance(values[0], str):
                 lo[name], hi[name] = min(values, key=len), _longest(values)
             elif values and type(values[0]) in (int, float):
                 if isinstance(values[0], float) and not math.isfinite(sum(values)):
-                    return False
+                    return None
                 lo[name], hi[name] = min(values), max(values)
-        for rule in RULES[self.member]:  # rank < world size: per member
-            if isinstance(rule, RankInWorld):
-                ranks, worlds = columns.values[rule.rank], columns.values[rule.world]
-                if any(r >= w and (w != 0 or not rule.unknown_ok) for r, w in zip(ranks, worlds, strict=True)):
-                    return False
-        return all(validate(self.member, r, limits) is None for r in (lo, hi, zero) if r is not None)
+        return [lo, hi] if zero is None else [lo, hi, zero]
 
     def _decided(self, rule: Rule) -> bool:
-        """Whether the columns' extremes decide ``rule`` (:meth:`_extremes_pass`): a bound of a field
-        by an interval or a length with bounds of its own, or rank < world size (checked per member)."""
-        if isinstance(rule, RankInWorld):
-            return {rule.rank, rule.world} <= self._reduced
+        """Whether the columns' extremes decide ``rule`` (:meth:`_all_pass`): a bound of one field by
+        an interval or a length with bounds of its own, on a field whose extremes are taken."""
         if not isinstance(rule, (Ints, Floats, Strs, Times, IntArrays, StrArrays)):
             return False
         if isinstance(rule, (Ints, IntArrays)) and (depends_on_record(rule.lo) or depends_on_record(rule.hi)):
