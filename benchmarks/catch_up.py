@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker_ml.deploy.workloads.ranks import MS, SLOW_RANK, TICK_MS, SyntheticRanks
+from perftracker_ml.schemas.record_sets import expanded
 from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
 from perftracker_ml.streams.detect import DetectionPolicy
 from perftracker_ml.streams.detect.job_clock import JobClock
@@ -63,13 +64,13 @@ class Outcome:
     late: Counter[str] = field(default_factory=Counter)
 
     def keep(self, name: str, record: Any) -> Any:
-        if name == RANK_WINDOW:
-            rank = int(record["rank"])
-            self.windows[(rank, int(record["window_id"]))] = int(record["steps"])
-            self.dropped[rank] = max(self.dropped.get(rank, 0), int(record["dropped_events"]))
-        elif name == ANOMALY and record["status"] == Status.OPEN:
-            self.incidents.add((str(record["cause"]), tuple(int(r) for r in record["ranks"]),
-                                str(record["function"])))
+        for one_name, one in expanded(name, record):  # a record set's records one by one
+            if one_name == RANK_WINDOW:
+                rank = int(one["rank"])
+                self.windows[(rank, int(one["window_id"]))] = int(one["steps"])
+                self.dropped[rank] = max(self.dropped.get(rank, 0), int(one["dropped_events"]))
+            elif one_name == ANOMALY and one["status"] == Status.OPEN:
+                self.incidents.add((str(one["cause"]), tuple(int(r) for r in one["ranks"]), str(one["function"])))
         return record
 
     def upto(self, last_window: int) -> dict[tuple[int, int], int]:
@@ -275,7 +276,6 @@ def read_back(bootstrap: str, prefix: str) -> Outcome:
     """The RankWindows on the findings topic and the OPEN anomalies on the anomalies topic."""
     from confluent_kafka import Consumer, TopicPartition
     from perftracker_ml.schemas import MultiCodec, bundle
-    from perftracker_ml.schemas.record_sets import expanded
     from perftracker_ml.schemas.topics import TopicNames
     from perftracker_ml.schemas.vocabulary import FUNCTION_COMPARISON, RANK_WINDOW_SET
 

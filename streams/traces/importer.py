@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ...schemas.diagnosis import diagnosis_row
+from ...schemas.record_sets import expanded
 from ...schemas.records import Anomaly
 from ...schemas.vocabulary import (
     ANOMALY,
@@ -157,8 +158,9 @@ def run_core(report: ImportReport, job: str, base_policy: DetectionPolicy | None
     report.records = []
 
     def keep(name: str, record: Any) -> Any:
-        if name in KEPT:
-            report.records.append((name, record))
+        for one_name, one in expanded(name, record):  # a record set's records, each as the sink stores it
+            if one_name in KEPT:
+                report.records.append((one_name, one))
         return record
 
     runner = LocalRunner(policy, wire=keep)

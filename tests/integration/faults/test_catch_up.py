@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from perftracker_ml.deploy.workloads.synthetic import SyntheticJob, batches
 from perftracker_ml.schemas import Codec
 from perftracker_ml.schemas.kafka_admin import ensure_topics
+from perftracker_ml.schemas.record_sets import expanded
 from perftracker_ml.schemas.topics import all_topics
 from perftracker_ml.schemas.vocabulary import ANOMALY, EVENT_BATCH, RANK_WINDOW, Status
 from perftracker_ml.streams.detect import DetectionPolicy
@@ -53,10 +54,11 @@ def live(records: list[tuple[int, dict]], policy: DetectionPolicy) -> tuple[dict
     incidents: set[tuple[str, tuple[int, ...], str]] = set()
 
     def keep(name: str, rec: dict) -> dict:
-        if name == RANK_WINDOW:
-            windows[(int(rec["rank"]), int(rec["window_id"]))] = int(rec["steps"])
-        elif name == ANOMALY and rec["status"] == Status.OPEN:
-            incidents.add((rec["cause"], tuple(rec["ranks"]), rec["function"]))
+        for one_name, one in expanded(name, rec):  # a record set's records one by one
+            if one_name == RANK_WINDOW:
+                windows[(int(one["rank"]), int(one["window_id"]))] = int(one["steps"])
+            elif one_name == ANOMALY and one["status"] == Status.OPEN:
+                incidents.add((one["cause"], tuple(one["ranks"]), one["function"]))
         return rec
 
     runner = LocalRunner(policy, wire=keep)

@@ -39,3 +39,15 @@ def test_noise_alone_with_a_rank_last_in_a_majority_is_not_reported(tmp_path, se
     rows, last = imported(tmp_path, seed, late_us=0.0)
     assert max(last.count(r) for r in range(4)) >= 4  # chance made one rank last in 4 of 6
     assert rows == []  # ... but the wait it caused is the noise's size, under 3 % of the step
+
+
+def test_the_records_kept_for_the_store_are_every_ranks_own_even_when_they_travelled_in_sets(tmp_path):
+    """The stages hand the RankWindows and FunctionPatterns closed together on in record sets
+    (schemas/record_sets.py); the import keeps each record, as the sink stores it."""
+    write_job(job(1, 11_000.0), tmp_path)
+    _rows, report = import_traces_with_report(tmp_path, "noisy", DetectionPolicy())
+    names = {name for name, _ in report.records}
+    assert names <= {"FunctionPattern", "RankWindow", "FunctionComparison", "Anomaly"}
+    windows = [r for name, r in report.records if name == "RankWindow"]
+    assert sorted({r["rank"] for r in windows}) == [0, 1, 2, 3]
+    assert len({r["rank"] for name, r in report.records if name == "FunctionPattern"}) == 4
