@@ -211,16 +211,16 @@ class CounterSet:
         with self._lock:
             cell.value = value
 
-    def observe(self, counter: Counter, value: int, *labels: str) -> None:
-        """Count one observation of a histogram (``value`` in its unit) for ``labels``."""
+    def observe(self, counter: Counter, value: int, *labels: str, times: int = 1) -> None:
+        """Count ``times`` observations of a histogram (each ``value`` in its unit) for ``labels``."""
         cell = self.cell(counter, *labels)
         if not isinstance(counter, Histogram) or not isinstance(cell, Buckets):
             raise TypeError(f"{counter!r} is not a Histogram")
         i = bisect.bisect_left(counter.buckets, value)
         with self._lock:
-            cell.counts[i] += 1
-            cell.sum += value
-            cell.value += 1
+            cell.counts[i] += times
+            cell.sum += value * times
+            cell.value += times
 
     def replace(self, counter: Counter, values: Mapping[tuple[str, ...], int]) -> None:
         """Every series of a labelled gauge at once (e.g. lag per assigned partition): series

@@ -83,6 +83,7 @@ class SetFormat:
     def __init__(self, member: str, name: str, shared: tuple[str, ...], names: str | None = None):
         self.member, self.name, self.shared, self.names = member, name, shared, names
         self.version = bundled_schemas().latest(name).version
+        self.member_version = bundled_schemas().latest(member).version  # what the members read back carry
         fields = bundled_schemas().latest(member).raw["fields"]
         self.fields = tuple(f["name"] for f in fields)
         self.defaults = {f["name"]: f["default"] for f in fields if "default" in f}
@@ -140,10 +141,11 @@ class SetFormat:
 
     # ---- reading -------------------------------------------------------------------------------
     def unpack(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The members of a set, in order. SchemaError naming the problem when a column does not hold
-        one value per member or a name's position is outside ``function_names``; the members' content
-        is for the caller to check (:meth:`read` checks it)."""
-        return self._rows(record, self._columns(record))
+        """The members of a set, in order. SchemaError naming the problem, and nothing else, when the
+        set cannot be read: a column that does not hold one value per member, a name's position
+        outside ``function_names``, a field missing or of the wrong type; the members' content is for
+        the caller to check (:meth:`read` checks it)."""
+        return self._members(record)[1]
 
     def read(self, record: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> Verdicts:
         """The members of a set, each with its first problem by the member's content rules
@@ -153,11 +155,18 @@ class SetFormat:
         no member that fails them --, the others (rank < world size, a total within its count, a
         range of members, columns of one length) on each member; only a set that does not pass is
         checked a member at a time by every rule, to name which member and why."""
-        columns = self._columns(record)
-        rows = self._rows(record, columns)
+        columns, rows = self._members(record)
         if rows and self._all_pass(columns, rows, limits):
             return [(r, None) for r in rows]
         return [(r, validate(self.member, r, limits)) for r in rows]
+
+    def _members(self, record: Mapping[str, Any]) -> tuple[_Columns, list[dict[str, Any]]]:
+        """The set's columns and its members (see :meth:`unpack`)."""
+        try:
+            columns = self._columns(record)
+            return columns, self._rows(record, columns)
+        except (KeyError, TypeError, ValueError) as exc:  # a field missing, or not what its schema says
+            raise SchemaError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     def _columns(self, record: Mapping[str, Any]) -> _Columns:
         n = int(record["ranks"])
@@ -193,8 +202,7 @@ class SetFormat:
 
     def _rows(self, record: Mapping[str, Any], columns: _Columns) -> list[dict[str, Any]]:
         """The member dicts of a set's columns, each key in a decoded member's order."""
-        shared = {"schema_version": bundled_schemas().latest(self.member).version,
-                  **{f: record[f] for f in self.shared}}
+        shared = {"schema_version": self.member_version, **{f: record[f] for f in self.shared}}
         sources = [repeat(shared[f]) if f in shared else columns.values[f] for f in self.fields]
         # the shared fields repeat without end; every column was checked to hold n values
         return [dict(zip(self.fields, row, strict=True)) for row in zip(*sources, strict=False)]
@@ -328,6 +336,11 @@ def member(set_name: str) -> str:
 def read(set_name: str, record: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> Verdicts:
     """:meth:`SetFormat.read` of the set named ``set_name``."""
     return BY_SET[set_name].read(record, limits)
+
+
+def problem(set_name: str, member: Mapping[str, Any], reason: str) -> str:
+    """The dead-letter reason of a set's member that fails its rules (its rank named)."""
+    return f"invalid: {set_name} rank {member.get('rank')}: {reason}"
 
 
 def unpack(set_name: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -308,14 +308,14 @@ class SinkService:
         assert self.sink is not None
         try:
             members = record_sets.read(name, record)
-        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+        except SchemaError as exc:
             self.stats.inc(SinkCounters.decode_errors)
             self._dead_letter(topic, partition, offset, value, f"unreadable {name}: {exc}")
             return
         rows_of = ROW_BUILDERS[record_sets.member(name)]
         for one, invalid in members:
             if invalid:
-                self._dead_letter(topic, partition, offset, value, f"invalid: {name} rank {one.get('rank')}: {invalid}")
+                self._dead_letter(topic, partition, offset, value, record_sets.problem(name, one, invalid))
                 continue
             for table, rows in rows_of(one):
                 self.sink.add_rows(table, rows)

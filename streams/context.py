@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from ..schemas import Codec, MultiCodec, SchemaError, bundle, record_sets
 from ..schemas.counters import Counter, CounterSet, Histogram, Kind
-from ..schemas.records import Anomaly, RankWindow
+from ..schemas.records import Anomaly, RankWindow, RecordSet
 from ..schemas.registry import (
     Registry,
     RegistryCodec,
@@ -178,10 +178,11 @@ class StreamContext:
         """``by`` ``record`` produced (an Anomaly with its ``status``)."""
         self.counters.inc(StreamCounters.records_out, record, status, by=by)
 
-    def window_closed(self, rank_window: RankWindow) -> None:
-        """A RankWindow is sent: how long after its window's end."""
+    def window_closed(self, rank_window: RankWindow | RecordSet, ranks: int = 1) -> None:
+        """``ranks`` RankWindows of one window are sent (one, or a RankWindowSet's): how long after
+        the window's end."""
         end_ms = rank_window["window_start_ms"] + round(rank_window["window_s"] * 1000)
-        self.counters.observe(StreamCounters.window_close_delay_seconds, max(0, now_ms() - end_ms))
+        self.counters.observe(StreamCounters.window_close_delay_seconds, max(0, now_ms() - end_ms), times=ranks)
 
     def anomaly_sent(self, anomaly: Anomaly) -> None:
         """An Anomaly is sent: how long after the end of the window that raised (or updated) it."""
@@ -234,7 +235,7 @@ class StreamContext:
         (the set's bytes, with the reason naming its rank)."""
         try:
             members = record_sets.read(name, record, limits_for(self.policy.max_duration_s))
-        except (SchemaError, KeyError, TypeError, ValueError) as exc:
+        except SchemaError as exc:
             self.counters.inc(StreamCounters.decode_errors, source)
             await self.dead_letter(source, raw, f"unreadable {name}: {exc}")
             return []
@@ -245,7 +246,7 @@ class StreamContext:
                 out.append((member, one))
                 continue
             self.counters.inc(StreamCounters.invalid, source)
-            await self.dead_letter(source, raw, f"invalid: {name} rank {one.get('rank')}: {reason}")
+            await self.dead_letter(source, raw, record_sets.problem(name, one, reason))
         return out
 
     async def writer_ready(self, client: Any, raw: Any) -> None:

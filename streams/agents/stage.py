@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from ...schemas import bundle, record_sets
-from ...schemas.records import Anomaly, RankWindow
+from ...schemas.records import Anomaly, RankWindow, RecordSet
 from ...schemas.vocabulary import ANOMALY, RANK_WINDOW
 from ..context import StreamContext, StreamCounters, now_ms
 from ..metrics import consumer_lag
@@ -294,8 +294,8 @@ async def send(ctx: StreamContext, records: list[Routed]) -> None:
             ctx.count_out(name)
         elif name in record_sets.SET_NAMES:  # its records counted (and timed) as if each had gone alone
             count, member = record_sets.size(record), record_sets.member(name)
-            for _ in range(count if member == RANK_WINDOW else 0):
-                ctx.window_closed(cast(RankWindow, record))
+            if member == RANK_WINDOW:
+                ctx.window_closed(cast(RecordSet, record), count)
             ctx.count_out(member, by=count)
             ctx.count_out(name)
         elif name == ANOMALY:

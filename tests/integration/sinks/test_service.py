@@ -81,22 +81,14 @@ def test_bundled_records_reach_the_store_as_plain_messages_would(sink_settings, 
     job = f"bundled-{unique}"
     sink = start_sink(sink_settings)
     records = [(n, r) for n, r in samples.job_records(job, world=4, windows=2) if n in CODEC_NAMES]
-    expected = {t: 0 for t in TABLES}
-    for n, r in records:
-        for table, _row in flat_rows(n, r):
-            expected[table] += 1
+    expected = rows_expected(records)
     corrupt = bundle.pack([b"x" * 40, b"y"])[:-20]
     produce(sink_settings, records, raw=[bundle.pack([b"not avro, in a bundle", b"\xc3\x01 neither"]), corrupt],
             bundled=True)
     assert sink.ready.exists()
     store = wait_for(lambda: sink.service.store if sink.service.idle() and sink.service.stats.dead_lettered == 3
                      else None, 30)
-
-    def counts() -> dict[str, int]:
-        return {t: store.query(f"SELECT count() FROM {t} FINAL WHERE job = {{j:String}}", {"j": job}).rows[0][0]
-                for t in TABLES}
-
-    wait_for(lambda: counts() == expected or None, 30)
+    wait_for(lambda: rows_stored(store, job) == expected or None, 30)
     assert sum(expected.values()) > len(records)
     dead = read_all(kafka_conf, f"{sink_settings.kafka.topic_prefix}.deadletter", unique, 3)
     assert sorted(m.value() for m in dead) == sorted([b"not avro, in a bundle", b"\xc3\x01 neither", corrupt])
@@ -110,28 +102,33 @@ def test_record_sets_reach_the_store_as_their_records_would(sink_settings, start
     job = f"sets-{unique}"
     sink = start_sink(sink_settings)
     records = [(n, r) for n, r in samples.job_records(job, world=4, windows=2) if n in CODEC_NAMES]
-    expected = {t: 0 for t in TABLES}
-    for n, r in records:
-        for table, _row in flat_rows(n, r):
-            expected[table] += 1
     last = max(r["window_id"] for n, r in records if n == "RankWindow")
     bad = [(n, {**r, "restarts": -1} if n == "RankWindow" and (r["rank"], r["window_id"]) == (3, last) else r)
            for n, r in records]
     assert bad != records
-    for table, _row in flat_rows("RankWindow", next(r for n, r in bad if n == "RankWindow" and r.get("restarts") == -1)):
-        expected[table] -= 1
+    expected = rows_expected([(n, r) for n, r in bad if r.get("restarts") != -1])  # all but the dead-lettered one
     produce(sink_settings, bad, bundled=True, sets=True)
     store = wait_for(lambda: sink.service.store if sink.service.idle() and sink.service.stats.dead_lettered == 1
                      else None, 30)
-
-    def counts() -> dict[str, int]:
-        return {t: store.query(f"SELECT count() FROM {t} FINAL WHERE job = {{j:String}}", {"j": job}).rows[0][0]
-                for t in TABLES}
-
-    wait_for(lambda: counts() == expected or None, 30)
+    wait_for(lambda: rows_stored(store, job) == expected or None, 30)
     assert expected["rank_windows"] > 4
     (dead,) = read_all(kafka_conf, f"{sink_settings.kafka.topic_prefix}.deadletter", unique, 1)
     assert b"RankWindowSet rank 3" in dict(dead.headers())["reason"]
+
+
+def rows_expected(records: list[tuple[str, dict]]) -> dict[str, int]:
+    """Rows per table the sink's row builders make of ``records``."""
+    expected = {t: 0 for t in TABLES}
+    for n, r in records:
+        for table, _row in flat_rows(n, r):
+            expected[table] += 1
+    return expected
+
+
+def rows_stored(store: Store, job: str) -> dict[str, int]:
+    """Rows per table the store holds of ``job``."""
+    return {t: store.query(f"SELECT count() FROM {t} FINAL WHERE job = {{j:String}}", {"j": job}).rows[0][0]
+            for t in TABLES}
 
 
 def read_all(conf, topic, group, n):

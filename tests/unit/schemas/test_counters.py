@@ -123,6 +123,11 @@ def test_histogram_counts_into_inclusive_buckets_and_reads_as_its_count():
         Histogram("bad", buckets=(5, 1))
     with pytest.raises(TypeError, match="not a Histogram"):
         timed.observe(Timed.lag, 1, "t", "0")
+    at_once, one_by_one = Timed(), Timed()
+    at_once.observe(Timed.wait_ms, 50, times=3)  # a set's records observed together, as each alone
+    for _ in range(3):
+        one_by_one.observe(Timed.wait_ms, 50)
+    assert list(at_once.samples()) == list(one_by_one.samples())
 
 
 def test_a_value_counted_in_a_smaller_unit_is_exported_in_the_unit_of_its_name():
